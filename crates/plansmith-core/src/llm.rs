@@ -1,0 +1,414 @@
+//! The language-model boundary: [`LanguageModel`], its request and reply types, and
+//! [`ScriptedModel`], the one mock (turns in order, requests recorded).
+//!
+//! In the spirit of `tower::Service` and rig's `CompletionModel`: two required methods, no
+//! `Clone` supertrait, and a provider's own wire types stay on the provider's side.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A boxed, sendable future (what [`LanguageModel`] methods return).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Who said a [`Message`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Instructions.
+    System,
+    /// The user.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub content: String,
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Message {
+        Message { role: Role::System, content: content.into() }
+    }
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message { role: Role::User, content: content.into() }
+    }
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Message {
+        Message { role: Role::Assistant, content: content.into() }
+    }
+}
+
+/// How the output is constrained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OutputConstraint {
+    /// Output must match this JSON Schema (response format, or a grammar on a local model).
+    JsonSchema {
+        /// Name of the schema.
+        name: String,
+        /// The schema.
+        schema: Value,
+        /// Ask for strict adherence where the backend supports it.
+        strict: bool,
+    },
+    /// Output comes as a call of this tool, whose parameters are the schema.
+    ToolCall {
+        /// Tool name.
+        name: String,
+        /// Tool description.
+        description: String,
+        /// JSON Schema of the parameters.
+        parameters: Value,
+    },
+    /// Output must be a JSON object (no schema).
+    JsonObject,
+}
+
+/// What a backend supports, so the pipeline can pick a structured-output strategy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Capabilities {
+    /// JSON Schema response formats.
+    pub json_schema: bool,
+    /// Grammar-constrained decoding from a JSON Schema (the output always matches).
+    pub grammar: bool,
+    /// Tool / function calling.
+    pub tool_calling: bool,
+    /// JSON mode (an object, no schema).
+    pub json_mode: bool,
+}
+
+/// The structured-output strategy used for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Grammar-constrained decoding from the plan schema.
+    Grammar,
+    /// JSON Schema response format.
+    JsonSchema,
+    /// A `planning` tool whose parameters are the plan schema.
+    ToolCalling,
+    /// JSON mode.
+    JsonMode,
+    /// The prompt describes the format; parsing is tolerant.
+    PromptOnly,
+}
+
+impl Strategy {
+    /// The best strategy the capabilities allow.
+    pub fn negotiate(capabilities: Capabilities) -> Strategy {
+        if capabilities.grammar {
+            Strategy::Grammar
+        } else if capabilities.json_schema {
+            Strategy::JsonSchema
+        } else if capabilities.tool_calling {
+            Strategy::ToolCalling
+        } else if capabilities.json_mode {
+            Strategy::JsonMode
+        } else {
+            Strategy::PromptOnly
+        }
+    }
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Grammar => "grammar",
+            Strategy::JsonSchema => "json_schema",
+            Strategy::ToolCalling => "tool_calling",
+            Strategy::JsonMode => "json_mode",
+            Strategy::PromptOnly => "prompt_only",
+        }
+    }
+}
+
+/// One completion request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionRequest {
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// How the output is constrained, if at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<OutputConstraint>,
+    /// Token cap for the reply.
+    pub max_tokens: u32,
+    /// Sampling temperature (planning uses 0).
+    pub temperature: f32,
+}
+
+/// A tool call in a reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Tool name.
+    pub name: String,
+    /// Arguments, as the model wrote them (JSON text).
+    pub arguments: String,
+}
+
+/// Token counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Generated tokens.
+    pub completion_tokens: u32,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model finished.
+    #[default]
+    Stop,
+    /// The token cap was hit: the output may be truncated.
+    Length,
+    /// The model called a tool.
+    ToolCalls,
+    /// Anything else the backend reported.
+    Other,
+}
+
+/// A model's reply.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    /// Text content.
+    #[serde(default)]
+    pub text: String,
+    /// Tool calls, if any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Token counts.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Why generation stopped.
+    #[serde(default)]
+    pub finish: FinishReason,
+}
+
+/// Errors at the model boundary.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmError {
+    /// The backend could not be reached or answered with an error.
+    #[error("model backend failed: {0}")]
+    Backend(String),
+    /// The backend refused the request as malformed (will not succeed on retry).
+    #[error("model backend rejected the request: {0}")]
+    Rejected(String),
+    /// The call timed out.
+    #[error("model call timed out after {0} ms")]
+    Timeout(u64),
+    /// A scripted model ran out of turns.
+    #[error("scripted model has no turn left for request #{0}")]
+    ScriptExhausted(usize),
+}
+
+/// A language model backend.
+pub trait LanguageModel: Send + Sync {
+    /// A short name for diagnostics (`scripted`, `openai:gpt-4o-mini`, …).
+    fn name(&self) -> String;
+
+    /// What structured output the backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// One completion.
+    fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>>;
+}
+
+/// One scripted turn: a reply, or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ScriptedTurn {
+    /// Plain text reply.
+    Text(String),
+    /// A failure (listed before `Completion`: untagged enums try variants in order, and every
+    /// `Completion` field has a default).
+    Error {
+        /// Error message, returned as [`LlmError::Backend`].
+        error: String,
+    },
+    /// A full reply.
+    Completion(Completion),
+}
+
+/// The file form of a scripted model (`--model scripted:FILE`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Script {
+    /// What the model claims to support (default: nothing, i.e. prompt-only).
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    /// Replies, in order.
+    pub turns: Vec<ScriptedTurn>,
+}
+
+/// A model that replays scripted turns in order and records every request.
+#[derive(Debug, Default)]
+pub struct ScriptedModel {
+    capabilities: Capabilities,
+    turns: Mutex<VecDeque<ScriptedTurn>>,
+    requests: Mutex<Vec<CompletionRequest>>,
+}
+
+/// Errors loading a script.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("cannot read script {path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a script.
+    #[error("{path} is not a scripted-model file ({{\"turns\": [...]}}): {source}")]
+    Format {
+        /// The path.
+        path: String,
+        /// The cause.
+        source: serde_json::Error,
+    },
+}
+
+impl ScriptedModel {
+    /// A prompt-only model that replies with these texts in order.
+    pub fn new<I, S>(turns: I) -> ScriptedModel
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ScriptedModel::from_script(Script {
+            capabilities: Capabilities::default(),
+            turns: turns.into_iter().map(|t| ScriptedTurn::Text(t.into())).collect(),
+        })
+    }
+
+    /// A model from a script.
+    pub fn from_script(script: Script) -> ScriptedModel {
+        ScriptedModel {
+            capabilities: script.capabilities,
+            turns: Mutex::new(script.turns.into()),
+            requests: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Loads a script file: `{"capabilities": {...}, "turns": ["text", {"text": ..., "usage": ...}, {"error": "..."}]}`
+    /// or just a list of turns.
+    pub fn from_file(path: &Path) -> Result<ScriptedModel, ScriptError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ScriptError::Io { path: shown.clone(), source })?;
+        let script = match serde_json::from_str::<Script>(&text) {
+            Ok(script) => script,
+            Err(err) => match serde_json::from_str::<Vec<ScriptedTurn>>(&text) {
+                Ok(turns) => Script { capabilities: Capabilities::default(), turns },
+                Err(_) => return Err(ScriptError::Format { path: shown, source: err }),
+            },
+        };
+        Ok(ScriptedModel::from_script(script))
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<CompletionRequest> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Turns not used yet.
+    pub fn remaining(&self) -> usize {
+        self.turns.lock().map(|t| t.len()).unwrap_or(0)
+    }
+}
+
+impl LanguageModel for ScriptedModel {
+    fn name(&self) -> String {
+        "scripted".to_owned()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
+        let n_request = match self.requests.lock() {
+            Ok(mut requests) => {
+                requests.push(request);
+                requests.len()
+            }
+            Err(_) => 0,
+        };
+        let turn = self.turns.lock().ok().and_then(|mut turns| turns.pop_front());
+        Box::pin(async move {
+            match turn {
+                None => Err(LlmError::ScriptExhausted(n_request)),
+                Some(ScriptedTurn::Error { error }) => Err(LlmError::Backend(error)),
+                Some(ScriptedTurn::Text(text)) => Ok(Completion {
+                    usage: Usage {
+                        prompt_tokens: 0,
+                        completion_tokens: u32::try_from(text.len() / 4).unwrap_or(u32::MAX),
+                    },
+                    text,
+                    ..Completion::default()
+                }),
+                Some(ScriptedTurn::Completion(completion)) => Ok(completion),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripted_model_replays_and_records() {
+        let model = ScriptedModel::new(["one", "two"]);
+        let request = CompletionRequest {
+            messages: vec![Message::user("hi")],
+            constraint: None,
+            max_tokens: 10,
+            temperature: 0.0,
+        };
+        let first = futures::executor::block_on(model.complete(request.clone())).unwrap();
+        assert_eq!(first.text, "one");
+        let second = futures::executor::block_on(model.complete(request.clone())).unwrap();
+        assert_eq!(second.text, "two");
+        let err = futures::executor::block_on(model.complete(request)).unwrap_err();
+        assert!(matches!(err, LlmError::ScriptExhausted(3)), "{err}");
+        assert_eq!(model.requests().len(), 3);
+    }
+
+    #[test]
+    fn script_turns_deserialize_in_every_form() {
+        let script: Script = serde_json::from_str(
+            r#"{"capabilities": {"json_schema": true}, "turns": ["a", {"text": "b", "finish": "length"}, {"error": "boom"}]}"#,
+        )
+        .unwrap();
+        assert!(script.capabilities.json_schema);
+        assert!(matches!(&script.turns[0], ScriptedTurn::Text(t) if t == "a"));
+        assert!(matches!(&script.turns[1], ScriptedTurn::Completion(c) if c.finish == FinishReason::Length));
+        assert!(matches!(&script.turns[2], ScriptedTurn::Error { error } if error == "boom"));
+    }
+}

@@ -1,0 +1,1875 @@
+//! Parsing model output into plans: step 5 of the pipeline (`DESIGN.md` §3).
+//!
+//! A language model answers with text, not with a [`Plan`]. [`parse`] turns that text into a
+//! plan in two stages, each usable on its own:
+//!
+//! 1. [`extract_json`] finds the JSON in the text: it drops `<think>…</think>` blocks, prefers
+//!    the first markdown code fence that holds an object or array, cuts the first complete JSON
+//!    value out of surrounding prose with a string-aware bracket matcher, and repairs what
+//!    `serde_json` rejects (trailing commas, single quotes, unquoted keys, comments, Python
+//!    literals, output cut at a token limit, invalid escapes, double-encoded JSON).
+//! 2. [`to_plan`] recognises which plan shape the JSON is in ([`SourceShape`]: our own document,
+//!    flat steps, deer-flow, ValueCell, SAGE, OpenManus, nl2sql) and normalises it: step ids
+//!    become `s1, s2, …`, dependencies and `$ref`s are remapped to them, missing step types are
+//!    inferred, schedules and questions are brought into our shape.
+//!
+//! Parsing is lenient and never panics: anything it fixes is reported as a
+//! [`Code::AutoFixed`] diagnostic, a step it cannot read becomes a [`Code::InvalidStep`] error
+//! and is left out, the other steps are kept. Checking names, arguments and the dependency graph
+//! is the job of validation, which runs next.
+//!
+//! # Example
+//!
+//! ```
+//! use plansmith_core::parse::{parse, ParseDefaults, SourceShape};
+//! use plansmith_core::plan::Action;
+//!
+//! let raw = "<think>The user wants the weather.</think>\nHere is the plan:\n```json\n\
+//!     {\"steps\": [{\"id\": \"weather\", \"name\": \"get_weather\", \"arguments\": {\"city\": 'Paris'},},\n\
+//!     {\"type\": \"reply\", \"text\": \"Looking it up.\", \"depends_on\": [\"weather\"]}]}\n```";
+//! let defaults = ParseDefaults {
+//!     plan_id: "p1",
+//!     goal: "What's the weather in Paris?",
+//!     locale: "en-US",
+//!     now: chrono::Utc::now(),
+//! };
+//! let parsed = parse(raw, &defaults)?;
+//! assert_eq!(parsed.shape, SourceShape::Steps);
+//! assert!(parsed.repaired); // single quotes and a trailing comma
+//! let plan = parsed.plan;
+//! assert!(matches!(&plan.steps[0].action, Action::Tool { name, .. } if name == "get_weather"));
+//! assert_eq!(plan.steps[1].depends_on, ["s1"]);
+//! # Ok::<(), plansmith_core::parse::ParseError>(())
+//! ```
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::diagnostic::{Code, Diagnostic};
+use crate::plan::{Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
+
+/// Where the JSON came from: which plan shape [`to_plan`] recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceShape {
+    /// Our own plan document: steps with a nested `action` object.
+    Plansmith,
+    /// Flat steps, `{title?, thought?, questions?, steps: [...]}` (what our prompts ask for), a
+    /// `{plan: ...}` wrapper around it, or a bare array of steps.
+    Steps,
+    /// A deer-flow research plan: `{locale, has_enough_context, thought, title, steps}` with
+    /// `need_web_search` / `step_type` steps.
+    DeerFlow,
+    /// A ValueCell `PlannerResponse`: `{adequate, reason, guidance_message?, tasks}`.
+    ValueCell,
+    /// A SAGE plan: a bare array of `{name, description?, args}` tool calls.
+    Sage,
+    /// An OpenManus `PlanningTool` plan: `{plan_id?, title, steps: [strings], step_statuses?}`.
+    OpenManus,
+    /// A Spring AI Alibaba nl2sql plan: `{thought_process?, execution_plan: [...]}`.
+    #[serde(rename = "nl2sql")]
+    Nl2Sql,
+}
+
+impl SourceShape {
+    /// The snake_case name used in JSON (`deer_flow`, `value_cell`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceShape::Plansmith => "plansmith",
+            SourceShape::Steps => "steps",
+            SourceShape::DeerFlow => "deer_flow",
+            SourceShape::ValueCell => "value_cell",
+            SourceShape::Sage => "sage",
+            SourceShape::OpenManus => "open_manus",
+            SourceShape::Nl2Sql => "nl2sql",
+        }
+    }
+}
+
+/// Why model output could not be parsed into a plan.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// No JSON value was found at all.
+    #[error("no JSON found in the model output")]
+    NoJson,
+    /// JSON was found but could not be repaired; the message says where it broke.
+    #[error("the model output holds JSON that could not be repaired: {0}")]
+    Unrepairable(String),
+    /// Valid JSON in no known plan shape; the message describes what was found.
+    #[error("the JSON is in no known plan shape: {0}")]
+    UnknownShape(String),
+}
+
+impl ParseError {
+    /// The diagnostic code for this error ([`Code::ParseError`] or [`Code::UnknownShape`]).
+    pub fn code(&self) -> Code {
+        match self {
+            ParseError::NoJson | ParseError::Unrepairable(_) => Code::ParseError,
+            ParseError::UnknownShape(_) => Code::UnknownShape,
+        }
+    }
+}
+
+/// Defaults for the plan fields the model may leave out.
+#[derive(Debug, Clone, Copy)]
+pub struct ParseDefaults<'a> {
+    /// Id of the plan being created.
+    pub plan_id: &'a str,
+    /// The user's request; becomes `plan.goal`, and the title when the model gives none.
+    pub goal: &'a str,
+    /// Locale used when the JSON has no `locale`.
+    pub locale: &'a str,
+    /// Creation time of the plan.
+    pub now: DateTime<Utc>,
+}
+
+/// A parsed, not yet validated, plan.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// The normalised plan.
+    pub plan: Plan,
+    /// The shape the JSON was in.
+    pub shape: SourceShape,
+    /// The JSON extracted from the model output, before normalisation.
+    pub json: Value,
+    /// True when lenient repair was needed to read the JSON.
+    pub repaired: bool,
+    /// What was fixed automatically ([`Code::AutoFixed`], info or warning) and step-level
+    /// problems ([`Code::InvalidStep`] and [`Code::InvalidSchedule`] errors). Pointers refer to
+    /// the normalised plan document (`/steps/N/...`), except for a step that was left out, whose
+    /// pointer is its position in the model's list.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Parses model output into a plan: [`extract_json`], then [`to_plan`].
+///
+/// Extraction fixes (repair, truncation, double encoding) come first in
+/// [`Parsed::diagnostics`].
+pub fn parse(raw: &str, defaults: &ParseDefaults<'_>) -> Result<Parsed, ParseError> {
+    let extracted = extract(raw)?;
+    let mut diagnostics = extracted.diagnostics();
+    let (plan, shape, more) = to_plan_impl(extracted.value.clone(), defaults, extracted.cut_step)?;
+    diagnostics.extend(more);
+    Ok(Parsed {
+        plan,
+        shape,
+        json: extracted.value,
+        repaired: extracted.repaired,
+        diagnostics,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extraction
+// ---------------------------------------------------------------------------------------------
+
+/// Finds the JSON value in model output; the flag is true when repair was needed.
+///
+/// In order:
+///
+/// * `<think>…</think>` and `<thinking>…</thinking>` blocks are dropped (any case, several of
+///   them). Text before a closing tag that has no opening tag is reasoning too and is dropped; an
+///   opening tag that is never closed is dropped alone, so JSON after it is still found.
+/// * Markdown code fences (any or no language tag, a missing closing fence): the first fence that
+///   holds a JSON object or array wins.
+/// * Otherwise the whole text is scanned: at each `{` or `[`, a string- and escape-aware bracket
+///   matcher cuts out a candidate (up to the end of the text if it never closes, i.e. the output
+///   was cut at a token limit). The first candidate that parses and looks like a plan (an object
+///   with a plan key, or an array of objects) wins; a candidate that does not parse even after
+///   repair is skipped and the next `{`/`[` is tried.
+/// * A text that is one JSON string holding JSON (a double-encoded plan) is decoded once more.
+///
+/// A candidate is read with `serde_json` first. If that fails, an escape pre-pass runs (see
+/// below), then [`jsonrepair_rs::jsonrepair`], which handles trailing commas, single quotes,
+/// unquoted keys, comments, Python `True`/`False`/`None`, missing commas and truncated
+/// arrays/objects/strings.
+///
+/// The pre-pass exists because jsonrepair-rs 0.2.6 mishandles three kinds of escape inside
+/// double-quoted strings, all seen in model output (LaTeX, regexes, Windows paths):
+///
+/// * `\u` not followed by four hex digits (`\upcite{x}`, `\users`): jsonrepair fails with
+///   "Invalid unicode character". The pre-pass writes `\\u`, keeping the text.
+/// * any other invalid escape (`\d`, `\s`, `\e`): jsonrepair drops the backslash (`\d+` becomes
+///   `d+`). The pre-pass writes `\\d`, keeping the backslash.
+/// * a lone UTF-16 surrogate (`\uD800` without its pair): serde_json and jsonrepair both reject
+///   it. The pre-pass writes `\uFFFD`.
+///
+/// `\'` becomes `'`. Single-quoted strings are left to jsonrepair (which drops the backslash of
+/// an invalid escape there).
+pub fn extract_json(raw: &str) -> Result<(Value, bool), ParseError> {
+    let extracted = extract(raw)?;
+    Ok((extracted.value, extracted.repaired))
+}
+
+/// Most candidates tried per region of text: bounds the work on pathological input.
+const MAX_CANDIDATES: usize = 64;
+
+/// The extracted JSON and how it was obtained.
+#[derive(Debug)]
+struct Extracted {
+    value: Value,
+    /// Anything beyond `serde_json` on the extracted slice was needed.
+    repaired: bool,
+    /// The candidate never closed: the output was cut off and closed by repair.
+    truncated: bool,
+    /// The output was cut off inside the last step: [`parse`] leaves that step out.
+    cut_step: bool,
+    /// The JSON was a string holding JSON.
+    double_encoded: bool,
+}
+
+impl Extracted {
+    fn diagnostics(&self) -> Vec<Diagnostic> {
+        let mut out = Vec::new();
+        if self.double_encoded {
+            out.push(Diagnostic::info(
+                Code::AutoFixed,
+                "",
+                "the plan was a JSON string holding JSON; it was decoded once more",
+            ));
+        }
+        if self.truncated {
+            out.push(Diagnostic::warning(
+                Code::AutoFixed,
+                "",
+                "the JSON was cut off (unclosed brackets, the output may have hit its token \
+                 limit) and was closed automatically",
+            ));
+        } else if self.repaired && !self.double_encoded {
+            out.push(Diagnostic::info(
+                Code::AutoFixed,
+                "",
+                "the JSON was malformed and was repaired leniently",
+            ));
+        }
+        out
+    }
+}
+
+/// How plausible a parsed candidate is as a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tier {
+    /// An array of scalars (`[1]`, a markdown `[link]` after repair).
+    Scalar,
+    /// Some object, or an empty array.
+    Object,
+    /// An object with a plan key, or an array of objects: taken at once.
+    Plan,
+}
+
+/// Keys that make an object look like a plan in one of the known shapes.
+const PLAN_KEYS: &[&str] = &[
+    "steps",
+    "plan",
+    "tasks",
+    "execution_plan",
+    "has_enough_context",
+    "adequate",
+];
+
+fn tier(value: &Value) -> Tier {
+    match value {
+        Value::Object(map) if PLAN_KEYS.iter().any(|key| map.contains_key(*key)) => Tier::Plan,
+        Value::Object(_) => Tier::Object,
+        Value::Array(items) if items.is_empty() => Tier::Object,
+        Value::Array(items) if items.iter().all(Value::is_object) => Tier::Plan,
+        _ => Tier::Scalar,
+    }
+}
+
+fn extract(raw: &str) -> Result<Extracted, ParseError> {
+    let text = strip_think(raw);
+    let mut best: Option<(Tier, Extracted)> = None;
+    let mut first_error: Option<String> = None;
+    let mut consider = |found: RegionResult, best: &mut Option<(Tier, Extracted)>| -> bool {
+        match found {
+            RegionResult::Found(tier, extracted) => {
+                if tier == Tier::Plan {
+                    *best = Some((tier, extracted));
+                    return true;
+                }
+                if best.as_ref().is_none_or(|(old, _)| tier > *old) {
+                    *best = Some((tier, extracted));
+                }
+            }
+            RegionResult::Failed(message) => {
+                first_error.get_or_insert(message);
+            }
+            RegionResult::Nothing => {}
+        }
+        false
+    };
+    for block in fenced_blocks(&text) {
+        if consider(extract_region(block, 0), &mut best) {
+            break;
+        }
+    }
+    if best.as_ref().is_none_or(|(tier, _)| *tier != Tier::Plan) {
+        consider(extract_region(&text, 0), &mut best);
+    }
+    match (best, first_error) {
+        (Some((_, extracted)), _) => Ok(extracted),
+        (None, Some(message)) => Err(ParseError::Unrepairable(message)),
+        (None, None) => Err(ParseError::NoJson),
+    }
+}
+
+/// What one region of text yielded.
+enum RegionResult {
+    /// A value; the best one of the region.
+    Found(Tier, Extracted),
+    /// Something that looked like JSON but could not be read.
+    Failed(String),
+    /// No JSON at all.
+    Nothing,
+}
+
+/// Scans one region (the whole text, or a code fence) for its best JSON candidate.
+fn extract_region(text: &str, depth: u8) -> RegionResult {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('"') && depth < 2 {
+        if let Some(result) = double_encoded(trimmed, depth) {
+            return result;
+        }
+    }
+    let mut best: Option<(Tier, Extracted)> = None;
+    let mut first_error: Option<String> = None;
+    let mut pos = 0;
+    let mut tried = 0;
+    while tried < MAX_CANDIDATES {
+        let Some(start) = find_open(text, pos) else {
+            break;
+        };
+        tried += 1;
+        let cut = match_brackets(text, start);
+        let slice = text.get(start..cut.end).unwrap_or("");
+        match parse_candidate(slice) {
+            Ok((value, repaired)) => {
+                let tier = tier(&value);
+                // Repair turns any bracketed prose into an array of strings; only keep those
+                // arrays when they were valid JSON to begin with.
+                let acceptable = tier > Tier::Scalar || !repaired;
+                if acceptable && best.as_ref().is_none_or(|(old, _)| tier > *old) {
+                    let extracted = Extracted {
+                        value,
+                        repaired,
+                        truncated: !cut.complete,
+                        cut_step: !cut.complete && cut.inside_step,
+                        double_encoded: false,
+                    };
+                    if tier == Tier::Plan {
+                        return RegionResult::Found(tier, extracted);
+                    }
+                    best = Some((tier, extracted));
+                }
+                // A value was read: its nested brackets are not candidates of their own.
+                pos = if acceptable { cut.end } else { start + 1 };
+            }
+            Err(message) => {
+                if looks_like_json(text, start) {
+                    first_error
+                        .get_or_insert_with(|| format!("{message} (in `{}`)", snippet(slice, 80)));
+                }
+                pos = start + 1;
+            }
+        }
+    }
+    match (best, first_error) {
+        (Some((tier, extracted)), _) => RegionResult::Found(tier, extracted),
+        (None, Some(message)) => RegionResult::Failed(message),
+        (None, None) => RegionResult::Nothing,
+    }
+}
+
+/// A region that starts with a JSON string: if the string holds JSON, decode it once more.
+fn double_encoded(trimmed: &str, depth: u8) -> Option<RegionResult> {
+    let end = string_end(trimmed)?;
+    let inner: String = serde_json::from_str(trimmed.get(..end)?).ok()?;
+    let inner_trimmed = inner.trim_start();
+    if !(inner_trimmed.starts_with('{') || inner_trimmed.starts_with('[')) {
+        return None;
+    }
+    match extract_region(&inner, depth + 1) {
+        RegionResult::Found(tier, mut extracted) => {
+            extracted.repaired = true;
+            extracted.double_encoded = true;
+            Some(RegionResult::Found(tier, extracted))
+        }
+        _ => None,
+    }
+}
+
+/// End (exclusive) of the JSON string that starts `text`, which begins with `"`.
+fn string_end(text: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (idx, byte) in text.bytes().enumerate().skip(1) {
+        if escaped {
+            escaped = false;
+        } else if byte == b'\\' {
+            escaped = true;
+        } else if byte == b'"' {
+            return Some(idx + 1);
+        }
+    }
+    None
+}
+
+/// Next `{` or `[` at or after `from`.
+fn find_open(text: &str, from: usize) -> Option<usize> {
+    let rest = text.as_bytes().get(from..)?;
+    rest.iter()
+        .position(|&b| b == b'{' || b == b'[')
+        .map(|offset| from + offset)
+}
+
+/// True when the bracket at `start` is followed by something JSON can start with, so that a
+/// failure to read it is worth reporting (as opposed to `{name}` or `[sic]` in prose).
+fn looks_like_json(text: &str, start: usize) -> bool {
+    let next = text
+        .get(start + 1..)
+        .and_then(|rest| rest.chars().find(|c| !c.is_whitespace()));
+    matches!(
+        next,
+        Some('"' | '\'' | '{' | '[' | '}' | ']' | '-' | '0'..='9')
+    )
+}
+
+/// Keys whose array holds the steps, in the shapes [`to_plan`] knows.
+const STEP_LIST_KEYS: &[&str] = &["steps", "tasks", "execution_plan", "plan"];
+
+/// Where a candidate ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cut {
+    /// End of the candidate (exclusive).
+    end: usize,
+    /// The value closed; otherwise it runs to the end of the text.
+    complete: bool,
+    /// The value did not close, and the text ends inside an element of the step list (the
+    /// root array, or the array under a `steps`-like key): that step was cut off.
+    inside_step: bool,
+}
+
+/// Cuts the JSON value starting at `start` (a `{` or `[`). Brackets inside strings are ignored;
+/// a mismatched closer closes the innermost matching opener (what repair would do); an unclosed
+/// value runs to the end of the text.
+fn match_brackets(text: &str, start: usize) -> Cut {
+    let bytes = text.as_bytes();
+    // Open containers, each with the key it is the value of (for arrays: is it a step list?).
+    let mut stack: Vec<(u8, bool)> = Vec::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut string_start = 0;
+    let mut last_string: Option<(usize, usize)> = None;
+    let mut pending_key: Option<(usize, usize)> = None;
+    for (idx, &byte) in bytes.iter().enumerate().skip(start) {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+                last_string = Some((string_start + 1, idx));
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                string_start = idx;
+            }
+            b':' => pending_key = last_string.take(),
+            b',' => pending_key = None,
+            b'{' | b'[' => {
+                let key = pending_key.take().and_then(|(from, to)| text.get(from..to));
+                let step_list = byte == b'['
+                    && (stack.is_empty() || key.is_some_and(|key| STEP_LIST_KEYS.contains(&key)));
+                stack.push((byte, step_list));
+            }
+            b'}' | b']' => {
+                let opener = if byte == b'}' { b'{' } else { b'[' };
+                if let Some(at) = stack.iter().rposition(|&(open, _)| open == opener) {
+                    stack.truncate(at);
+                    if stack.is_empty() {
+                        return Cut { end: idx + 1, complete: true, inside_step: false };
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let inside_step = stack
+        .iter()
+        .position(|&(_, step_list)| step_list)
+        .is_some_and(|list| stack.len() > list + 1 || in_string);
+    Cut { end: bytes.len(), complete: false, inside_step }
+}
+
+/// Reads one candidate: `serde_json`, then the escape pre-pass, then jsonrepair.
+fn parse_candidate(slice: &str) -> Result<(Value, bool), String> {
+    if let Ok(value) = serde_json::from_str::<Value>(slice) {
+        return Ok((value, false));
+    }
+    let escaped = escape_invalid_escapes(slice);
+    let text = escaped.as_deref().unwrap_or(slice);
+    if escaped.is_some() {
+        if let Ok(value) = serde_json::from_str::<Value>(text) {
+            return Ok((value, true));
+        }
+    }
+    let repaired = jsonrepair_rs::jsonrepair(text).map_err(|err| err.to_string())?;
+    serde_json::from_str::<Value>(&repaired)
+        .map(|value| (value, true))
+        .map_err(|err| format!("repair produced invalid JSON: {err}"))
+}
+
+/// The escape pre-pass (see [`extract_json`] for why it exists): inside double-quoted strings,
+/// an invalid escape `\x` becomes `\\x`, `\'` becomes `'`, and a lone surrogate escape becomes
+/// `\uFFFD`. Returns `None` when nothing changed.
+fn escape_invalid_escapes(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut changed = false;
+    let mut in_string = false;
+    let mut chars = text.char_indices().peekable();
+    while let Some((idx, c)) = chars.next() {
+        if !in_string {
+            in_string = c == '"';
+            out.push(c);
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = false;
+                out.push(c);
+            }
+            '\\' => match chars.peek().map(|&(_, next)| next) {
+                Some(next @ ('"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't')) => {
+                    out.push('\\');
+                    out.push(next);
+                    chars.next();
+                }
+                Some('\'') => {
+                    out.push('\'');
+                    chars.next();
+                    changed = true;
+                }
+                Some('u') => match hex4(text, idx + 2) {
+                    Some(unit) if (0xD800..=0xDBFF).contains(&unit) => {
+                        let low = text
+                            .get(idx + 6..idx + 8)
+                            .filter(|s| *s == "\\u")
+                            .and_then(|_| hex4(text, idx + 8))
+                            .filter(|low| (0xDC00..=0xDFFF).contains(low));
+                        let (copy, skip) = match low {
+                            Some(_) => (text.get(idx..idx + 12).unwrap_or("\\uFFFD"), 11),
+                            None => {
+                                changed = true;
+                                ("\\uFFFD", 5)
+                            }
+                        };
+                        out.push_str(copy);
+                        for _ in 0..skip {
+                            chars.next();
+                        }
+                    }
+                    Some(unit) if (0xDC00..=0xDFFF).contains(&unit) => {
+                        out.push_str("\\uFFFD");
+                        changed = true;
+                        for _ in 0..5 {
+                            chars.next();
+                        }
+                    }
+                    Some(_) => {
+                        out.push_str(text.get(idx..idx + 6).unwrap_or("\\uFFFD"));
+                        for _ in 0..5 {
+                            chars.next();
+                        }
+                    }
+                    None => {
+                        out.push_str("\\\\");
+                        changed = true;
+                    }
+                },
+                // A backslash before a line break is a line continuation; jsonrepair drops it.
+                Some('\n' | '\r') | None => out.push('\\'),
+                Some(_) => {
+                    out.push_str("\\\\");
+                    changed = true;
+                }
+            },
+            _ => out.push(c),
+        }
+    }
+    changed.then_some(out)
+}
+
+/// The four hex digits at byte `at`, as a UTF-16 code unit.
+fn hex4(text: &str, at: usize) -> Option<u16> {
+    let digits = text.get(at..at + 4)?;
+    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u16::from_str_radix(digits, 16).ok()
+}
+
+/// Removes `<think>`/`<thinking>` blocks (see [`extract_json`]).
+fn strip_think(raw: &str) -> String {
+    const OPEN: [&str; 2] = ["<thinking>", "<think>"];
+    const CLOSE: [&str; 2] = ["</thinking>", "</think>"];
+    // ASCII lowercasing keeps every byte offset, so positions in `lower` are positions in `raw`.
+    let lower = raw.to_ascii_lowercase();
+    let find = |tags: &[&str], from: usize| -> Option<(usize, usize)> {
+        let hay = lower.get(from..)?;
+        tags.iter()
+            .filter_map(|tag| hay.find(tag).map(|at| (from + at, tag.len())))
+            .min_by_key(|&(at, len)| (at, usize::MAX - len))
+    };
+    let mut out = String::with_capacity(raw.len());
+    let mut pos = 0;
+    loop {
+        let open = find(&OPEN, pos);
+        let close = find(&CLOSE, pos);
+        match (open, close) {
+            (_, Some((close_at, close_len))) if open.is_none_or(|(at, _)| close_at < at) => {
+                // A closing tag without an opening one: what came before was reasoning.
+                pos = close_at + close_len;
+            }
+            (Some((open_at, open_len)), _) => {
+                out.push_str(raw.get(pos..open_at).unwrap_or(""));
+                match find(&CLOSE, open_at + open_len) {
+                    Some((close_at, close_len)) => pos = close_at + close_len,
+                    // Never closed: drop the tag alone, JSON may follow the reasoning.
+                    None => pos = open_at + open_len,
+                }
+            }
+            _ => {
+                out.push_str(raw.get(pos..).unwrap_or(""));
+                return out;
+            }
+        }
+    }
+}
+
+/// Contents of the markdown code fences in `text`, in order. A fence opens with ```` ``` ```` at
+/// the start of a line, followed by an optional language tag; it closes with ```` ``` ```` at
+/// the start or the end of a line, or at the end of the text. Inside a JSON string a line break
+/// is escaped, so a fence quoted in a string is never taken for one.
+fn fenced_blocks(text: &str) -> Vec<&str> {
+    let mut blocks = Vec::new();
+    let mut line_start = 0;
+    let mut open: Option<usize> = None;
+    while line_start <= text.len() {
+        let line_end = text
+            .get(line_start..)
+            .and_then(|rest| rest.find('\n'))
+            .map_or(text.len(), |at| line_start + at);
+        let line = text.get(line_start..line_end).unwrap_or("");
+        let indent = line.len() - line.trim_start().len();
+        let starts_fence = line.trim_start().starts_with("```");
+        match open {
+            None if starts_fence => {
+                let after = line_start + indent + 3;
+                let rest = text.get(after..line_end).unwrap_or("");
+                let tag_len = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || "_-+.".contains(c)))
+                    .unwrap_or(rest.len());
+                let content_start = after + tag_len;
+                // An inline fence: ```json {...}``` on one line.
+                let inline = text.get(content_start..line_end).unwrap_or("");
+                if let Some(close) = inline.trim_end().strip_suffix("```") {
+                    if !close.trim().is_empty() {
+                        blocks.push(close);
+                        line_start = line_end + 1;
+                        continue;
+                    }
+                }
+                open = Some(content_start);
+            }
+            Some(content_start) => {
+                let trimmed = line.trim_end();
+                if starts_fence {
+                    blocks.push(text.get(content_start..line_start).unwrap_or(""));
+                    open = None;
+                } else if let Some(before) = trimmed.strip_suffix("```") {
+                    let end = line_start + before.len();
+                    blocks.push(text.get(content_start..end).unwrap_or(""));
+                    open = None;
+                }
+            }
+            None => {}
+        }
+        line_start = line_end + 1;
+    }
+    if let Some(content_start) = open {
+        blocks.push(text.get(content_start..).unwrap_or(""));
+    }
+    blocks
+}
+
+/// The first `max` characters of `text`, on one line.
+fn snippet(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape recognition and normalisation
+// ---------------------------------------------------------------------------------------------
+
+/// Recognises the plan shape of `json` and normalises it into a [`Plan`] (see the module docs).
+///
+/// The plan gets `defaults.plan_id`, version 1, `defaults.now` and `defaults.goal`; the locale
+/// and title come from the JSON when it has them. The plan is `ready` unless ValueCell said
+/// `adequate: false`, the JSON said `ready: false`, or it has clarifying questions. The source
+/// shape is recorded in `metadata.source_shape`.
+pub fn to_plan(
+    json: Value,
+    defaults: &ParseDefaults<'_>,
+) -> Result<(Plan, SourceShape, Vec<Diagnostic>), ParseError> {
+    to_plan_impl(json, defaults, false)
+}
+
+/// [`to_plan`]; with `cut_step`, the last step item was cut off by truncation and is left out
+/// (repair would close it with whatever half of a name or an argument value it held).
+fn to_plan_impl(
+    json: Value,
+    defaults: &ParseDefaults<'_>,
+    cut_step: bool,
+) -> Result<(Plan, SourceShape, Vec<Diagnostic>), ParseError> {
+    let mut diags = Vec::new();
+    let mut doc = recognise(json, 0, &mut diags)?;
+    if cut_step {
+        if let Some(item) = doc.items.pop() {
+            let idx = doc.items.len();
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidStep,
+                    format!("/steps/{idx}"),
+                    format!(
+                        "step {} was cut off where the output ended (token limit?) and was left out",
+                        idx + 1
+                    ),
+                )
+                .with_value(item),
+            );
+        }
+    }
+    let shape = doc.shape;
+    let fields = &doc.fields;
+
+    let mut drafts = Vec::new();
+    for (input_idx, item) in doc.items.iter().enumerate() {
+        if let Some(draft) = convert_step(item, input_idx, drafts.len(), shape, &mut diags) {
+            drafts.push(draft);
+        }
+    }
+    if shape == SourceShape::OpenManus {
+        apply_statuses_and_notes(fields, &mut drafts, &mut diags);
+    }
+    let ids = IdMap::new(&drafts, &mut diags);
+    let steps: Vec<Step> = drafts.into_iter().map(|draft| ids.finish(draft)).collect();
+
+    let mut plan = Plan::new(defaults.plan_id, defaults.goal);
+    plan.created_at = defaults.now;
+    plan.title = match str_field(fields, &["title", "plan_title"]) {
+        Some((_, title)) => title.to_owned(),
+        None => derive_title(defaults.goal),
+    };
+    plan.locale = str_field(fields, &["locale"])
+        .map_or(defaults.locale, |(_, locale)| locale)
+        .to_owned();
+    let thought_keys: &[&str] = if shape == SourceShape::ValueCell {
+        &["thought", "reason"]
+    } else {
+        &["thought", "thought_process", "reasoning"]
+    };
+    plan.thought = str_field(fields, thought_keys)
+        .map(|(_, t)| t.to_owned())
+        .unwrap_or_default();
+    plan.has_enough_context = fields.get("has_enough_context").and_then(as_bool);
+    plan.questions = convert_questions(fields.get("questions"), &ids, &mut diags);
+    plan.guidance = str_field(fields, &["guidance"]).map(|(_, g)| g.to_owned());
+    let adequate = fields.get("adequate").and_then(as_bool).unwrap_or(true);
+    if !adequate {
+        plan.guidance = str_field(fields, &["guidance_message", "guidance", "reason"])
+            .map(|(_, g)| g.to_owned());
+    }
+    let stated_ready = fields.get("ready").and_then(as_bool).unwrap_or(true);
+    plan.ready = stated_ready && adequate && plan.questions.is_empty();
+    if let Some(Value::Object(metadata)) = fields.get("metadata") {
+        plan.metadata = metadata.clone();
+    }
+    plan.metadata
+        .insert("source_shape".to_owned(), Value::from(shape.as_str()));
+    if let Some(source_id) = fields.get("plan_id").and_then(scalar_string) {
+        plan.metadata
+            .entry("source_plan_id")
+            .or_insert(Value::from(source_id));
+    }
+    plan.steps = steps;
+    Ok((plan, shape, diags))
+}
+
+/// A recognised document: plan-level fields, the raw step items, and the shape.
+struct Doc {
+    fields: Map<String, Value>,
+    items: Vec<Value>,
+    shape: SourceShape,
+}
+
+/// Recognises the shape of `value` (see [`to_plan`]).
+fn recognise(value: Value, depth: u8, diags: &mut Vec<Diagnostic>) -> Result<Doc, ParseError> {
+    match value {
+        Value::String(text) if depth < 3 => match serde_json::from_str::<Value>(&text) {
+            Ok(inner @ (Value::Object(_) | Value::Array(_))) => {
+                diags.push(Diagnostic::info(
+                    Code::AutoFixed,
+                    "",
+                    "the plan was a JSON string holding JSON; it was decoded once more",
+                ));
+                recognise(inner, depth + 1, diags)
+            }
+            _ => Err(ParseError::UnknownShape(format!(
+                "a string (`{}`), not a plan",
+                snippet(&text, 60)
+            ))),
+        },
+        Value::Array(items) => recognise_array(Map::new(), items),
+        Value::Object(map) => recognise_object(map, depth, diags),
+        other => Err(ParseError::UnknownShape(format!(
+            "{}, not a plan",
+            describe(&other)
+        ))),
+    }
+}
+
+fn recognise_array(fields: Map<String, Value>, items: Vec<Value>) -> Result<Doc, ParseError> {
+    if !items.is_empty() && items.iter().all(Value::is_string) {
+        return Err(ParseError::UnknownShape(
+            "an array of strings; expected an array of step objects".to_owned(),
+        ));
+    }
+    let objects: Vec<&Map<String, Value>> = items.iter().filter_map(Value::as_object).collect();
+    let shape = if objects
+        .iter()
+        .any(|item| item.get("action").is_some_and(Value::is_object))
+    {
+        SourceShape::Plansmith
+    } else if !objects.is_empty()
+        && objects.iter().all(|item| {
+            !item.contains_key("type")
+                && (item.contains_key("name") || item.contains_key("tool_name"))
+        })
+    {
+        SourceShape::Sage
+    } else {
+        SourceShape::Steps
+    };
+    Ok(Doc {
+        fields,
+        items,
+        shape,
+    })
+}
+
+fn recognise_object(
+    mut map: Map<String, Value>,
+    depth: u8,
+    diags: &mut Vec<Diagnostic>,
+) -> Result<Doc, ParseError> {
+    let has_steps = ["steps", "tasks", "execution_plan"]
+        .iter()
+        .any(|key| map.contains_key(*key));
+    if !has_steps && depth < 3 {
+        if let Some(inner) = map.remove("plan") {
+            let inner = match inner {
+                Value::String(text) => {
+                    serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text))
+                }
+                other => other,
+            };
+            return match inner {
+                Value::Object(mut inner) => {
+                    // Outer fields (a title, a thought next to the wrapper) fill the gaps.
+                    for (key, value) in map {
+                        inner.entry(key).or_insert(value);
+                    }
+                    recognise_object(inner, depth + 1, diags)
+                }
+                Value::Array(items) => {
+                    map.insert("steps".to_owned(), Value::Array(items));
+                    recognise_object(map, depth + 1, diags)
+                }
+                other => Err(ParseError::UnknownShape(format!(
+                    "`plan` is {}, expected an object or an array of steps",
+                    describe(&other)
+                ))),
+            };
+        }
+    }
+
+    if let Some(items) = take_array(&mut map, "execution_plan", diags)? {
+        return Ok(Doc {
+            fields: map,
+            items,
+            shape: SourceShape::Nl2Sql,
+        });
+    }
+    if !map.contains_key("steps") {
+        if let Some(items) = take_array(&mut map, "tasks", diags)? {
+            let value_cell = map.contains_key("adequate")
+                || items.iter().any(|item| item.get("agent_name").is_some());
+            let shape = if value_cell {
+                SourceShape::ValueCell
+            } else {
+                SourceShape::Steps
+            };
+            return Ok(Doc {
+                fields: map,
+                items,
+                shape,
+            });
+        }
+    }
+    if let Some(items) = take_array(&mut map, "steps", diags)? {
+        let all_strings = items.iter().all(Value::is_string);
+        let shape = if all_strings
+            && (!items.is_empty()
+                || map.contains_key("plan_id")
+                || map.contains_key("step_statuses"))
+        {
+            SourceShape::OpenManus
+        } else if items
+            .iter()
+            .any(|item| item.get("action").is_some_and(Value::is_object))
+        {
+            SourceShape::Plansmith
+        } else if map.contains_key("has_enough_context")
+            || (!items.is_empty()
+                && items.iter().all(|item| {
+                    item.get("type").is_none()
+                        && (item.get("step_type").is_some() || item.get("need_web_search").is_some())
+                }))
+        {
+            SourceShape::DeerFlow
+        } else {
+            SourceShape::Steps
+        };
+        return Ok(Doc {
+            fields: map,
+            items,
+            shape,
+        });
+    }
+    if map.contains_key("adequate") {
+        return Ok(Doc {
+            fields: map,
+            items: Vec::new(),
+            shape: SourceShape::ValueCell,
+        });
+    }
+    Err(ParseError::UnknownShape(describe(&Value::Object(map))))
+}
+
+/// Removes `map[key]` when it is an array (or a JSON string holding one).
+fn take_array(
+    map: &mut Map<String, Value>,
+    key: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Result<Option<Vec<Value>>, ParseError> {
+    match map.get(key) {
+        None => return Ok(None),
+        Some(Value::Array(_)) => {}
+        Some(Value::String(text)) => {
+            if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(text) {
+                map.remove(key);
+                diags.push(Diagnostic::info(
+                    Code::AutoFixed,
+                    "/steps",
+                    format!("`{key}` was a JSON string holding an array; it was decoded"),
+                ));
+                return Ok(Some(items));
+            }
+            return Err(ParseError::UnknownShape(format!(
+                "`{key}` is a string, expected an array of steps"
+            )));
+        }
+        Some(other) => {
+            return Err(ParseError::UnknownShape(format!(
+                "`{key}` is {}, expected an array of steps",
+                describe(other)
+            )));
+        }
+    }
+    match map.remove(key) {
+        Some(Value::Array(items)) => Ok(Some(items)),
+        _ => Ok(None),
+    }
+}
+
+/// A short description of a JSON value for error messages.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(_) => "a boolean".to_owned(),
+        Value::Number(_) => "a number".to_owned(),
+        Value::String(_) => "a string".to_owned(),
+        Value::Array(items) => format!("an array of {} items", items.len()),
+        Value::Object(map) if map.is_empty() => "an empty object".to_owned(),
+        Value::Object(map) => {
+            let keys: Vec<String> = map.keys().take(8).map(|key| format!("`{key}`")).collect();
+            let more = if map.len() > 8 { ", …" } else { "" };
+            format!(
+                "an object with keys {}{more}; expected `steps`, `plan`, `tasks` or \
+                 `execution_plan`",
+                keys.join(", ")
+            )
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps
+// ---------------------------------------------------------------------------------------------
+
+/// A converted step, before ids are normalised.
+struct Draft {
+    /// Position in the model's list.
+    input_idx: usize,
+    /// The id the model gave.
+    raw_id: Option<String>,
+    /// `depends_on` as the model gave it.
+    raw_deps: Vec<Value>,
+    /// The step, with its normalised id already set.
+    step: Step,
+}
+
+const TOOL_NAME_KEYS: &[&str] = &["name", "tool", "tool_name", "function", "tool_to_use"];
+/// Keys that name a tool even without arguments (`name` alone may be a step title).
+const TOOL_ONLY_KEYS: &[&str] = &["tool", "tool_name", "function", "tool_to_use"];
+const ARGUMENT_KEYS: &[&str] = &[
+    "arguments",
+    "args",
+    "parameters",
+    "params",
+    "input",
+    "tool_input",
+    "tool_parameters",
+    "action_input",
+];
+const AGENT_KEYS: &[&str] = &["agent", "agent_name"];
+const QUERY_KEYS: &[&str] = &["query", "task", "instruction", "prompt"];
+const KIND_KEYS: &[&str] = &["kind", "step_type", "task_type"];
+const TEXT_KEYS: &[&str] = &["text", "reply", "content", "answer", "message", "response"];
+const DEPENDENCY_KEYS: &[&str] = &[
+    "depends_on",
+    "dependencies",
+    "deps",
+    "dependency",
+    "depends",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepType {
+    Tool,
+    Agent,
+    Task,
+    Reply,
+}
+
+impl StepType {
+    fn name(self) -> &'static str {
+        match self {
+            StepType::Tool => "tool",
+            StepType::Agent => "agent",
+            StepType::Task => "task",
+            StepType::Reply => "reply",
+        }
+    }
+
+    /// A `type` value, with the aliases models use.
+    fn from_name(name: &str) -> Option<StepType> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "tool" | "tool_call" | "function" | "function_call" | "call" => Some(StepType::Tool),
+            "agent" | "agent_call" | "delegate" => Some(StepType::Agent),
+            "task" | "research" | "processing" => Some(StepType::Task),
+            "reply" | "answer" | "respond" | "response" | "final_answer" | "message" => {
+                Some(StepType::Reply)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Converts one step item; `None` (with an error diagnostic) when it cannot be read.
+fn convert_step(
+    item: &Value,
+    input_idx: usize,
+    out_idx: usize,
+    shape: SourceShape,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Draft> {
+    let id = format!("s{}", out_idx + 1);
+    let at = format!("/steps/{out_idx}");
+    let drop = |diags: &mut Vec<Diagnostic>, message: String| {
+        diags.push(
+            Diagnostic::error(
+                Code::InvalidStep,
+                format!("/steps/{input_idx}"),
+                format!("step {} was left out: {message}", input_idx + 1),
+            )
+            .with_value(item.clone()),
+        );
+    };
+    let mut obj = match item {
+        Value::Object(map) => map.clone(),
+        Value::String(text) if !text.trim().is_empty() => {
+            let kind = TaskKind::Custom("step".to_owned());
+            let action = Action::Task {
+                kind,
+                need_web_search: false,
+            };
+            let step = Step::new(id, text.trim(), action);
+            return Some(Draft {
+                input_idx,
+                raw_id: None,
+                raw_deps: Vec::new(),
+                step,
+            });
+        }
+        other => {
+            drop(
+                diags,
+                format!("it is {}, not a step object", describe(other)),
+            );
+            return None;
+        }
+    };
+    lift_nested_action(&mut obj);
+
+    let tool_name = str_field(&obj, TOOL_NAME_KEYS).map(|(_, name)| name.to_owned());
+    let args_value = ARGUMENT_KEYS.iter().find_map(|key| obj.get(*key));
+    let agent = str_field(&obj, AGENT_KEYS).map(|(_, agent)| agent.to_owned());
+    let kind = str_field(&obj, KIND_KEYS).map(|(_, kind)| kind.to_owned());
+    let need_web_search = obj.get("need_web_search").and_then(as_bool);
+    let text = str_field(&obj, TEXT_KEYS).map(|(_, text)| text.to_owned());
+    let description =
+        str_field(&obj, &["description", "desc", "details"]).map(|(_, d)| d.to_owned());
+    let has_any = |keys: &[&str]| {
+        keys.iter()
+            .any(|key| obj.get(*key).is_some_and(|v| !v.is_null()))
+    };
+
+    let explicit = obj
+        .get("type")
+        .map(|ty| (ty.as_str().and_then(StepType::from_name), ty));
+    let inferred = if tool_name.is_some() && args_value.is_some() {
+        Some(StepType::Tool)
+    } else if agent.is_some() {
+        Some(StepType::Agent)
+    } else if kind.is_some() || need_web_search.is_some() {
+        Some(StepType::Task)
+    } else if text.is_some() {
+        Some(StepType::Reply)
+    } else if has_any(TOOL_ONLY_KEYS) {
+        Some(StepType::Tool)
+    } else if shape == SourceShape::DeerFlow {
+        Some(StepType::Task)
+    } else {
+        None
+    };
+    let step_type = match (explicit, inferred) {
+        (Some((Some(ty), _)), _) => ty,
+        (Some((None, given)), Some(ty)) => {
+            diags.push(
+                Diagnostic::warning(
+                    Code::AutoFixed,
+                    format!("{at}/action/type"),
+                    format!(
+                        "unknown step type {given}; `{}` was inferred from its fields",
+                        ty.name()
+                    ),
+                )
+                .with_step(&id)
+                .with_value(given.clone()),
+            );
+            ty
+        }
+        (Some((None, given)), None) => {
+            drop(
+                diags,
+                format!(
+                    "unknown step type {given}; expected `tool` (name + arguments), `agent` \
+                     (agent + query), `task` (kind) or `reply` (text)"
+                ),
+            );
+            return None;
+        }
+        (None, Some(ty)) => ty,
+        (None, None) => {
+            drop(
+                diags,
+                "it has no `type` and no recognisable action; give `type` and its fields: `tool` \
+                 (name + arguments), `agent` (agent + query), `task` (kind) or `reply` (text)"
+                    .to_owned(),
+            );
+            return None;
+        }
+    };
+    // `"type": "research"` is a `step_type` in the wrong field.
+    let mut kind = kind;
+    if step_type == StepType::Task && kind.is_none() {
+        if let Some(Value::String(given)) = obj.get("type") {
+            let lower = given.trim().to_ascii_lowercase();
+            if lower == "research" || lower == "processing" {
+                kind = Some(lower);
+            }
+        }
+    }
+
+    let action = match step_type {
+        StepType::Tool => {
+            let Some(name) = tool_name.clone() else {
+                drop(diags, "a tool step needs the tool's `name`".to_owned());
+                return None;
+            };
+            let arguments = match args_value {
+                None | Some(Value::Null) => {
+                    if !has_any(ARGUMENT_KEYS) && explicit.is_none() {
+                        diags.push(
+                            Diagnostic::info(
+                                Code::AutoFixed,
+                                format!("{at}/action/arguments"),
+                                "the tool step has no arguments; none are assumed",
+                            )
+                            .with_step(&id),
+                        );
+                    }
+                    Map::new()
+                }
+                Some(Value::Object(map)) => map.clone(),
+                Some(Value::String(text)) => match decode_arguments(text) {
+                    Some(map) => {
+                        diags.push(
+                            Diagnostic::info(
+                                Code::AutoFixed,
+                                format!("{at}/action/arguments"),
+                                "the arguments were a JSON string; it was decoded",
+                            )
+                            .with_step(&id),
+                        );
+                        map
+                    }
+                    None => {
+                        drop(
+                            diags,
+                            format!(
+                                "the arguments of tool `{name}` are a string that does not hold a \
+                                 JSON object; give an object"
+                            ),
+                        );
+                        return None;
+                    }
+                },
+                Some(other) => {
+                    drop(
+                        diags,
+                        format!(
+                            "the arguments of tool `{name}` are {}; give an object",
+                            describe(other)
+                        ),
+                    );
+                    return None;
+                }
+            };
+            Action::Tool { name, arguments }
+        }
+        StepType::Agent => {
+            let Some(agent) = agent.clone() else {
+                drop(
+                    diags,
+                    "an agent step needs the agent's name (`agent`)".to_owned(),
+                );
+                return None;
+            };
+            let query = match str_field(&obj, QUERY_KEYS) {
+                Some((_, query)) => query.to_owned(),
+                None => {
+                    let Some(fallback) = description
+                        .clone()
+                        .or_else(|| str_field(&obj, &["title"]).map(|(_, t)| t.to_owned()))
+                    else {
+                        drop(
+                            diags,
+                            format!("the agent step for `{agent}` has no `query`"),
+                        );
+                        return None;
+                    };
+                    diags.push(
+                        Diagnostic::info(
+                            Code::AutoFixed,
+                            format!("{at}/action/query"),
+                            "the agent step has no `query`; its description was used",
+                        )
+                        .with_step(&id),
+                    );
+                    fallback
+                }
+            };
+            Action::Agent { agent, query }
+        }
+        StepType::Task => {
+            let kind = match kind {
+                Some(kind) => TaskKind::from(kind),
+                None => {
+                    let (kind, why) = if need_web_search == Some(true) {
+                        (TaskKind::Research, "it needs web search")
+                    } else if need_web_search == Some(false) {
+                        (TaskKind::Processing, "it needs no web search")
+                    } else {
+                        (TaskKind::Processing, "nothing says it needs web search")
+                    };
+                    diags.push(
+                        Diagnostic::info(
+                            Code::AutoFixed,
+                            format!("{at}/action/kind"),
+                            format!("the step has no `step_type`; `{kind}` was set because {why}"),
+                        )
+                        .with_step(&id),
+                    );
+                    kind
+                }
+            };
+            Action::Task {
+                kind,
+                need_web_search: need_web_search.unwrap_or(false),
+            }
+        }
+        StepType::Reply => {
+            let Some(text) = text.clone() else {
+                drop(diags, "a reply step needs its `text`".to_owned());
+                return None;
+            };
+            Action::Reply { text }
+        }
+    };
+
+    let title = match str_field(&obj, &["title"]) {
+        Some((_, title)) => title.to_owned(),
+        None => match &action {
+            Action::Tool { name, .. } => name.clone(),
+            Action::Agent { query, .. } => truncate_title(query, 60),
+            Action::Task { .. } => str_field(&obj, &["name", "step_name"])
+                .map(|(_, name)| name.to_owned())
+                .or_else(|| description.as_deref().map(|d| truncate_title(d, 60)))
+                .unwrap_or_else(|| format!("Step {}", out_idx + 1)),
+            Action::Reply { .. } => "Reply".to_owned(),
+        },
+    };
+    let mut step = Step::new(id.clone(), title, action);
+    step.description = description.unwrap_or_default();
+    if step.description.is_empty() && shape == SourceShape::Nl2Sql {
+        if let Action::Tool { arguments, .. } = &step.action {
+            if let Some(Value::String(text)) = arguments.get("description") {
+                step.description = text.clone();
+            }
+        }
+    }
+
+    if let Some(status) = obj.get("status") {
+        step.status = read_status(status, &at, &id, diags);
+    }
+    if let Some((_, notes)) = str_field(&obj, &["notes", "note"]) {
+        step.notes = notes.to_owned();
+    }
+    step.requires_approval = obj
+        .get("requires_approval")
+        .and_then(as_bool)
+        .unwrap_or(false);
+    step.result = obj.get("result").filter(|v| !v.is_null()).cloned();
+    step.error = str_field(&obj, &["error"]).map(|(_, e)| e.to_owned());
+
+    match read_schedule(&obj) {
+        Ok(schedule) => step.schedule = schedule,
+        Err((message, value)) => {
+            let mut diag =
+                Diagnostic::error(Code::InvalidSchedule, format!("{at}/schedule"), message)
+                    .with_step(&id);
+            if let Some(value) = value {
+                diag = diag.with_value(value);
+            }
+            diags.push(diag);
+        }
+    }
+
+    let raw_id = ["id", "step_id", "step"]
+        .iter()
+        .find_map(|key| obj.get(*key).and_then(scalar_string));
+    let raw_deps = match DEPENDENCY_KEYS.iter().find_map(|key| obj.get(*key)) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(deps)) => deps.clone(),
+        Some(dep @ (Value::String(_) | Value::Number(_))) => vec![dep.clone()],
+        Some(other) => {
+            diags.push(
+                Diagnostic::warning(
+                    Code::InvalidStep,
+                    format!("{at}/depends_on"),
+                    "`depends_on` must be a list of step ids; it was ignored",
+                )
+                .with_step(&id)
+                .with_value(other.clone()),
+            );
+            Vec::new()
+        }
+    };
+    Some(Draft {
+        input_idx,
+        raw_id,
+        raw_deps,
+        step,
+    })
+}
+
+/// Moves the fields of a nested `action` object (our shape) or an OpenAI-style `function` object
+/// up into the step, so one reader handles every shape. A string `action` (ReAct's
+/// `action`/`action_input`) names a tool.
+fn lift_nested_action(obj: &mut Map<String, Value>) {
+    match obj.remove("action") {
+        Some(Value::Object(action)) => {
+            for (key, value) in action {
+                obj.insert(key, value);
+            }
+        }
+        Some(Value::String(name)) => {
+            obj.entry("tool").or_insert(Value::String(name));
+        }
+        Some(other) => {
+            obj.insert("action".to_owned(), other);
+        }
+        None => {}
+    }
+    if let Some(Value::Object(function)) = obj.get("function").cloned() {
+        obj.remove("function");
+        if let Some(name) = function.get("name") {
+            obj.entry("tool").or_insert(name.clone());
+        }
+        if let Some(arguments) = function.get("arguments") {
+            obj.entry("arguments").or_insert(arguments.clone());
+        }
+    }
+}
+
+/// Arguments given as a JSON string holding an object.
+fn decode_arguments(text: &str) -> Option<Map<String, Value>> {
+    if text.trim().is_empty() {
+        return Some(Map::new());
+    }
+    match parse_candidate(text.trim()) {
+        Ok((Value::Object(map), _)) => Some(map),
+        _ => None,
+    }
+}
+
+/// A step status, with common aliases; unknown strings become `not_started` with a warning.
+fn read_status(value: &Value, at: &str, id: &str, diags: &mut Vec<Diagnostic>) -> StepStatus {
+    let status = value
+        .as_str()
+        .map(|s| s.trim().to_ascii_lowercase().replace([' ', '-'], "_"));
+    let known = status.as_deref().and_then(|s| match s {
+        "" | "pending" | "todo" | "not_started" | "notstarted" | "open" => {
+            Some(StepStatus::NotStarted)
+        }
+        "in_progress" | "running" | "active" | "started" | "doing" => Some(StepStatus::InProgress),
+        "completed" | "complete" | "done" | "finished" | "success" | "succeeded" => {
+            Some(StepStatus::Completed)
+        }
+        "blocked" | "waiting" => Some(StepStatus::Blocked),
+        "failed" | "error" => Some(StepStatus::Failed),
+        "skipped" | "cancelled" | "canceled" => Some(StepStatus::Skipped),
+        _ => None,
+    });
+    match known {
+        Some(status) => status,
+        None => {
+            diags.push(
+                Diagnostic::warning(
+                    Code::InvalidStep,
+                    format!("{at}/status"),
+                    "unknown step status; `not_started` was assumed (expected not_started, \
+                     in_progress, completed, blocked, failed or skipped)",
+                )
+                .with_step(id)
+                .with_value(value.clone()),
+            );
+            StepStatus::NotStarted
+        }
+    }
+}
+
+/// Applies OpenManus `step_statuses` and `step_notes` (parallel arrays) to the steps.
+fn apply_statuses_and_notes(
+    fields: &Map<String, Value>,
+    drafts: &mut [Draft],
+    diags: &mut Vec<Diagnostic>,
+) {
+    let statuses = fields.get("step_statuses").and_then(Value::as_array);
+    let notes = fields.get("step_notes").and_then(Value::as_array);
+    for (out_idx, draft) in drafts.iter_mut().enumerate() {
+        let at = format!("/steps/{out_idx}");
+        if let Some(status) = statuses.and_then(|all| all.get(draft.input_idx)) {
+            draft.step.status = read_status(status, &at, &draft.step.id, diags);
+        }
+        if let Some(Value::String(note)) = notes.and_then(|all| all.get(draft.input_idx)) {
+            draft.step.notes = note.clone();
+        }
+    }
+}
+
+/// The schedule of a step: ours (`{"type": "interval", "minutes": 5}`), ValueCell's
+/// (`schedule_config: {interval_minutes | daily_time}` with `pattern`), or a cron string. The
+/// error carries the message and the offending value.
+fn read_schedule(obj: &Map<String, Value>) -> Result<Option<Schedule>, (String, Option<Value>)> {
+    let recurring = obj
+        .get("pattern")
+        .and_then(Value::as_str)
+        .is_some_and(|p| p.trim().eq_ignore_ascii_case("recurring"));
+    let given = ["schedule", "schedule_config"]
+        .iter()
+        .find_map(|key| obj.get(*key).filter(|v| !v.is_null()));
+    let schedule = match given {
+        None => None,
+        Some(value) => schedule_from(value).map_err(|message| (message, Some(value.clone())))?,
+    };
+    if recurring && schedule.as_ref().is_none_or(|s| !s.is_recurring()) {
+        return Err((
+            "a recurring task needs exactly one of interval_minutes or daily_time".to_owned(),
+            given.cloned(),
+        ));
+    }
+    Ok(schedule)
+}
+
+fn schedule_from(value: &Value) -> Result<Option<Schedule>, String> {
+    match value {
+        Value::String(text) => {
+            let text = text.trim();
+            if text.is_empty() || text.eq_ignore_ascii_case("once") {
+                Ok(Some(Schedule::Once))
+            } else if text.split_whitespace().count() == 5 {
+                Ok(Some(Schedule::Cron {
+                    expr: text.to_owned(),
+                }))
+            } else {
+                Err(format!(
+                    "unreadable schedule `{text}`; give a five-field cron expression"
+                ))
+            }
+        }
+        Value::Object(map) if map.contains_key("type") => {
+            serde_json::from_value::<Schedule>(value.clone())
+                .map(Some)
+                .map_err(|err| {
+                    format!(
+                        "malformed schedule: {err}; expected once, interval {{minutes}}, daily \
+                     {{time}} or cron {{expr}}"
+                    )
+                })
+        }
+        Value::Object(map) => {
+            let interval = map.get("interval_minutes").or_else(|| map.get("minutes"));
+            let interval = interval.filter(|v| !v.is_null());
+            let daily = map
+                .get("daily_time")
+                .or_else(|| map.get("time"))
+                .filter(|v| !v.is_null());
+            let cron = map
+                .get("cron")
+                .or_else(|| map.get("expr"))
+                .filter(|v| !v.is_null());
+            match (interval, daily, cron) {
+                (Some(_), Some(_), _) => {
+                    Err("exactly one of interval_minutes or daily_time may be set".to_owned())
+                }
+                (Some(minutes), None, None) => match as_minutes(minutes) {
+                    Some(minutes) => Ok(Some(Schedule::Interval { minutes })),
+                    None => Err("interval_minutes must be a whole number of minutes".to_owned()),
+                },
+                (None, Some(time), None) => match time.as_str() {
+                    Some(time) => Ok(Some(Schedule::Daily {
+                        time: time.trim().to_owned(),
+                    })),
+                    None => Err("daily_time must be a string `HH:MM`".to_owned()),
+                },
+                (None, None, Some(expr)) => match expr.as_str() {
+                    Some(expr) => Ok(Some(Schedule::Cron {
+                        expr: expr.trim().to_owned(),
+                    })),
+                    None => Err("cron must be a string".to_owned()),
+                },
+                (None, None, None) => Ok(None),
+                _ => Err("give only one of interval_minutes, daily_time or cron".to_owned()),
+            }
+        }
+        other => Err(format!(
+            "the schedule is {}, expected an object",
+            describe(other)
+        )),
+    }
+}
+
+fn as_minutes(value: &Value) -> Option<u32> {
+    match value {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX))
+                .map(|f| f as u64)
+        }),
+        Value::String(text) => text.trim().parse::<u64>().ok(),
+        _ => None,
+    }
+    .and_then(|n| u32::try_from(n).ok())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ids, dependencies, references
+// ---------------------------------------------------------------------------------------------
+
+/// Maps the ids the model used to the normalised ones.
+struct IdMap {
+    /// The model's id → the new id (the first step with that id).
+    by_raw: HashMap<String, String>,
+    /// 1-based position in the model's list → the new id.
+    by_position: HashMap<usize, String>,
+}
+
+impl IdMap {
+    fn new(drafts: &[Draft], diags: &mut Vec<Diagnostic>) -> IdMap {
+        let mut by_raw: HashMap<String, String> = HashMap::new();
+        let mut by_position = HashMap::new();
+        for (out_idx, draft) in drafts.iter().enumerate() {
+            by_position.insert(draft.input_idx + 1, draft.step.id.clone());
+            let Some(raw) = &draft.raw_id else { continue };
+            match by_raw.get(raw) {
+                Some(first) => diags.push(
+                    Diagnostic::warning(
+                        Code::AutoFixed,
+                        format!("/steps/{out_idx}/id"),
+                        format!(
+                            "duplicate step id `{raw}`; the step was renumbered and references to \
+                             `{raw}` resolve to the first step with it ({first})"
+                        ),
+                    )
+                    .with_step(&draft.step.id)
+                    .with_value(Value::from(raw.as_str())),
+                ),
+                None => {
+                    by_raw.insert(raw.clone(), draft.step.id.clone());
+                }
+            }
+        }
+        IdMap {
+            by_raw,
+            by_position,
+        }
+    }
+
+    /// The new id for a step reference written as a string: a model id, `3`, `s3`, `step3`,
+    /// `step_3`, `step 3`, `#3` (positions are 1-based).
+    fn resolve_str(&self, text: &str) -> Option<String> {
+        let text = text.trim();
+        if let Some(id) = self.by_raw.get(text) {
+            return Some(id.clone());
+        }
+        let lower = text.to_ascii_lowercase();
+        let digits = ["step_", "step-", "step ", "step", "s", "#"]
+            .iter()
+            .find_map(|prefix| lower.strip_prefix(prefix))
+            .unwrap_or(&lower);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let position = digits.parse::<usize>().ok()?;
+        self.by_position.get(&position).cloned()
+    }
+
+    /// The new id for a dependency; unknown ones are kept verbatim for validation to report.
+    fn resolve(&self, dep: &Value) -> String {
+        match dep {
+            Value::String(text) => self
+                .resolve_str(text)
+                .unwrap_or_else(|| text.trim().to_owned()),
+            Value::Number(n) => self
+                .resolve_str(&n.to_string())
+                .unwrap_or_else(|| n.to_string()),
+            other => other.to_string(),
+        }
+    }
+
+    /// Finishes a draft: dependencies and `$ref`s remapped to the new ids.
+    fn finish(&self, draft: Draft) -> Step {
+        let mut step = draft.step;
+        for dep in &draft.raw_deps {
+            let id = self.resolve(dep);
+            if !step.depends_on.contains(&id) {
+                step.depends_on.push(id);
+            }
+        }
+        if let Action::Tool { arguments, .. } = &mut step.action {
+            for value in arguments.values_mut() {
+                self.remap_refs(value);
+            }
+        }
+        step
+    }
+
+    /// Rewrites `{"$ref": "<old id>.output…"}` to the new id, in place.
+    fn remap_refs(&self, value: &mut Value) {
+        if let Some(reference) = StepRef::reference_in(value) {
+            let split = reference.find(['.', '[']).unwrap_or(reference.len());
+            let (old, rest) = reference.split_at(split);
+            if let Some(new) = self.resolve_str(old) {
+                let new_ref = format!("{new}{rest}");
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("$ref".to_owned(), Value::String(new_ref));
+                }
+            }
+            return;
+        }
+        match value {
+            Value::Object(map) => map.values_mut().for_each(|child| self.remap_refs(child)),
+            Value::Array(items) => items.iter_mut().for_each(|child| self.remap_refs(child)),
+            _ => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Questions and small helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Clarifying questions: plain strings or `{text|question, id?, step?, argument?, options?}`.
+fn convert_questions(
+    value: Option<&Value>,
+    ids: &IdMap,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<Question> {
+    let items: Vec<&Value> = match value {
+        Some(Value::Array(items)) => items.iter().collect(),
+        Some(single @ Value::String(_)) => vec![single],
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (idx, item) in items.into_iter().enumerate() {
+        let default_id = format!("q{}", out.len() + 1);
+        let question = match item {
+            Value::String(text) if !text.trim().is_empty() => Some(Question {
+                id: default_id,
+                text: text.trim().to_owned(),
+                step: None,
+                argument: None,
+                options: Vec::new(),
+            }),
+            Value::Object(map) => str_field(map, &["text", "question"]).map(|(_, text)| Question {
+                id: map.get("id").and_then(scalar_string).unwrap_or(default_id),
+                text: text.to_owned(),
+                step: map.get("step").and_then(|step| match step {
+                    Value::Null => None,
+                    other => Some(ids.resolve(other)),
+                }),
+                argument: str_field(map, &["argument", "arg"]).map(|(_, a)| a.to_owned()),
+                options: match map.get("options") {
+                    Some(Value::Array(options)) => options
+                        .iter()
+                        .map(|o| o.as_str().map_or_else(|| o.to_string(), str::to_owned))
+                        .collect(),
+                    _ => Vec::new(),
+                },
+            }),
+            _ => None,
+        };
+        match question {
+            Some(question) => out.push(question),
+            None => diags.push(
+                Diagnostic::warning(
+                    Code::InvalidStep,
+                    format!("/questions/{idx}"),
+                    "a question without text was left out",
+                )
+                .with_value(item.clone()),
+            ),
+        }
+    }
+    out
+}
+
+/// The first of `keys` that holds a non-blank string, trimmed.
+fn str_field<'m>(
+    map: &'m Map<String, Value>,
+    keys: &[&'static str],
+) -> Option<(&'static str, &'m str)> {
+    keys.iter().find_map(|key| {
+        map.get(*key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|text| !text.is_empty())
+            .map(|text| (*key, text))
+    })
+}
+
+/// A string or a number, as a string.
+fn scalar_string(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A boolean, also when written as a string.
+fn as_bool(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(b) => Some(*b),
+        Value::String(text) => match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" => Some(true),
+            "false" | "no" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A title from the goal: its first line, at most ~60 characters.
+fn derive_title(goal: &str) -> String {
+    let title = truncate_title(goal, 60);
+    if title.is_empty() {
+        "Untitled plan".to_owned()
+    } else {
+        title
+    }
+}
+
+/// The first line of `text`, cut to `max` characters (at a word boundary when there is one).
+fn truncate_title(text: &str, max: usize) -> String {
+    let line = text.trim().lines().next().unwrap_or("").trim();
+    if line.chars().count() <= max {
+        return line.to_owned();
+    }
+    let cut: String = line.chars().take(max).collect();
+    let at_word = match cut.rfind(char::is_whitespace) {
+        Some(pos) if pos >= cut.len() / 2 => cut.get(..pos).unwrap_or(&cut),
+        _ => &cut,
+    };
+    format!("{}…", at_word.trim_end())
+}

@@ -1,0 +1,805 @@
+//! The planning pipeline: triage → select → render → generate → parse → validate → repair →
+//! outcome (DESIGN §3). [`Planner::plan`] never ends silently and never panics: it returns an
+//! [`Outcome`] (ready, needs input, or a fallback with its reason) or a [`PlanError`], and both
+//! carry [`Diagnostics`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::catalog::{AgentCard, Catalog, Tool};
+use crate::diagnostic::{Code, Diagnostic, Severity};
+use crate::llm::{
+    CompletionRequest, FinishReason, LanguageModel, LlmError, Message, OutputConstraint, Strategy,
+    Usage,
+};
+use crate::parse::{self, ParseDefaults, SourceShape};
+use crate::plan::{Action, Plan, Question, Step, StepStatus, TaskKind};
+use crate::request::{FallbackPolicy, PlanRequest};
+use crate::retrieve::{Bm25Index, Retriever, select};
+use crate::schema::plan_schema;
+use crate::template::{
+    AgentView, FeedbackView, PromptContext, RepairContext, SkillView, TemplateError, Templates,
+    ToolView, short_description, signature,
+};
+use crate::validate::validate;
+
+/// Longest raw output kept per attempt in the diagnostics.
+const RAW_KEEP: usize = 16_000;
+/// Longest rejected output quoted in a repair prompt.
+const REJECTED_QUOTE: usize = 6_000;
+/// Longest tool description in the prompt.
+const DESCRIPTION_MAX: usize = 160;
+
+/// How a planning call ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum OutcomeStatus {
+    /// A valid plan that can run.
+    Ready,
+    /// A valid plan that waits for answers (questions) or guidance to the user.
+    NeedsInput,
+    /// No valid plan could be had; the plan is the fallback the policy chose.
+    Fallback {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The result of one planning call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    /// How it ended.
+    #[serde(flatten)]
+    pub status: OutcomeStatus,
+    /// The plan (for a fallback, the fallback plan).
+    pub plan: Plan,
+    /// Everything that happened on the way.
+    pub diagnostics: Diagnostics,
+}
+
+/// How the request was routed before planning.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Triage {
+    /// Planned by the model.
+    #[default]
+    Planned,
+    /// Handed to a passthrough agent as one task, without a model call.
+    Passthrough,
+    /// The target agent does not exist: guidance, without a model call.
+    UnknownAgent,
+}
+
+/// One generation and what came of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Attempt {
+    /// 0 for the first generation, then one per repair.
+    pub index: u32,
+    /// The raw model output (cut when huge).
+    pub raw: String,
+    /// Why generation stopped.
+    pub finish: FinishReason,
+    /// The shape recognised, if the output parsed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<SourceShape>,
+    /// Lenient JSON repair was needed.
+    pub json_repaired: bool,
+    /// What was found: parse errors, auto-fixes, validation problems.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Tokens.
+    pub usage: Usage,
+    /// Time of the model call.
+    pub generate_ms: u64,
+}
+
+/// Time spent per stage, in microseconds (summed over attempts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Tool selection.
+    pub select_us: u64,
+    /// Template rendering and schema building.
+    pub render_us: u64,
+    /// Model calls.
+    pub generate_us: u64,
+    /// Parsing.
+    pub parse_us: u64,
+    /// Validation.
+    pub validate_us: u64,
+    /// The whole call.
+    pub total_us: u64,
+}
+
+/// Everything a planning call did: attempts, strategy, repairs, findings, tokens, time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Diagnostics {
+    /// The model's name.
+    pub model: String,
+    /// The structured-output strategy used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+    /// How the request was routed.
+    pub triage: Triage,
+    /// Tools shown to the model.
+    pub selected_tools: Vec<String>,
+    /// Every generation.
+    pub attempts: Vec<Attempt>,
+    /// Repair rounds used.
+    pub repairs: u32,
+    /// Findings about the returned plan (auto-fixes, dropped steps, questions asked).
+    pub findings: Vec<Diagnostic>,
+    /// Tokens, summed.
+    pub usage: Usage,
+    /// Time per stage.
+    pub timings: Timings,
+}
+
+/// A planning call that ended without a plan.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// No valid plan, and the fallback policy says to fail.
+    #[error("planning failed: {reason}")]
+    Failed {
+        /// Why.
+        reason: String,
+        /// What happened.
+        diagnostics: Box<Diagnostics>,
+    },
+    /// The model could not be called.
+    #[error("model call failed: {source}")]
+    Model {
+        /// The cause.
+        source: LlmError,
+        /// What happened.
+        diagnostics: Box<Diagnostics>,
+    },
+    /// A prompt template failed to render.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// The request itself is unusable.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+impl PlanError {
+    /// The diagnostics, when the call got far enough to have any.
+    pub fn diagnostics(&self) -> Option<&Diagnostics> {
+        match self {
+            PlanError::Failed { diagnostics, .. } | PlanError::Model { diagnostics, .. } => Some(diagnostics),
+            _ => None,
+        }
+    }
+}
+
+/// A planner: a catalog with its retrieval index, templates, and a model.
+pub struct Planner {
+    catalog: Catalog,
+    retriever: Arc<dyn Retriever>,
+    templates: Arc<Templates>,
+    model: Arc<dyn LanguageModel>,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner")
+            .field("tools", &self.catalog.len())
+            .field("agents", &self.catalog.agents().len())
+            .field("model", &self.model.name())
+            .finish()
+    }
+}
+
+/// A candidate plan from one attempt.
+struct Candidate {
+    plan: Plan,
+    diagnostics: Vec<Diagnostic>,
+    raw: String,
+}
+
+impl Planner {
+    /// A planner with BM25 retrieval over the catalog and the built-in templates.
+    pub fn new(catalog: Catalog, model: Arc<dyn LanguageModel>) -> Planner {
+        let retriever = Arc::new(Bm25Index::new(&catalog));
+        Planner { catalog, retriever, templates: Arc::new(Templates::builtin()), model }
+    }
+
+    /// Uses these templates.
+    pub fn with_templates(mut self, templates: Templates) -> Planner {
+        self.templates = Arc::new(templates);
+        self
+    }
+
+    /// Uses this retriever (it must index the same catalog).
+    pub fn with_retriever(mut self, retriever: Arc<dyn Retriever>) -> Planner {
+        self.retriever = retriever;
+        self
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Plans one request.
+    pub async fn plan(&self, request: &PlanRequest) -> Result<Outcome, PlanError> {
+        let started = Instant::now();
+        if request.query.trim().is_empty() {
+            return Err(PlanError::InvalidRequest("the query is empty".into()));
+        }
+        let now = request.now.unwrap_or_else(Utc::now);
+        let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+        let mut diagnostics = Diagnostics { model: self.model.name(), ..Diagnostics::default() };
+
+        if let Some(outcome) = self.triage(request, &plan_id, now, &mut diagnostics) {
+            let mut outcome = outcome;
+            outcome.diagnostics.timings.total_us = micros(started);
+            return Ok(outcome);
+        }
+
+        let stage = Instant::now();
+        let selected: Vec<&Tool> =
+            select(&self.catalog, self.retriever.as_ref(), &request.query, request.options.top_k, &request.options.pinned_tools)
+                .into_iter()
+                .filter_map(|idx| self.catalog.tool_at(idx).map(|t| &t.tool))
+                .collect();
+        diagnostics.selected_tools = selected.iter().map(|t| t.name.clone()).collect();
+        diagnostics.timings.select_us = micros(stage);
+
+        let stage = Instant::now();
+        let agents: Vec<&AgentCard> = self.catalog.agents().iter().collect();
+        let context = prompt_context(request, &selected, &agents, now);
+        let system = self.templates.system(request.options.shape, &context)?;
+        let user = self.templates.user(&context)?;
+        let mut base_messages = vec![Message::system(system)];
+        base_messages.extend(request.history.iter().cloned());
+        base_messages.push(Message::user(user));
+        let schema = plan_schema(&selected, &agents, &request.options);
+        let strategy = Strategy::negotiate(self.model.capabilities());
+        diagnostics.strategy = Some(strategy);
+        let constraint = match strategy {
+            Strategy::Grammar | Strategy::JsonSchema => {
+                Some(OutputConstraint::JsonSchema { name: "plan".into(), schema, strict: true })
+            }
+            Strategy::ToolCalling => Some(OutputConstraint::ToolCall {
+                name: "planning".into(),
+                description: "Submit the plan for the user's request.".into(),
+                parameters: schema,
+            }),
+            Strategy::JsonMode => Some(OutputConstraint::JsonObject),
+            Strategy::PromptOnly => None,
+        };
+        diagnostics.timings.render_us = micros(stage);
+
+        let defaults = ParseDefaults { plan_id: &plan_id, goal: &request.query, locale: request.locale(), now };
+        let mut messages = base_messages.clone();
+        let mut best: Option<Candidate> = None;
+        let mut last_failure: Option<(String, String)> = None;
+        let mut model_failure: Option<LlmError> = None;
+        for attempt_index in 0..=request.options.max_repairs {
+            let stage = Instant::now();
+            let completion = match self
+                .model
+                .complete(CompletionRequest {
+                    messages: messages.clone(),
+                    constraint: constraint.clone(),
+                    max_tokens: request.options.max_tokens,
+                    temperature: 0.0,
+                })
+                .await
+            {
+                Ok(completion) => completion,
+                Err(source) => {
+                    diagnostics.timings.generate_us += micros(stage);
+                    if attempt_index == 0 {
+                        diagnostics.timings.total_us = micros(started);
+                        return Err(PlanError::Model { source, diagnostics: Box::new(diagnostics) });
+                    }
+                    model_failure = Some(source);
+                    break;
+                }
+            };
+            let generate_us = micros(stage);
+            diagnostics.timings.generate_us += generate_us;
+            diagnostics.usage += completion.usage;
+            if attempt_index > 0 {
+                diagnostics.repairs += 1;
+            }
+            let raw = match completion.tool_calls.first() {
+                Some(call) if completion.text.trim().is_empty() || strategy == Strategy::ToolCalling => {
+                    call.arguments.clone()
+                }
+                _ => completion.text.clone(),
+            };
+            let mut attempt = Attempt {
+                index: attempt_index,
+                raw: cut(&raw, RAW_KEEP),
+                finish: completion.finish,
+                shape: None,
+                json_repaired: false,
+                diagnostics: Vec::new(),
+                usage: completion.usage,
+                generate_ms: generate_us / 1000,
+            };
+            if completion.finish == FinishReason::Length {
+                attempt.diagnostics.push(Diagnostic::warning(
+                    Code::Truncated,
+                    "",
+                    format!("the model stopped at its token limit ({} tokens)", request.options.max_tokens),
+                ));
+            }
+
+            let stage = Instant::now();
+            let parsed = parse::parse(&raw, &defaults);
+            diagnostics.timings.parse_us += micros(stage);
+            let parsed = match parsed {
+                Ok(parsed) => parsed,
+                Err(err) => {
+                    let message = err.to_string();
+                    attempt.diagnostics.push(Diagnostic::error(Code::ParseError, "", message.clone()));
+                    diagnostics.attempts.push(attempt);
+                    last_failure = Some((message.clone(), raw.clone()));
+                    let repair = self.templates.repair(&RepairContext {
+                        diagnostics: Vec::new(),
+                        parse_error: Some(message),
+                        rejected: cut(&raw, REJECTED_QUOTE),
+                    })?;
+                    messages = repair_messages(&base_messages, &raw, repair);
+                    continue;
+                }
+            };
+            attempt.shape = Some(parsed.shape);
+            attempt.json_repaired = parsed.repaired;
+
+            let stage = Instant::now();
+            let (mut plan, mut findings) = validate(parsed.plan, &self.catalog, &request.options);
+            diagnostics.timings.validate_us += micros(stage);
+            let mut all = parsed.diagnostics;
+            all.append(&mut findings);
+            attempt.diagnostics.extend(all.iter().cloned());
+            diagnostics.attempts.push(attempt);
+            apply_request_fields(&mut plan, request);
+
+            let n_errors = all.iter().filter(|d| d.is_error()).count();
+            let clean = n_errors == 0;
+            let better = best.as_ref().is_none_or(|b| n_errors <= b.diagnostics.iter().filter(|d| d.is_error()).count());
+            let problems = repair_prompt_items(&all);
+            if better {
+                best = Some(Candidate { plan, diagnostics: all, raw: raw.clone() });
+            }
+            if clean {
+                break;
+            }
+            let repair = self.templates.repair(&RepairContext {
+                diagnostics: problems,
+                parse_error: None,
+                rejected: cut(&raw, REJECTED_QUOTE),
+            })?;
+            messages = repair_messages(&base_messages, &raw, repair);
+        }
+
+        let mut outcome = self.finish(request, best, last_failure, model_failure, &plan_id, now, diagnostics);
+        if let Ok(outcome) = &mut outcome {
+            outcome.diagnostics.timings.total_us = micros(started);
+        }
+        outcome
+    }
+
+    /// Passthrough agents and unknown target agents are handled without a model call.
+    fn triage(
+        &self,
+        request: &PlanRequest,
+        plan_id: &str,
+        now: DateTime<Utc>,
+        diagnostics: &mut Diagnostics,
+    ) -> Option<Outcome> {
+        let target = request.target_agent.as_deref()?.trim();
+        if target.is_empty() {
+            return None;
+        }
+        match self.catalog.agent(target) {
+            Some(card) if card.passthrough => {
+                diagnostics.triage = Triage::Passthrough;
+                let mut plan = new_plan(plan_id, request, now);
+                plan.title = short_description(&request.query, 60);
+                plan.steps.push(Step::new(
+                    "s1",
+                    format!("{}: {}", card.name, short_description(&request.query, 60)),
+                    Action::Agent { agent: card.name.clone(), query: request.query.clone() },
+                ));
+                Some(Outcome { status: OutcomeStatus::Ready, plan, diagnostics: diagnostics.clone() })
+            }
+            Some(_) => None,
+            None => {
+                diagnostics.triage = Triage::UnknownAgent;
+                let available: Vec<&str> = self.catalog.agents().iter().map(|a| a.name.as_str()).collect();
+                let reason = if available.is_empty() {
+                    format!("agent `{target}` is not available: no agents are configured")
+                } else {
+                    format!("agent `{target}` is not available; available agents: {}", available.join(", "))
+                };
+                diagnostics.findings.push(
+                    Diagnostic::error(Code::UnknownAgent, "/target_agent", reason.clone()).with_value(json!(target)),
+                );
+                let mut plan = new_plan(plan_id, request, now);
+                plan.ready = false;
+                plan.guidance = Some(reason.clone());
+                plan.metadata.insert("fallback_reason".into(), json!(reason));
+                Some(Outcome { status: OutcomeStatus::Fallback { reason }, plan, diagnostics: diagnostics.clone() })
+            }
+        }
+    }
+
+    /// Turns the best candidate into an outcome: questions for missing arguments and unconfirmed
+    /// schedules, invalid steps dropped, or the fallback policy when nothing usable is left.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        request: &PlanRequest,
+        best: Option<Candidate>,
+        last_failure: Option<(String, String)>,
+        model_failure: Option<LlmError>,
+        plan_id: &str,
+        now: DateTime<Utc>,
+        mut diagnostics: Diagnostics,
+    ) -> Result<Outcome, PlanError> {
+        if let Some(err) = &model_failure {
+            diagnostics.findings.push(Diagnostic::warning(
+                Code::ModelError,
+                "",
+                format!("a repair call failed, so the best earlier attempt is used: {err}"),
+            ));
+        }
+        let Some(Candidate { mut plan, diagnostics: findings, raw }) = best else {
+            let (message, raw) = last_failure.unwrap_or_else(|| ("the model gave no output".into(), String::new()));
+            let reason = format!("no plan could be read from the model output: {message}");
+            return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
+        };
+        let locale = plan.locale.clone();
+        let zh = locale.to_ascii_lowercase().starts_with("zh");
+
+        // Plan-level errors (no step to blame) make the whole candidate unusable.
+        let plan_errors: Vec<&Diagnostic> = findings.iter().filter(|d| d.is_error() && d.step.is_none()).collect();
+        if !plan_errors.is_empty() {
+            let reason = plan_errors.iter().map(|d| d.message.as_str()).collect::<Vec<_>>().join("; ");
+            diagnostics.findings.extend(findings.iter().cloned());
+            return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
+        }
+
+        let mut questions: Vec<Question> = Vec::new();
+        let mut dropped: Vec<String> = Vec::new();
+        let mut kept_findings: Vec<Diagnostic> = Vec::new();
+        let step_ids: Vec<String> = plan.steps.iter().map(|s| s.id.clone()).collect();
+        for step_id in &step_ids {
+            let errors: Vec<&Diagnostic> =
+                findings.iter().filter(|d| d.is_error() && d.step.as_deref() == Some(step_id)).collect();
+            if errors.is_empty() {
+                continue;
+            }
+            if errors.iter().all(|d| d.code == Code::MissingArgument) {
+                let Some(step) = plan.steps.iter_mut().find(|s| &s.id == step_id) else { continue };
+                step.status = StepStatus::Blocked;
+                for diag in errors {
+                    let argument = diag.pointer.rsplit('/').next().unwrap_or_default().replace("~1", "/").replace("~0", "~");
+                    let tool = match &step.action {
+                        Action::Tool { name, .. } => name.clone(),
+                        _ => String::new(),
+                    };
+                    let options = self.catalog.tool(&tool).map(|t| enum_options(&t.tool, &argument)).unwrap_or_default();
+                    let text = if zh {
+                        format!("步骤「{}」（{tool}）需要参数 `{argument}`，请提供它的值。", step.title)
+                    } else {
+                        format!("What should `{argument}` be for step \"{}\" ({tool})?", step.title)
+                    };
+                    questions.push(Question {
+                        id: String::new(),
+                        text,
+                        step: Some(step_id.clone()),
+                        argument: Some(argument),
+                        options,
+                    });
+                    kept_findings.push(Diagnostic {
+                        severity: Severity::Warning,
+                        message: format!("{} — asked the user", diag.message),
+                        ..(*diag).clone()
+                    });
+                }
+            } else {
+                dropped.push(step_id.clone());
+            }
+        }
+        // Steps that depend on a dropped step cannot run either.
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for step in &plan.steps {
+                if !dropped.contains(&step.id) && step.depends_on.iter().any(|d| dropped.contains(d)) {
+                    if matches!(step.action, Action::Reply { .. }) {
+                        continue;
+                    }
+                    dropped.push(step.id.clone());
+                    changed = true;
+                }
+            }
+        }
+        for diag in &findings {
+            let on_dropped = diag.step.as_ref().is_some_and(|s| dropped.contains(s));
+            if !diag.is_error() || on_dropped {
+                kept_findings.push(diag.clone());
+            }
+        }
+        for step_id in &dropped {
+            let reasons: Vec<&str> = findings
+                .iter()
+                .filter(|d| d.is_error() && d.step.as_deref() == Some(step_id))
+                .map(|d| d.message.as_str())
+                .collect();
+            let why = if reasons.is_empty() { "it depends on a dropped step".to_owned() } else { reasons.join("; ") };
+            kept_findings.push(
+                Diagnostic::warning(Code::StepDropped, "/steps", format!("dropped step `{step_id}`: {why}"))
+                    .with_step(step_id.clone()),
+            );
+        }
+        plan.steps.retain(|s| !dropped.contains(&s.id));
+        for step in &mut plan.steps {
+            step.depends_on.retain(|d| !dropped.contains(d));
+        }
+        // Errors on dropped steps stay in the attempt diagnostics; in the findings they are
+        // reported as the drop itself.
+        kept_findings.retain(|d| !(d.is_error() && d.step.as_ref().is_some_and(|s| dropped.contains(s))));
+
+        let has_work = plan.steps.iter().any(|s| !matches!(s.action, Action::Reply { .. }));
+        if !dropped.is_empty() && !has_work && questions.is_empty() && plan.questions.is_empty() {
+            let reason = findings
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| d.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            diagnostics.findings.extend(kept_findings);
+            return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
+        }
+
+        for diag in findings.iter().filter(|d| d.code == Code::ScheduleUnconfirmed) {
+            let Some(step) = plan.steps.iter_mut().find(|s| Some(&s.id) == diag.step.as_ref()) else { continue };
+            step.status = StepStatus::Blocked;
+            let when = match &step.schedule {
+                Some(crate::plan::Schedule::Interval { minutes }) => format!("every {minutes} minutes"),
+                Some(crate::plan::Schedule::Daily { time }) => format!("every day at {time}"),
+                Some(crate::plan::Schedule::Cron { expr }) => format!("on the schedule `{expr}`"),
+                _ => "repeatedly".to_owned(),
+            };
+            let text = if zh {
+                format!("步骤「{}」将按计划重复执行（{when}）。确认设置这个定时任务吗？", step.title)
+            } else {
+                format!("Step \"{}\" will run {when}. Shall I set up this recurring schedule?", step.title)
+            };
+            questions.push(Question {
+                id: String::new(),
+                text,
+                step: Some(step.id.clone()),
+                argument: None,
+                options: if zh { vec!["确认".into(), "取消".into()] } else { vec!["yes".into(), "no".into()] },
+            });
+        }
+
+        plan.questions.extend(questions);
+        for (idx, question) in plan.questions.iter_mut().enumerate() {
+            question.id = format!("q{}", idx + 1);
+        }
+        if !plan.questions.is_empty() {
+            plan.ready = false;
+        }
+        let answered = plan.has_enough_context == Some(true);
+        if plan.steps.is_empty() && plan.questions.is_empty() && plan.guidance.is_none() && !answered {
+            diagnostics.findings.extend(kept_findings);
+            return fallback(request, plan_id, now, "the plan has no usable steps".into(), Some(&raw), diagnostics);
+        }
+        diagnostics.findings.extend(kept_findings);
+        let status = if plan.ready { OutcomeStatus::Ready } else { OutcomeStatus::NeedsInput };
+        Ok(Outcome { status, plan, diagnostics })
+    }
+}
+
+fn micros(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Cuts text to at most `max` bytes at a char boundary.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let at = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}…[cut]", &text[..at])
+}
+
+/// The errors, one line each, as the repair prompt quotes them.
+fn repair_prompt_items(diagnostics: &[Diagnostic]) -> Vec<String> {
+    diagnostics.iter().filter(|d| d.is_error()).map(|d| d.to_string().replace('\n', " ")).collect()
+}
+
+/// The base conversation, the rejected output, and the repair request. Earlier failed attempts
+/// are not replayed, so repair prompts stay bounded.
+fn repair_messages(base: &[Message], raw: &str, repair: String) -> Vec<Message> {
+    let mut messages = base.to_vec();
+    messages.push(Message::assistant(cut(raw, REJECTED_QUOTE)));
+    messages.push(Message::user(repair));
+    messages
+}
+
+fn enum_options(tool: &Tool, argument: &str) -> Vec<String> {
+    tool.input_schema
+        .get("properties")
+        .and_then(|p| p.get(argument))
+        .and_then(|s| s.get("enum"))
+        .and_then(Value::as_array)
+        .map(|values| values.iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect())
+        .unwrap_or_default()
+}
+
+fn new_plan(plan_id: &str, request: &PlanRequest, now: DateTime<Utc>) -> Plan {
+    let mut plan = Plan::new(plan_id, request.query.clone());
+    plan.created_at = now;
+    plan.locale = request.locale().to_owned();
+    plan.title = short_description(&request.query, 60);
+    apply_request_fields(&mut plan, request);
+    plan
+}
+
+fn apply_request_fields(plan: &mut Plan, request: &PlanRequest) {
+    plan.owner = request.owner.clone();
+    plan.conversation_id = request.conversation_id.clone();
+    plan.thread_id = request.thread_id.clone();
+    if let Some(previous) = request.feedback.as_ref().and_then(|f| f.previous.as_ref()) {
+        plan.id = previous.id.clone();
+        plan.version = previous.version.saturating_add(1);
+        plan.parent_version = Some(previous.version);
+    }
+}
+
+/// Applies the fallback policy.
+fn fallback(
+    request: &PlanRequest,
+    plan_id: &str,
+    now: DateTime<Utc>,
+    reason: String,
+    raw: Option<&str>,
+    diagnostics: Diagnostics,
+) -> Result<Outcome, PlanError> {
+    let zh = request.locale().to_ascii_lowercase().starts_with("zh");
+    let mut plan = new_plan(plan_id, request, now);
+    plan.metadata.insert("fallback_reason".into(), json!(reason));
+    match &request.options.fallback {
+        FallbackPolicy::Guidance => {
+            plan.ready = false;
+            let mut text = if zh {
+                format!("无法为这个请求制定计划：{reason}")
+            } else {
+                format!("I could not make a plan for this request: {reason}")
+            };
+            if let Some(raw) = raw.filter(|r| !r.trim().is_empty()) {
+                text.push_str(if zh { "\n模型的原始输出：\n" } else { "\nThe planner's raw output:\n" });
+                text.push_str(&cut(raw.trim(), 2_000));
+            }
+            plan.guidance = Some(text);
+        }
+        FallbackPolicy::Reply { text } => {
+            let text = text.clone().unwrap_or_else(|| {
+                if zh { "（计划不可用）".to_owned() } else { "(plan unavailable)".to_owned() }
+            });
+            plan.steps.push(Step::new("s1", if zh { "回复" } else { "Reply" }, Action::Reply { text }));
+        }
+        FallbackPolicy::DefaultPlan => {
+            plan.title = format!("Plan for: {}", short_description(&request.query, 80));
+            for (idx, title) in ["Analyze request", "Execute task", "Verify results"].into_iter().enumerate() {
+                let mut step = Step::new(
+                    format!("s{}", idx + 1),
+                    title,
+                    Action::Task { kind: TaskKind::Custom("step".into()), need_web_search: false },
+                );
+                if idx > 0 {
+                    step.depends_on.push(format!("s{idx}"));
+                }
+                plan.steps.push(step);
+            }
+        }
+        FallbackPolicy::PreviousOrFail => {
+            let previous = request.feedback.as_ref().and_then(|f| f.previous.as_ref());
+            match previous {
+                Some(previous) if request.options.iteration > 0 => {
+                    plan = previous.clone();
+                    plan.metadata.insert("fallback_reason".into(), json!(reason));
+                }
+                _ => return Err(PlanError::Failed { reason, diagnostics: Box::new(diagnostics) }),
+            }
+        }
+        FallbackPolicy::Fail => {
+            return Err(PlanError::Failed { reason, diagnostics: Box::new(diagnostics) });
+        }
+    }
+    Ok(Outcome { status: OutcomeStatus::Fallback { reason }, plan, diagnostics })
+}
+
+/// What the templates see for this request.
+fn prompt_context(request: &PlanRequest, tools: &[&Tool], agents: &[&AgentCard], now: DateTime<Utc>) -> PromptContext {
+    PromptContext {
+        query: request.query.clone(),
+        profile: request.profile.clone().filter(|p| !p.trim().is_empty()),
+        locale: request.locale().to_owned(),
+        max_steps: request.options.max_steps.max(1),
+        now: format!("{} ({})", now.format("%Y-%m-%dT%H:%M:%SZ"), now.format("%A")),
+        tools: tools
+            .iter()
+            .map(|tool| ToolView {
+                name: tool.name.clone(),
+                description: short_description(&tool.description, DESCRIPTION_MAX),
+                signature: signature(&tool.name, &tool.input_schema),
+            })
+            .collect(),
+        agents: agents
+            .iter()
+            .map(|agent| AgentView {
+                name: agent.name.clone(),
+                description: short_description(&agent.description, DESCRIPTION_MAX),
+                skills: agent
+                    .skills
+                    .iter()
+                    .map(|s| SkillView { name: s.name.clone(), description: short_description(&s.description, DESCRIPTION_MAX) })
+                    .collect(),
+            })
+            .collect(),
+        context: request.context.clone(),
+        feedback: request.feedback.as_ref().map(|feedback| FeedbackView {
+            previous: feedback.previous.as_ref().map(flat_plan_json),
+            text: feedback.text.clone(),
+            diagnostics: feedback.diagnostics.iter().map(ToString::to_string).collect(),
+            observations: feedback.observations.clone(),
+        }),
+    }
+}
+
+/// A plan in the flat form the prompts ask for (and [`crate::parse`] reads), as compact JSON.
+pub fn flat_plan_json(plan: &Plan) -> String {
+    let steps: Vec<Value> = plan
+        .steps
+        .iter()
+        .map(|step| {
+            let mut flat = serde_json::Map::new();
+            flat.insert("id".into(), json!(step.id));
+            flat.insert("type".into(), json!(step.action.type_name()));
+            flat.insert("title".into(), json!(step.title));
+            match &step.action {
+                Action::Tool { name, arguments } => {
+                    flat.insert("name".into(), json!(name));
+                    flat.insert("arguments".into(), Value::Object(arguments.clone()));
+                }
+                Action::Agent { agent, query } => {
+                    flat.insert("agent".into(), json!(agent));
+                    flat.insert("query".into(), json!(query));
+                }
+                Action::Task { kind, need_web_search } => {
+                    flat.insert("kind".into(), json!(kind.to_string()));
+                    flat.insert("need_web_search".into(), json!(need_web_search));
+                    if !step.description.is_empty() {
+                        flat.insert("description".into(), json!(step.description));
+                    }
+                }
+                Action::Reply { text } => {
+                    flat.insert("text".into(), json!(text));
+                }
+            }
+            if !step.depends_on.is_empty() {
+                flat.insert("depends_on".into(), json!(step.depends_on));
+            }
+            if let Some(schedule) = &step.schedule {
+                flat.insert("schedule".into(), serde_json::to_value(schedule).unwrap_or(Value::Null));
+            }
+            Value::Object(flat)
+        })
+        .collect();
+    json!({"title": plan.title, "steps": steps}).to_string()
+}

@@ -1,0 +1,179 @@
+//! What a planning call takes: [`PlanRequest`] with its [`PlanOptions`], history and feedback.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::diagnostic::Diagnostic;
+use crate::llm::Message;
+use crate::plan::Plan;
+
+/// One planning request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PlanRequest {
+    /// The user's request.
+    pub query: String,
+    /// System prompt, persona or constraints of the calling agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Earlier turns of the conversation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Message>,
+    /// Background findings, documents, business knowledge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<String>,
+    /// Locale of the user-facing texts; default `en-US`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locale: Option<String>,
+    /// The current time as the user sees it; default now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<DateTime<Utc>>,
+    /// Agent the request is addressed to (ValueCell); a passthrough agent gets it without planning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_agent: Option<String>,
+    /// For replanning: the previous plan and what was said or observed about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<Feedback>,
+    /// Owner (user or tenant) to record on the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Conversation id to record on the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    /// Thread id to record on the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    /// Knobs.
+    #[serde(default)]
+    pub options: PlanOptions,
+}
+
+impl PlanRequest {
+    /// A request with default options.
+    pub fn new(query: impl Into<String>) -> PlanRequest {
+        PlanRequest { query: query.into(), ..PlanRequest::default() }
+    }
+
+    /// The locale, or `en-US`.
+    pub fn locale(&self) -> &str {
+        self.locale.as_deref().filter(|l| !l.trim().is_empty()).unwrap_or("en-US")
+    }
+}
+
+/// Feedback for replanning.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Feedback {
+    /// The plan being revised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Plan>,
+    /// What the person said (an edit request, answers to questions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Validation problems of the previous plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<Diagnostic>,
+    /// Observations from running the previous plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observations: Vec<String>,
+}
+
+/// Which plan shape the model is asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// Tool calls with arguments and dependencies (SAGE, LLMCompiler).
+    #[default]
+    ToolSteps,
+    /// Research and processing steps (deer-flow).
+    Research,
+    /// Natural-language tasks for agents, with schedules (ValueCell).
+    AgentTasks,
+}
+
+impl Shape {
+    /// All shapes.
+    pub const ALL: [Shape; 3] = [Shape::ToolSteps, Shape::Research, Shape::AgentTasks];
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::ToolSteps => "tool_steps",
+            Shape::Research => "research",
+            Shape::AgentTasks => "agent_tasks",
+        }
+    }
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Shape, String> {
+        let wanted = s.replace('-', "_");
+        Shape::ALL.into_iter().find(|shape| shape.as_str() == wanted).ok_or_else(|| {
+            format!("unknown shape `{s}`; expected tool_steps, research or agent_tasks")
+        })
+    }
+}
+
+/// What to return when no valid plan could be had.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FallbackPolicy {
+    /// A plan whose guidance tells the user what went wrong (ValueCell).
+    #[default]
+    Guidance,
+    /// A plan with one reply step (SAGE); `text` defaults to a localised "plan unavailable".
+    Reply {
+        /// The reply text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+    },
+    /// A default three-step plan "Plan for: …" (OpenManus).
+    DefaultPlan,
+    /// On the first iteration, fail; on later ones, keep the previous plan (deer-flow).
+    PreviousOrFail,
+    /// Fail with the diagnostics (Spring AI Alibaba's attempt cap).
+    Fail,
+}
+
+/// Knobs of one planning call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlanOptions {
+    /// At most this many steps (the closing reply is kept when cutting).
+    pub max_steps: usize,
+    /// How many tools go into the prompt; validation always uses the full catalog.
+    pub top_k: usize,
+    /// Tools always included in the prompt.
+    pub pinned_tools: Vec<String>,
+    /// Repair rounds after the first generation.
+    pub max_repairs: u32,
+    /// Which iteration of a review loop this call is (0 = first plan).
+    pub iteration: u32,
+    /// The plan shape asked of the model.
+    pub shape: Shape,
+    /// What to return when no valid plan could be had.
+    pub fallback: FallbackPolicy,
+    /// The user confirmed recurring schedules; without it they become a question.
+    pub allow_recurring: bool,
+    /// Longest free string in the model-facing schema (bounds decoding).
+    pub max_string_length: u32,
+    /// Token cap for one generation.
+    pub max_tokens: u32,
+}
+
+impl Default for PlanOptions {
+    fn default() -> PlanOptions {
+        PlanOptions {
+            max_steps: 8,
+            top_k: 8,
+            pinned_tools: Vec::new(),
+            max_repairs: 2,
+            iteration: 0,
+            shape: Shape::ToolSteps,
+            fallback: FallbackPolicy::Guidance,
+            allow_recurring: false,
+            max_string_length: 1000,
+            max_tokens: 2048,
+        }
+    }
+}

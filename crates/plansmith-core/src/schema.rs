@@ -1,0 +1,344 @@
+//! The JSON Schema a model's output must follow, built per request from the selected tools and
+//! agents and the options.
+//!
+//! Backends use it as a `json_schema` response format, as the parameters of a `planning` tool, or
+//! as the grammar of constrained decoding. Every free string gets a `maxLength` and every array a
+//! `maxItems`, so constrained decoding always ends (DESIGN §6, pitfall 4). Object key order is
+//! the order the model should write (`serde_json`'s `preserve_order`): `thought` before `steps`.
+//!
+//! The model writes the *flat* step form that [`crate::parse`] reads:
+//! `{"id": "s1", "type": "tool", "title": …, "name": …, "arguments": {…}, "depends_on": […]}`.
+
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{AgentCard, Tool};
+use crate::request::{PlanOptions, Shape};
+
+/// Longest title in the schema.
+const TITLE_MAX: u64 = 120;
+/// Bound for arrays inside tool arguments that declare none.
+const ARRAY_MAX: u64 = 32;
+/// Most questions a plan may ask.
+const QUESTIONS_MAX: u64 = 5;
+
+/// Builds the output schema for one request.
+pub fn plan_schema(tools: &[&Tool], agents: &[&AgentCard], options: &PlanOptions) -> Value {
+    let max_steps = u64::try_from(options.max_steps.max(1)).unwrap_or(u64::MAX);
+    let text_max = u64::from(options.max_string_length.max(16));
+    match options.shape {
+        Shape::ToolSteps => tool_steps_schema(tools, agents, max_steps, text_max),
+        Shape::Research => research_schema(max_steps, text_max),
+        Shape::AgentTasks => agent_tasks_schema(agents, max_steps, text_max),
+    }
+}
+
+fn string(max: u64) -> Value {
+    json!({"type": "string", "maxLength": max})
+}
+
+fn tool_steps_schema(tools: &[&Tool], agents: &[&AgentCard], max_steps: u64, text_max: u64) -> Value {
+    let mut branches: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            step_branch(
+                "tool",
+                [
+                    ("name", json!({"const": tool.name})),
+                    ("arguments", model_arguments_schema(&tool.input_schema, text_max)),
+                ],
+                max_steps,
+            )
+        })
+        .collect();
+    if !agents.is_empty() {
+        let names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
+        branches.push(step_branch(
+            "agent",
+            [("agent", json!({"enum": names})), ("query", string(text_max))],
+            max_steps,
+        ));
+    }
+    branches.push(step_branch("reply", [("text", string(text_max))], max_steps));
+    json!({
+        "type": "object",
+        "properties": {
+            "thought": string(text_max),
+            "title": string(TITLE_MAX),
+            "steps": {"type": "array", "maxItems": max_steps, "items": {"anyOf": branches}},
+            "questions": {
+                "type": "array",
+                "maxItems": QUESTIONS_MAX,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "text": string(text_max),
+                        "step": string(8),
+                        "argument": string(64)
+                    },
+                    "required": ["text"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["title", "steps"],
+        "additionalProperties": false
+    })
+}
+
+/// One member of the step union: `id`, `type` (a const), `title`, the action fields, `depends_on`.
+fn step_branch<const N: usize>(
+    kind: &str,
+    fields: [(&str, Value); N],
+    max_steps: u64,
+) -> Value {
+    let mut properties = Map::new();
+    properties.insert("id".into(), json!({"type": "string", "pattern": "^s[0-9]{1,3}$"}));
+    properties.insert("type".into(), json!({"const": kind}));
+    properties.insert("title".into(), string(TITLE_MAX));
+    let mut required = vec![json!("id"), json!("type")];
+    for (name, schema) in fields {
+        properties.insert(name.into(), schema);
+        required.push(json!(name));
+    }
+    properties.insert(
+        "depends_on".into(),
+        json!({"type": "array", "maxItems": max_steps, "items": {"type": "string", "pattern": "^s[0-9]{1,3}$"}}),
+    );
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false
+    })
+}
+
+fn research_schema(max_steps: u64, text_max: u64) -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "locale": {"type": "string", "maxLength": 16},
+            "has_enough_context": {"type": "boolean"},
+            "thought": string(text_max),
+            "title": string(TITLE_MAX),
+            "steps": {
+                "type": "array",
+                "maxItems": max_steps,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "need_web_search": {"type": "boolean"},
+                        "title": string(TITLE_MAX),
+                        "description": string(text_max),
+                        "step_type": {"enum": ["research", "processing"]}
+                    },
+                    "required": ["need_web_search", "title", "description", "step_type"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["locale", "has_enough_context", "thought", "title", "steps"],
+        "additionalProperties": false
+    })
+}
+
+fn agent_tasks_schema(agents: &[&AgentCard], max_steps: u64, text_max: u64) -> Value {
+    let agent_name = if agents.is_empty() {
+        string(64)
+    } else {
+        json!({"enum": agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>()})
+    };
+    json!({
+        "type": "object",
+        "properties": {
+            "adequate": {"type": "boolean"},
+            "reason": string(text_max),
+            "guidance_message": string(text_max),
+            "title": string(TITLE_MAX),
+            "tasks": {
+                "type": "array",
+                "maxItems": max_steps,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "title": string(TITLE_MAX),
+                        "query": string(text_max),
+                        "agent_name": agent_name,
+                        "pattern": {"enum": ["once", "recurring"]},
+                        "schedule_config": {
+                            "type": "object",
+                            "properties": {
+                                "interval_minutes": {"type": "integer", "minimum": 1, "maximum": 10080},
+                                "daily_time": {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
+                            },
+                            "additionalProperties": false
+                        }
+                    },
+                    "required": ["title", "query", "agent_name", "pattern"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["adequate", "reason", "title", "tasks"],
+        "additionalProperties": false
+    })
+}
+
+/// The model-facing form of a tool's input schema: local `$ref`s inlined, strings and arrays
+/// bounded, and each top-level property allowed to be a step reference `{"$ref": "s1.output…"}`.
+/// Validation always uses the tool's original schema.
+pub fn model_arguments_schema(input_schema: &Value, text_max: u64) -> Value {
+    let mut schema = if contains_ref(input_schema) {
+        // Recursive schemas cannot be inlined: fall back to a plain object; validation still
+        // checks the original.
+        jsonschema::dereference(input_schema)
+            .unwrap_or_else(|_| json!({"type": "object"}))
+    } else {
+        input_schema.clone()
+    };
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$defs");
+        object.remove("definitions");
+        object.remove("$schema");
+        object.remove("$id");
+    }
+    bound(&mut schema, text_max);
+    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for property in properties.values_mut() {
+            let original = property.take();
+            *property = json!({"anyOf": [original, step_ref_schema()]});
+        }
+    }
+    if schema.get("type").is_none() {
+        if let Some(object) = schema.as_object_mut() {
+            object.insert("type".into(), json!("object"));
+        }
+    }
+    schema
+}
+
+/// Schema of a step reference argument.
+pub fn step_ref_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"$ref": {"type": "string", "pattern": "^s[0-9]{1,3}\\.output", "maxLength": 128}},
+        "required": ["$ref"],
+        "additionalProperties": false
+    })
+}
+
+fn contains_ref(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.contains_key("$ref") || map.values().any(contains_ref),
+        Value::Array(items) => items.iter().any(contains_ref),
+        _ => false,
+    }
+}
+
+/// Adds `maxLength` to free strings and `maxItems` to arrays, recursively.
+fn bound(schema: &mut Value, text_max: u64) {
+    let Some(object) = schema.as_object_mut() else { return };
+    let types: Vec<String> = match object.get("type") {
+        Some(Value::String(ty)) => vec![ty.clone()],
+        Some(Value::Array(tys)) => tys.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        _ => Vec::new(),
+    };
+    let constrained = ["enum", "const", "maxLength", "format", "pattern"]
+        .iter()
+        .any(|key| object.contains_key(*key));
+    if types.iter().any(|t| t == "string") && !constrained {
+        object.insert("maxLength".into(), json!(text_max));
+    }
+    if types.iter().any(|t| t == "array") && !object.contains_key("maxItems") {
+        object.insert("maxItems".into(), json!(ARRAY_MAX));
+    }
+    for key in ["properties", "patternProperties"] {
+        if let Some(children) = object.get_mut(key).and_then(Value::as_object_mut) {
+            for child in children.values_mut() {
+                bound(child, text_max);
+            }
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "contains"] {
+        if let Some(child) = object.get_mut(key) {
+            bound(child, text_max);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(children) = object.get_mut(key).and_then(Value::as_array_mut) {
+            for child in children {
+                bound(child, text_max);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, schema: Value) -> Tool {
+        Tool { name: name.into(), description: String::new(), input_schema: schema, output_schema: None, annotations: None }
+    }
+
+    #[test]
+    fn schema_is_valid_and_bounds_every_string() {
+        let weather = tool(
+            "get_weather",
+            json!({"type": "object", "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["c", "f"]},
+                "days": {"type": "array", "items": {"type": "string"}}
+            }, "required": ["city"]}),
+        );
+        let options = PlanOptions { max_steps: 4, ..PlanOptions::default() };
+        let schema = plan_schema(&[&weather], &[], &options);
+        jsonschema::meta::validate(&schema).unwrap();
+        let args = &schema["properties"]["steps"]["items"]["anyOf"][0]["properties"]["arguments"];
+        assert_eq!(args["properties"]["city"]["anyOf"][0]["maxLength"], json!(1000));
+        assert!(args["properties"]["unit"]["anyOf"][0].get("maxLength").is_none());
+        assert_eq!(args["properties"]["days"]["anyOf"][0]["maxItems"], json!(32));
+        assert_eq!(args["properties"]["days"]["anyOf"][0]["items"]["maxLength"], json!(1000));
+        assert_eq!(schema["properties"]["steps"]["maxItems"], json!(4));
+
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let good = json!({"title": "t", "steps": [
+            {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}},
+            {"id": "s2", "type": "tool", "name": "get_weather", "arguments": {"city": {"$ref": "s1.output.city"}}, "depends_on": ["s1"]},
+            {"id": "s3", "type": "reply", "text": "ok"}
+        ]});
+        assert!(validator.is_valid(&good));
+        for bad in [
+            json!({"title": "t", "steps": [{"id": "s1", "type": "tool", "name": "nope", "arguments": {}}]}),
+            json!({"title": "t", "steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {}}]}),
+            json!({"title": "t", "steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": 3}}]}),
+            json!({"title": "t", "steps": [{"id": "s1", "type": "reply", "text": "a"}, {"id": "s2", "type": "reply", "text": "a"},
+                {"id": "s3", "type": "reply", "text": "a"}, {"id": "s4", "type": "reply", "text": "a"}, {"id": "s5", "type": "reply", "text": "a"}]}),
+        ] {
+            assert!(!validator.is_valid(&bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn local_refs_are_inlined() {
+        let schema = json!({"type": "object", "$defs": {"c": {"type": "string"}}, "properties": {"city": {"$ref": "#/$defs/c"}}});
+        let model = model_arguments_schema(&schema, 50);
+        assert!(!contains_ref(&model["properties"]["city"]["anyOf"][0]), "{model}");
+        assert_eq!(model["properties"]["city"]["anyOf"][0]["maxLength"], json!(50));
+    }
+
+    #[test]
+    fn other_shapes_are_valid_schemas() {
+        let agent = AgentCard {
+            name: "ResearchAgent".into(),
+            description: String::new(),
+            skills: vec![],
+            capabilities: Map::new(),
+            passthrough: false,
+        };
+        for shape in [Shape::Research, Shape::AgentTasks] {
+            let options = PlanOptions { shape, ..PlanOptions::default() };
+            let schema = plan_schema(&[], &[&agent], &options);
+            jsonschema::meta::validate(&schema).unwrap();
+        }
+    }
+}

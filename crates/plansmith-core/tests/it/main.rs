@@ -1,0 +1,2 @@
+mod parse;
+mod pipeline;

@@ -1,0 +1,270 @@
+//! The seed scenarios of DESIGN §8 that belong to planning, as data: `tests/data/scenarios/*.json`.
+//!
+//! Each case gives a request, the scripted model's turns (shaped like real model output), and
+//! what must come out: the outcome status, steps (a partial match on the flat step view),
+//! questions, guidance, fallback reason, findings, what the prompts sent to the model contained,
+//! and how many model calls were made. One `check` runs them all and reports every failing case.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use plansmith_core::llm::Script;
+use plansmith_core::pipeline::Triage;
+use plansmith_core::{
+    Catalog, CompletionRequest, OutcomeStatus, PlanRequest, Planner, ScriptedModel, Step,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Debug, Deserialize)]
+struct Scenario {
+    name: String,
+    #[serde(default)]
+    agents: bool,
+    request: PlanRequest,
+    script: Script,
+    expect: Expect,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Expect {
+    status: String,
+    error_contains: Option<String>,
+    n_requests: Option<usize>,
+    n_steps: Option<usize>,
+    steps: Option<Vec<Value>>,
+    questions: Option<Vec<Value>>,
+    guidance_contains: Vec<String>,
+    reason_contains: Vec<String>,
+    title: Option<String>,
+    plan_id: Option<String>,
+    has_enough_context: Option<bool>,
+    findings: Vec<String>,
+    prompt_contains: Vec<PromptNeedle>,
+    repairs: Option<u32>,
+    strategy: Option<String>,
+    constraint: Option<String>,
+    selected_tools: Option<Vec<String>>,
+    triage: Option<Triage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PromptNeedle {
+    request: usize,
+    text: String,
+}
+
+pub fn data_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data"))
+}
+
+pub fn test_catalog(with_agents: bool) -> Catalog {
+    let read = |name: &str| -> Value {
+        let text = std::fs::read_to_string(data_dir().join("catalogs").join(name)).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let catalog = Catalog::from_json(&read("tools.json")).unwrap();
+    if with_agents {
+        catalog.with_agents(Catalog::agents_from_json(&read("agents.json")).unwrap()).unwrap()
+    } else {
+        catalog
+    }
+}
+
+/// A step as one flat object: the step's fields with the action's fields merged in.
+fn step_view(step: &Step) -> Value {
+    let mut view = serde_json::to_value(step).unwrap();
+    let action = view.as_object_mut().unwrap().remove("action").unwrap();
+    for (key, value) in action.as_object().unwrap() {
+        view[key] = value.clone();
+    }
+    view
+}
+
+/// Every key of `expected` must match `actual`: `*_contains` keys by substring, others equal.
+fn partial_match(actual: &Value, expected: &Value) -> Result<(), String> {
+    for (key, want) in expected.as_object().unwrap() {
+        if let Some(field) = key.strip_suffix("_contains") {
+            let got = actual.get(field).and_then(Value::as_str).unwrap_or_default();
+            let needle = want.as_str().unwrap();
+            if !got.contains(needle) {
+                return Err(format!("{field} = {got:?} does not contain {needle:?}"));
+            }
+            continue;
+        }
+        let got = actual.get(key).cloned().unwrap_or(Value::Null);
+        let got = if got.is_null() && want.as_array().is_some_and(Vec::is_empty) { json!([]) } else { got };
+        if &got != want {
+            return Err(format!("{key} = {got} but expected {want}"));
+        }
+    }
+    Ok(())
+}
+
+fn constraint_kind(request: &CompletionRequest) -> String {
+    match &request.constraint {
+        Some(c) => serde_json::to_value(c).unwrap()["kind"].as_str().unwrap().to_owned(),
+        None => "none".into(),
+    }
+}
+
+fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
+    let model = Arc::new(ScriptedModel::from_script(scenario.script.clone()));
+    let planner = Planner::new(test_catalog(scenario.agents), model.clone());
+    let result = futures::executor::block_on(planner.plan(&scenario.request));
+    let expect = &scenario.expect;
+    let requests = model.requests();
+    let mut failures = Vec::new();
+    let mut fail = |message: String| failures.push(message);
+
+    if let Some(n) = expect.n_requests {
+        if requests.len() != n {
+            fail(format!("{} model requests, expected {n}", requests.len()));
+        }
+    }
+    for needle in &expect.prompt_contains {
+        match requests.get(needle.request) {
+            None => fail(format!("no model request #{}", needle.request)),
+            Some(request) => {
+                if !request.messages.iter().any(|m| m.content.contains(&needle.text)) {
+                    let all: Vec<&str> = request.messages.iter().map(|m| m.content.as_str()).collect();
+                    fail(format!("request #{} lacks {:?}; messages: {all:#?}", needle.request, needle.text));
+                }
+            }
+        }
+    }
+    if let Some(kind) = &expect.constraint {
+        match requests.first() {
+            Some(request) if &constraint_kind(request) == kind => {}
+            Some(request) => fail(format!("constraint {} expected {kind}", constraint_kind(request))),
+            None => fail("no request to check the constraint of".into()),
+        }
+    }
+
+    let outcome = match result {
+        Err(err) => {
+            if expect.status != "error" {
+                fail(format!("planning failed: {err}, expected status {}", expect.status));
+            } else if let Some(needle) = &expect.error_contains {
+                if !err.to_string().contains(needle) {
+                    fail(format!("error `{err}` lacks {needle:?}"));
+                }
+            }
+            return if failures.is_empty() { Ok(()) } else { Err(failures) };
+        }
+        Ok(outcome) => outcome,
+    };
+    let status = match &outcome.status {
+        OutcomeStatus::Ready => "ready",
+        OutcomeStatus::NeedsInput => "needs_input",
+        OutcomeStatus::Fallback { .. } => "fallback",
+    };
+    if status != expect.status {
+        fail(format!("status {status}, expected {}; outcome: {}", expect.status, serde_json::to_string_pretty(&outcome).unwrap()));
+    }
+    let plan = &outcome.plan;
+    if let Some(n) = expect.n_steps {
+        if plan.steps.len() != n {
+            fail(format!("{} steps, expected {n}", plan.steps.len()));
+        }
+    }
+    if let Some(steps) = &expect.steps {
+        if plan.steps.len() < steps.len() {
+            fail(format!("{} steps, expected at least {}", plan.steps.len(), steps.len()));
+        }
+        for (idx, (step, want)) in plan.steps.iter().zip(steps).enumerate() {
+            if let Err(why) = partial_match(&step_view(step), want) {
+                fail(format!("step {idx}: {why}"));
+            }
+        }
+    }
+    if let Some(questions) = &expect.questions {
+        if plan.questions.len() != questions.len() {
+            fail(format!("{} questions, expected {}: {:?}", plan.questions.len(), questions.len(), plan.questions));
+        }
+        for (idx, (question, want)) in plan.questions.iter().zip(questions).enumerate() {
+            if let Err(why) = partial_match(&serde_json::to_value(question).unwrap(), want) {
+                fail(format!("question {idx}: {why}"));
+            }
+        }
+    }
+    let guidance = plan.guidance.clone().unwrap_or_default();
+    for needle in &expect.guidance_contains {
+        if !guidance.contains(needle) {
+            fail(format!("guidance {guidance:?} lacks {needle:?}"));
+        }
+    }
+    let reason = match &outcome.status {
+        OutcomeStatus::Fallback { reason } => reason.clone(),
+        _ => String::new(),
+    };
+    for needle in &expect.reason_contains {
+        if !reason.contains(needle) {
+            fail(format!("fallback reason {reason:?} lacks {needle:?}"));
+        }
+    }
+    if let Some(title) = &expect.title {
+        if &plan.title != title {
+            fail(format!("title {:?}, expected {title:?}", plan.title));
+        }
+    }
+    if let Some(id) = &expect.plan_id {
+        if &plan.id != id {
+            fail(format!("plan id {}, expected {id}", plan.id));
+        }
+    }
+    if expect.has_enough_context.is_some() && plan.has_enough_context != expect.has_enough_context {
+        fail(format!("has_enough_context {:?}, expected {:?}", plan.has_enough_context, expect.has_enough_context));
+    }
+    let codes: Vec<&str> = outcome.diagnostics.findings.iter().map(|d| d.code.as_str()).collect();
+    for code in &expect.findings {
+        if !codes.contains(&code.as_str()) {
+            fail(format!("findings {codes:?} lack {code}"));
+        }
+    }
+    if let Some(repairs) = expect.repairs {
+        if outcome.diagnostics.repairs != repairs {
+            fail(format!("{} repairs, expected {repairs}", outcome.diagnostics.repairs));
+        }
+    }
+    if let Some(strategy) = &expect.strategy {
+        let got = outcome.diagnostics.strategy.map(|s| s.as_str()).unwrap_or("none");
+        if got != strategy {
+            fail(format!("strategy {got}, expected {strategy}"));
+        }
+    }
+    if let Some(selected) = &expect.selected_tools {
+        if &outcome.diagnostics.selected_tools != selected {
+            fail(format!("selected {:?}, expected {selected:?}", outcome.diagnostics.selected_tools));
+        }
+    }
+    if let Some(triage) = expect.triage {
+        if outcome.diagnostics.triage != triage {
+            fail(format!("triage {:?}, expected {triage:?}", outcome.diagnostics.triage));
+        }
+    }
+    if failures.is_empty() { Ok(()) } else { Err(failures) }
+}
+
+#[test]
+fn seed_scenarios() {
+    let dir = data_dir().join("scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let mut n_cases = 0;
+    let mut report = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let scenarios: Vec<Scenario> = serde_json::from_str(&text)
+            .unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+        for scenario in &scenarios {
+            n_cases += 1;
+            if let Err(failures) = run(scenario) {
+                report.push(format!("{}:\n  {}", scenario.name, failures.join("\n  ")));
+            }
+        }
+    }
+    assert!(n_cases >= 30, "only {n_cases} scenarios found in {}", dir.display());
+    assert!(report.is_empty(), "{} of {n_cases} scenarios failed:\n{}", report.len(), report.join("\n"));
+}

@@ -1,0 +1,158 @@
+//! `plansmith eval`: run the retriever over an evaluation set and write its rankings.
+//!
+//! The official figures come from `shared/eval/score.py`, which reads the file written here;
+//! the summary computed in Rust is a quick look for the command line (same definitions:
+//! recall@k averages the share of a case's relevant tools found in the top k, MRR the
+//! reciprocal rank of the first relevant tool).
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use plansmith_core::catalog::Catalog;
+use plansmith_core::retrieve::{Bm25Index, Retriever};
+use serde::Deserialize;
+use serde_json::json;
+
+/// The cut-offs of [`RetrievalSummary::recall`].
+pub const RECALL_AT: [usize; 4] = [1, 3, 6, 10];
+
+/// Quick figures of one retrieval run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrievalSummary {
+    /// Tools in the catalog.
+    pub n_tools: usize,
+    /// Catalog entries that were skipped because they are invalid.
+    pub n_catalog_problems: usize,
+    /// Cases ranked.
+    pub n_cases: usize,
+    /// Mean recall at each cut-off of [`RECALL_AT`], in that order.
+    pub recall: [f64; 4],
+    /// Mean reciprocal rank of the first relevant tool (0 when none is ranked).
+    pub mrr: f64,
+}
+
+/// One line of a retrieval cases file.
+#[derive(Debug, Deserialize)]
+struct Case {
+    id: String,
+    query: String,
+    #[serde(default)]
+    relevant: Vec<String>,
+}
+
+/// Ranks every case of `cases_path` (JSONL `{"id", "query", "relevant": [tool names]}`) against
+/// the catalog at `catalog_path` with the default BM25 retriever, keeping the `top` best tools.
+///
+/// Writes one `{"id", "ranked": [tool names, best first]}` line per case to `out_path` and
+/// returns the summary. The catalog may be in any form `Catalog::from_json_lenient` accepts;
+/// invalid entries are skipped and counted in [`RetrievalSummary::n_catalog_problems`].
+/// Blank lines in the cases file are skipped; a malformed line is an error naming its number.
+pub fn retrieval(
+    catalog_path: &Path,
+    cases_path: &Path,
+    out_path: &Path,
+    top: usize,
+) -> anyhow::Result<RetrievalSummary> {
+    let text = fs::read_to_string(catalog_path)
+        .with_context(|| format!("failed to read catalog {}", catalog_path.display()))?;
+    let document: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("catalog {} is not valid JSON", catalog_path.display()))?;
+    let (catalog, problems) = Catalog::from_json_lenient(&document)
+        .with_context(|| format!("failed to load catalog {}", catalog_path.display()))?;
+
+    let text = fs::read_to_string(cases_path)
+        .with_context(|| format!("failed to read cases {}", cases_path.display()))?;
+    let mut cases = Vec::new();
+    for (line_idx, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let case: Case = serde_json::from_str(line).with_context(|| {
+            format!("{}:{}: not a retrieval case", cases_path.display(), line_idx + 1)
+        })?;
+        cases.push(case);
+    }
+    if cases.is_empty() {
+        bail!("{}: no retrieval cases", cases_path.display());
+    }
+
+    let index = Bm25Index::new(&catalog);
+    let file = fs::File::create(out_path)
+        .with_context(|| format!("failed to create {}", out_path.display()))?;
+    let mut out = BufWriter::new(file);
+    let mut recall = [0f64; 4];
+    let mut mrr = 0f64;
+    for case in &cases {
+        let ranked: Vec<&str> = index
+            .rank(&case.query, top)
+            .iter()
+            .filter_map(|scored| catalog.tool_at(scored.index))
+            .map(|tool| tool.tool.name.as_str())
+            .collect();
+        serde_json::to_writer(&mut out, &json!({"id": case.id, "ranked": ranked}))
+            .with_context(|| format!("failed to write {}", out_path.display()))?;
+        out.write_all(b"\n").with_context(|| format!("failed to write {}", out_path.display()))?;
+
+        if !case.relevant.is_empty() {
+            let is_relevant = |name: &str| case.relevant.iter().any(|r| r == name);
+            for (sum, k) in recall.iter_mut().zip(RECALL_AT) {
+                let hits = ranked.iter().take(k).filter(|name| is_relevant(name)).count();
+                *sum += hits as f64 / case.relevant.len() as f64;
+            }
+            if let Some(rank) = ranked.iter().position(|name| is_relevant(name)) {
+                mrr += 1.0 / (rank + 1) as f64;
+            }
+        }
+    }
+    out.flush().with_context(|| format!("failed to write {}", out_path.display()))?;
+
+    let n_cases = cases.len();
+    Ok(RetrievalSummary {
+        n_tools: catalog.len(),
+        n_catalog_problems: problems.len(),
+        n_cases,
+        recall: recall.map(|sum| sum / n_cases as f64),
+        mrr: mrr / n_cases as f64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_cases_and_reports_bad_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = dir.path().join("catalog.json");
+        let cases = dir.path().join("cases.jsonl");
+        let out = dir.path().join("preds.jsonl");
+        fs::write(
+            &catalog,
+            r#"[{"name": "get_weather", "description": "Weather forecast for a city"},
+                {"name": "sendEmail", "description": "Send an email"},
+                {"name": "broken", "input_schema": {"type": "string"}}]"#,
+        )
+        .unwrap();
+        fs::write(
+            &cases,
+            "{\"id\": \"a\", \"query\": \"weather in Oslo\", \"relevant\": [\"get_weather\"]}\n\n\
+             {\"id\": \"b\", \"query\": \"email Bob\", \"relevant\": [\"get_weather\"]}\n",
+        )
+        .unwrap();
+        let summary = retrieval(&catalog, &cases, &out, 5).unwrap();
+        assert_eq!((summary.n_tools, summary.n_catalog_problems, summary.n_cases), (2, 1, 2));
+        assert_eq!(summary.recall, [0.5, 0.5, 0.5, 0.5]);
+        assert_eq!(summary.mrr, 0.5);
+        let written = fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            written,
+            "{\"id\":\"a\",\"ranked\":[\"get_weather\"]}\n{\"id\":\"b\",\"ranked\":[\"sendEmail\"]}\n"
+        );
+
+        fs::write(&cases, "{\"id\": \"a\", \"query\": \"x\"}\n\nnot json\n").unwrap();
+        let err = retrieval(&catalog, &cases, &out, 5).unwrap_err();
+        assert!(format!("{err:#}").contains("cases.jsonl:3:"), "{err:#}");
+    }
+}

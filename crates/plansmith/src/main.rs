@@ -1,0 +1,160 @@
+//! `plansmith`: the command line front end of the planning engine.
+//!
+//! Exit codes (also in the README):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success; for `plan`, a ready plan |
+//! | 1 | planning failed (no valid plan, and the fallback policy says to fail) |
+//! | 2 | bad input: usage, unreadable file, invalid tool schema, bad option |
+//! | 3 | no model configured, or the model could not be called |
+//! | 10 | `plan`: the plan needs input (questions or guidance for the user) |
+//! | 11 | `plan`: a fallback plan was returned (the reason is printed) |
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod eval;
+mod plan_cmd;
+mod tools_cmd;
+
+/// Exit code for a ready plan or another success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code when planning failed.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code for bad input.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code for model problems.
+pub const EXIT_MODEL: u8 = 3;
+/// Exit code for a plan that needs input.
+pub const EXIT_NEEDS_INPUT: u8 = 10;
+/// Exit code for a fallback plan.
+pub const EXIT_FALLBACK: u8 = 11;
+
+/// An error with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl CliError {
+    /// Bad input (exit 2).
+    pub fn input(error: impl Into<anyhow::Error>) -> CliError {
+        CliError { code: EXIT_BAD_INPUT, error: error.into() }
+    }
+    /// A model problem (exit 3).
+    pub fn model(error: impl Into<anyhow::Error>) -> CliError {
+        CliError { code: EXIT_MODEL, error: error.into() }
+    }
+    /// Planning failed (exit 1).
+    pub fn failed(error: impl Into<anyhow::Error>) -> CliError {
+        CliError { code: EXIT_FAILED, error: error.into() }
+    }
+}
+
+/// plansmith: turn a request and a tool catalog into a validated, executable plan.
+#[derive(Debug, Parser)]
+#[command(name = "plansmith", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Plan a request against a tool catalog.
+    Plan(plan_cmd::PlanArgs),
+    /// Inspect tool catalogs.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// Evaluation commands.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ToolsCommand {
+    /// Load a catalog and report every invalid tool (name and JSON pointer).
+    Check {
+        /// Catalog file (MCP tools/list result, list, OpenAI tools, or {name: tool} map).
+        file: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rank the tools of a catalog for a query (BM25).
+    Search(tools_cmd::SearchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum EvalCommand {
+    /// Rank tools for every case and write `{"id", "ranked"}` lines for `score.py retrieval`.
+    Retrieval(RetrievalArgs),
+}
+
+#[derive(Debug, Args)]
+struct RetrievalArgs {
+    /// Catalog file.
+    #[arg(long)]
+    catalog: PathBuf,
+    /// Cases, JSON lines `{"id", "query", "relevant": [...]}`.
+    #[arg(long)]
+    cases: PathBuf,
+    /// Where to write the predictions (JSON lines).
+    #[arg(long)]
+    out: PathBuf,
+    /// Length of each ranked list.
+    #[arg(long, default_value_t = 50)]
+    top: usize,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PLANSMITH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Plan(args) => plan_cmd::run(args),
+        Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
+        Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
+        Command::Eval(EvalCommand::Retrieval(args)) => {
+            eval::retrieval(&args.catalog, &args.cases, &args.out, args.top)
+                .map(|summary| {
+                    println!(
+                        "{} cases over {} tools ({} invalid catalog entries skipped); wrote {}",
+                        summary.n_cases,
+                        summary.n_tools,
+                        summary.n_catalog_problems,
+                        args.out.display()
+                    );
+                    let recalls: Vec<String> = eval::RECALL_AT
+                        .iter()
+                        .zip(summary.recall)
+                        .map(|(k, r)| format!("R@{k} {r:.3}"))
+                        .collect();
+                    println!("{} · MRR {:.3}", recalls.join(" · "), summary.mrr);
+                    EXIT_OK
+                })
+                .map_err(CliError::input)
+        }
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(CliError { code, error }) => {
+            if let Some(io) = error.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::SUCCESS;
+                }
+            }
+            eprintln!("error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}

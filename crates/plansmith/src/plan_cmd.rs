@@ -1,0 +1,312 @@
+//! `plansmith plan`: load the catalog, the model and the request, plan, print.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use clap::Args;
+use plansmith_core::{
+    Action, Catalog, FallbackPolicy, LanguageModel, Outcome, OutcomeStatus, PlanError, PlanOptions,
+    PlanRequest, Planner, ScriptedModel, Severity, Shape, Templates,
+};
+
+use crate::{CliError, EXIT_FALLBACK, EXIT_NEEDS_INPUT, EXIT_OK};
+
+/// Arguments of `plansmith plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The request to plan.
+    query: String,
+    /// Tool catalog (MCP tools/list result, list, OpenAI tools, or {name: tool} map).
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// Agent cards (a list, or {"agents": [...]}).
+    #[arg(long)]
+    agents: Option<PathBuf>,
+    /// System prompt / persona / constraints: text, or @FILE.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Background context: text, or @FILE (repeatable).
+    #[arg(long)]
+    context: Vec<String>,
+    /// Locale of user-facing texts.
+    #[arg(long, default_value = "en-US")]
+    locale: String,
+    /// Address the request to this agent (a passthrough agent gets it without planning).
+    #[arg(long)]
+    target_agent: Option<String>,
+    /// Most steps in the plan.
+    #[arg(long, default_value_t = 8)]
+    max_steps: usize,
+    /// Tools shown to the model (validation always uses the whole catalog).
+    #[arg(long, default_value_t = 8)]
+    top_k: usize,
+    /// Tools always shown to the model (repeatable).
+    #[arg(long = "pin")]
+    pinned: Vec<String>,
+    /// Repair rounds after the first generation.
+    #[arg(long, default_value_t = 2)]
+    max_repairs: u32,
+    /// Plan shape: tool_steps, research, agent_tasks.
+    #[arg(long, default_value = "tool_steps")]
+    shape: String,
+    /// When no valid plan can be had: guidance, reply, default-plan, previous-or-fail, fail.
+    #[arg(long, default_value = "guidance")]
+    fallback: String,
+    /// The user confirmed recurring schedules.
+    #[arg(long)]
+    allow_recurring: bool,
+    /// Directory of templates overriding the built-in ones (same file names).
+    #[arg(long)]
+    templates: Option<PathBuf>,
+    /// The model: `scripted:FILE` (replays recorded replies).
+    #[arg(long, env = "PLANSMITH_MODEL")]
+    model: Option<String>,
+    /// Print the plan document as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Print the whole outcome (status, plan, diagnostics) as JSON.
+    #[arg(long, conflicts_with = "json")]
+    outcome_json: bool,
+    /// Print every diagnostic, not just a summary.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+/// Runs `plansmith plan`.
+pub fn run(args: PlanArgs) -> Result<u8, CliError> {
+    let catalog = load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
+    let model = load_model(args.model.as_deref())?;
+    let mut planner = Planner::new(catalog, model);
+    if let Some(dir) = &args.templates {
+        planner = planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
+    }
+    let request = build_request(&args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(CliError::failed)?;
+    match runtime.block_on(planner.plan(&request)) {
+        Ok(outcome) => print_outcome(&outcome, &args),
+        Err(err) => {
+            if let Some(diagnostics) = err.diagnostics() {
+                if args.verbose || args.outcome_json {
+                    for attempt in &diagnostics.attempts {
+                        eprintln!("attempt {}: {}", attempt.index, attempt.raw);
+                        for diag in &attempt.diagnostics {
+                            eprintln!("  {diag}");
+                        }
+                    }
+                }
+            }
+            Err(match err {
+                PlanError::Model { .. } => CliError::model(err),
+                PlanError::InvalidRequest(_) => CliError::input(err),
+                _ => CliError::failed(err),
+            })
+        }
+    }
+}
+
+/// Loads the tool catalog and agent cards (strict: any invalid tool is an error naming it).
+pub fn load_catalog(tools: Option<&Path>, agents: Option<&Path>) -> Result<Catalog, CliError> {
+    let catalog = match tools {
+        Some(path) => {
+            let document = read_json(path)?;
+            Catalog::from_json(&document)
+                .with_context(|| format!("invalid tool catalog {}", path.display()))
+                .map_err(CliError::input)?
+        }
+        None => Catalog::empty(),
+    };
+    match agents {
+        Some(path) => {
+            let document = read_json(path)?;
+            let cards = Catalog::agents_from_json(&document)
+                .with_context(|| format!("invalid agent cards {}", path.display()))
+                .map_err(CliError::input)?;
+            catalog.with_agents(cards).map_err(CliError::input)
+        }
+        None => Ok(catalog),
+    }
+}
+
+/// Reads and parses a JSON file.
+pub fn read_json(path: &Path) -> Result<serde_json::Value, CliError> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(CliError::input)?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", path.display()))
+        .map_err(CliError::input)
+}
+
+fn load_model(spec: Option<&str>) -> Result<Arc<dyn LanguageModel>, CliError> {
+    let spec = spec.map(str::trim).filter(|s| !s.is_empty()).ok_or_else(|| {
+        CliError::model(anyhow!(
+            "no model configured: pass --model scripted:FILE (a file of recorded replies, see examples/), \
+             or set PLANSMITH_MODEL"
+        ))
+    })?;
+    let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    match kind {
+        "scripted" => {
+            let model = ScriptedModel::from_file(Path::new(rest)).map_err(CliError::model)?;
+            Ok(Arc::new(model))
+        }
+        other => Err(CliError::model(anyhow!(
+            "unknown model kind `{other}` in `{spec}`; supported: scripted:FILE"
+        ))),
+    }
+}
+
+/// `text` or `@FILE`.
+fn text_or_file(value: &str) -> Result<String, CliError> {
+    match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {path}"))
+            .map_err(CliError::input),
+        None => Ok(value.to_owned()),
+    }
+}
+
+fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
+    let shape: Shape = args.shape.parse().map_err(|e: String| CliError::input(anyhow!(e)))?;
+    let fallback = match args.fallback.replace('_', "-").as_str() {
+        "guidance" => FallbackPolicy::Guidance,
+        "reply" => FallbackPolicy::Reply { text: None },
+        "default-plan" => FallbackPolicy::DefaultPlan,
+        "previous-or-fail" => FallbackPolicy::PreviousOrFail,
+        "fail" => FallbackPolicy::Fail,
+        other => {
+            return Err(CliError::input(anyhow!(
+                "unknown fallback `{other}`; expected guidance, reply, default-plan, previous-or-fail or fail"
+            )));
+        }
+    };
+    let mut request = PlanRequest::new(args.query.clone());
+    request.profile = args.profile.as_deref().map(text_or_file).transpose()?;
+    request.context = args.context.iter().map(|c| text_or_file(c)).collect::<Result<_, _>>()?;
+    request.locale = Some(args.locale.clone());
+    request.target_agent = args.target_agent.clone();
+    request.options = PlanOptions {
+        max_steps: args.max_steps,
+        top_k: args.top_k,
+        pinned_tools: args.pinned.clone(),
+        max_repairs: args.max_repairs,
+        shape,
+        fallback,
+        allow_recurring: args.allow_recurring,
+        ..PlanOptions::default()
+    };
+    Ok(request)
+}
+
+fn print_outcome(outcome: &Outcome, args: &PlanArgs) -> Result<u8, CliError> {
+    let code = match &outcome.status {
+        OutcomeStatus::Ready => EXIT_OK,
+        OutcomeStatus::NeedsInput => EXIT_NEEDS_INPUT,
+        OutcomeStatus::Fallback { .. } => EXIT_FALLBACK,
+    };
+    if args.outcome_json {
+        let text = serde_json::to_string_pretty(outcome).map_err(CliError::failed)?;
+        println!("{text}");
+        return Ok(code);
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&outcome.plan).map_err(CliError::failed)?;
+        println!("{text}");
+        eprintln!("{}", summary_line(outcome));
+        return Ok(code);
+    }
+    print!("{}", render_outcome(outcome, args.verbose));
+    Ok(code)
+}
+
+fn summary_line(outcome: &Outcome) -> String {
+    let diags = &outcome.diagnostics;
+    let count = |severity| diags.findings.iter().filter(|d| d.severity == severity).count();
+    format!(
+        "{} · {} step(s) · {} attempt(s), {} repair(s) · strategy {} · {} warning(s), {} note(s) · {} ms",
+        match &outcome.status {
+            OutcomeStatus::Ready => "ready",
+            OutcomeStatus::NeedsInput => "needs input",
+            OutcomeStatus::Fallback { .. } => "fallback",
+        },
+        outcome.plan.steps.len(),
+        diags.attempts.len(),
+        diags.repairs,
+        diags.strategy.map(|s| s.as_str()).unwrap_or("none"),
+        count(Severity::Warning),
+        count(Severity::Info),
+        diags.timings.total_us / 1000,
+    )
+}
+
+/// The human-readable rendering: title, numbered steps with arguments, questions, diagnostics.
+fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
+    let plan = &outcome.plan;
+    let mut out = String::new();
+    out.push_str(&format!("{}\n", if plan.title.is_empty() { "Plan" } else { &plan.title }));
+    if let OutcomeStatus::Fallback { reason } = &outcome.status {
+        out.push_str(&format!("Fallback: {reason}\n"));
+    }
+    if let Some(guidance) = &plan.guidance {
+        out.push_str(&format!("Guidance: {guidance}\n"));
+    }
+    for (idx, step) in plan.steps.iter().enumerate() {
+        let after = if step.depends_on.is_empty() { String::new() } else { format!(" (after {})", step.depends_on.join(", ")) };
+        let flag = if step.requires_approval { " [needs approval]" } else { "" };
+        out.push_str(&format!("{:>2}. [{}] {}{after}{flag}\n", idx + 1, step.id, step.title));
+        match &step.action {
+            Action::Tool { name, arguments } => {
+                out.push_str(&format!("      tool {name}\n"));
+                for (key, value) in arguments {
+                    out.push_str(&format!("        {key} = {value}\n"));
+                }
+            }
+            Action::Agent { agent, query } => out.push_str(&format!("      agent {agent}: {query}\n")),
+            Action::Task { kind, need_web_search } => {
+                let web = if *need_web_search { ", web search" } else { "" };
+                out.push_str(&format!("      {kind} task{web}\n"));
+                if !step.description.is_empty() {
+                    out.push_str(&format!("      {}\n", step.description));
+                }
+            }
+            Action::Reply { text } => out.push_str(&format!("      reply: {text}\n")),
+        }
+        if let Some(schedule) = &step.schedule {
+            out.push_str(&format!("      schedule: {}\n", serde_json::to_string(schedule).unwrap_or_default()));
+        }
+    }
+    if !plan.questions.is_empty() {
+        out.push_str("Questions:\n");
+        for question in &plan.questions {
+            let options = if question.options.is_empty() { String::new() } else { format!(" [{}]", question.options.join(" / ")) };
+            out.push_str(&format!("  {}: {}{options}\n", question.id, question.text));
+        }
+    }
+    let shown: Vec<_> = outcome
+        .diagnostics
+        .findings
+        .iter()
+        .filter(|d| verbose || d.severity >= Severity::Warning)
+        .collect();
+    if !shown.is_empty() {
+        out.push_str("Diagnostics:\n");
+        for diag in shown {
+            out.push_str(&format!("  {diag}\n"));
+        }
+    }
+    if verbose {
+        for attempt in &outcome.diagnostics.attempts {
+            out.push_str(&format!("Attempt {} raw output:\n{}\n", attempt.index, attempt.raw));
+            for diag in &attempt.diagnostics {
+                out.push_str(&format!("  {diag}\n"));
+            }
+        }
+    }
+    out.push_str(&format!("-- {}\n", summary_line(outcome)));
+    out
+}
