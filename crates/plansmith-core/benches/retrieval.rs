@@ -14,7 +14,10 @@ use plansmith_core::catalog::{Catalog, Tool};
 use plansmith_core::retrieve::{Bm25Index, Bm25Params, Retriever};
 use serde_json::json;
 
-const CATALOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/eval/data/catalog.json");
+const CATALOG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/eval/data/catalog.json"
+);
 
 const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
 
@@ -41,10 +44,32 @@ fn base_tools() -> Vec<Tool> {
 
 /// Stand-in tools built from a small vocabulary, for machines without the eval data.
 fn generated_tools() -> Vec<Tool> {
-    let verbs = ["get", "list", "create", "update", "delete", "search", "calculate", "convert"];
+    let verbs = [
+        "get",
+        "list",
+        "create",
+        "update",
+        "delete",
+        "search",
+        "calculate",
+        "convert",
+    ];
     let nouns = [
-        "weather", "email", "invoice", "customer", "flight", "hotel", "stock_price", "triangle_area",
-        "exchange_rate", "repository", "issue", "calendar_event", "playlist", "recipe", "order",
+        "weather",
+        "email",
+        "invoice",
+        "customer",
+        "flight",
+        "hotel",
+        "stock_price",
+        "triangle_area",
+        "exchange_rate",
+        "repository",
+        "issue",
+        "calendar_event",
+        "playlist",
+        "recipe",
+        "order",
     ];
     let mut tools = Vec::new();
     for verb in verbs {

@@ -4,9 +4,10 @@
 //! input schema is compiled once on load, so a broken schema is reported with the tool's name
 //! and the JSON pointer of the problem, never discovered at planning time.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -55,9 +56,9 @@ pub struct ToolAnnotations {
 impl Tool {
     /// True when the tool is marked destructive and not read-only: its steps need approval.
     pub fn is_destructive(&self) -> bool {
-        self.annotations.as_ref().is_some_and(|a| {
-            a.destructive_hint == Some(true) && a.read_only_hint != Some(true)
-        })
+        self.annotations
+            .as_ref()
+            .is_some_and(|a| a.destructive_hint == Some(true) && a.read_only_hint != Some(true))
     }
 
     /// Names of the top-level parameters, in schema order.
@@ -150,12 +151,28 @@ pub struct CatalogTool {
     /// The tool.
     pub tool: Tool,
     validator: jsonschema::Validator,
+    /// The tool's member of the plan schema's step union at the default string bound, built on
+    /// first use.
+    model_schema: OnceLock<Value>,
 }
 
 impl CatalogTool {
     /// The compiled validator of the tool's input schema (formats are checked).
     pub fn validator(&self) -> &jsonschema::Validator {
         &self.validator
+    }
+
+    /// The tool's member of the plan schema's step union ([`crate::schema::tool_step_schema`]);
+    /// cached for the default string bound, since building it is most of the cost of a
+    /// request's schema.
+    pub fn model_step_schema(&self, text_max: u64) -> Cow<'_, Value> {
+        let build =
+            || crate::schema::tool_step_schema(&self.tool.name, &self.tool.input_schema, text_max);
+        if text_max == u64::from(crate::schema::DEFAULT_TEXT_MAX) {
+            Cow::Borrowed(self.model_schema.get_or_init(build))
+        } else {
+            Cow::Owned(build())
+        }
     }
 }
 
@@ -184,7 +201,11 @@ impl Catalog {
     pub fn new(tools: Vec<Tool>, agents: Vec<AgentCard>) -> Result<Catalog, CatalogError> {
         let pointers = (0..tools.len()).map(|idx| format!("/{idx}")).collect();
         let (catalog, problems) = Catalog::build(tools, pointers, agents);
-        if problems.is_empty() { Ok(catalog) } else { Err(CatalogError::Invalid(problems)) }
+        if problems.is_empty() {
+            Ok(catalog)
+        } else {
+            Err(CatalogError::Invalid(problems))
+        }
     }
 
     /// Loads tools from a JSON document in any accepted form (strict: any problem is an error).
@@ -196,7 +217,11 @@ impl Catalog {
     /// - SAGE's dict form: `{"tool_name": {"description", "input_schema"}}`.
     pub fn from_json(document: &Value) -> Result<Catalog, CatalogError> {
         let (catalog, problems) = Catalog::from_json_lenient(document)?;
-        if problems.is_empty() { Ok(catalog) } else { Err(CatalogError::Invalid(problems)) }
+        if problems.is_empty() {
+            Ok(catalog)
+        } else {
+            Err(CatalogError::Invalid(problems))
+        }
     }
 
     /// Like [`Catalog::from_json`], but keeps every valid tool and returns the problems beside
@@ -216,14 +241,26 @@ impl Catalog {
             Value::Array(items) => (items, String::new()),
             Value::Object(map) => match map.get("agents") {
                 Some(Value::Array(items)) => (items, "/agents".to_owned()),
-                _ => return Err(CatalogError::Format("expected a list of agent cards or {\"agents\": [...]}".into())),
+                _ => {
+                    return Err(CatalogError::Format(
+                        "expected a list of agent cards or {\"agents\": [...]}".into(),
+                    ));
+                }
             },
-            _ => return Err(CatalogError::Format("expected a list of agent cards".into())),
+            _ => {
+                return Err(CatalogError::Format(
+                    "expected a list of agent cards".into(),
+                ));
+            }
         };
         let mut agents = Vec::new();
         let mut problems = Vec::new();
         for (idx, item) in items.iter().enumerate() {
-            let name = item.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+            let name = item
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             match serde_json::from_value::<AgentCard>(item.clone()) {
                 Ok(card) if !card.name.trim().is_empty() => agents.push(card),
                 Ok(_) => problems.push(CatalogProblem {
@@ -232,13 +269,21 @@ impl Catalog {
                     message: "agent card has an empty name".into(),
                 }),
                 Err(err) => problems.push(CatalogProblem {
-                    name: if name.is_empty() { format!("#{idx}") } else { name },
+                    name: if name.is_empty() {
+                        format!("#{idx}")
+                    } else {
+                        name
+                    },
                     pointer: format!("{base}/{idx}"),
                     message: format!("not a valid agent card: {err}"),
                 }),
             }
         }
-        if problems.is_empty() { Ok(agents) } else { Err(CatalogError::Invalid(problems)) }
+        if problems.is_empty() {
+            Ok(agents)
+        } else {
+            Err(CatalogError::Invalid(problems))
+        }
     }
 
     /// The same tools with these agents added; fails on an empty or duplicate agent name.
@@ -275,8 +320,14 @@ impl Catalog {
             }
             match compile_input_schema(&tool.input_schema) {
                 Ok(validator) => {
-                    inner.tool_index.insert(tool.name.clone(), inner.tools.len());
-                    inner.tools.push(CatalogTool { tool, validator });
+                    inner
+                        .tool_index
+                        .insert(tool.name.clone(), inner.tools.len());
+                    inner.tools.push(CatalogTool {
+                        tool,
+                        validator,
+                        model_schema: OnceLock::new(),
+                    });
                 }
                 Err((schema_pointer, message)) => problems.push(CatalogProblem {
                     name: tool.name.clone(),
@@ -288,7 +339,11 @@ impl Catalog {
         for (idx, agent) in agents.into_iter().enumerate() {
             if agent.name.trim().is_empty() || inner.agent_index.contains_key(&agent.name) {
                 problems.push(CatalogProblem {
-                    name: if agent.name.is_empty() { format!("#{idx}") } else { agent.name.clone() },
+                    name: if agent.name.is_empty() {
+                        format!("#{idx}")
+                    } else {
+                        agent.name.clone()
+                    },
                     pointer: format!("/agents/{idx}/name"),
                     message: if agent.name.trim().is_empty() {
                         "agent card has an empty name".into()
@@ -298,10 +353,17 @@ impl Catalog {
                 });
                 continue;
             }
-            inner.agent_index.insert(agent.name.clone(), inner.agents.len());
+            inner
+                .agent_index
+                .insert(agent.name.clone(), inner.agents.len());
             inner.agents.push(agent);
         }
-        (Catalog { inner: Arc::new(inner) }, problems)
+        (
+            Catalog {
+                inner: Arc::new(inner),
+            },
+            problems,
+        )
     }
 
     /// All tools, in load order.
@@ -316,7 +378,10 @@ impl Catalog {
 
     /// The tool with this name.
     pub fn tool(&self, name: &str) -> Option<&CatalogTool> {
-        self.inner.tool_index.get(name).and_then(|&idx| self.inner.tools.get(idx))
+        self.inner
+            .tool_index
+            .get(name)
+            .and_then(|&idx| self.inner.tools.get(idx))
     }
 
     /// Position of the tool with this name.
@@ -331,7 +396,10 @@ impl Catalog {
 
     /// The agent with this name.
     pub fn agent(&self, name: &str) -> Option<&AgentCard> {
-        self.inner.agent_index.get(name).and_then(|&idx| self.inner.agents.get(idx))
+        self.inner
+            .agent_index
+            .get(name)
+            .and_then(|&idx| self.inner.agents.get(idx))
     }
 
     /// Number of tools.
@@ -350,7 +418,11 @@ impl Catalog {
         let wanted = fold_name(name);
         let mut found = self.tools().filter(|t| fold_name(&t.tool.name) == wanted);
         let first = found.next()?;
-        if found.next().is_some() { None } else { Some(first) }
+        if found.next().is_some() {
+            None
+        } else {
+            Some(first)
+        }
     }
 }
 
@@ -364,13 +436,19 @@ fn fold_name(name: &str) -> String {
 /// Compiles an input schema; on failure returns the JSON pointer inside the schema and a message.
 fn compile_input_schema(schema: &Value) -> Result<jsonschema::Validator, (String, String)> {
     let Some(object) = schema.as_object() else {
-        return Err((String::new(), format!("input schema must be a JSON object, got {schema}")));
+        return Err((
+            String::new(),
+            format!("input schema must be a JSON object, got {schema}"),
+        ));
     };
     match object.get("type") {
         None => {}
         Some(Value::String(ty)) if ty == "object" => {}
         Some(other) => {
-            return Err(("/type".into(), format!("input schema must have type \"object\", got {other}")));
+            return Err((
+                "/type".into(),
+                format!("input schema must have type \"object\", got {other}"),
+            ));
         }
     }
     if let Err(err) = jsonschema::meta::validate(schema) {
@@ -406,7 +484,11 @@ fn read_tools(
             }
         }
         Value::Object(map) if map.get("tools").is_some_and(Value::is_array) => {
-            let items = map.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+            let items = map
+                .get("tools")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
             for (idx, item) in items.iter().enumerate() {
                 let pointer = format!("/tools/{idx}");
                 push(tool_from_entry(item, None, &pointer, idx), pointer);
@@ -441,15 +523,27 @@ fn tool_from_entry(
     idx: usize,
 ) -> Result<Tool, CatalogProblem> {
     let problem = |name: &str, message: String| CatalogProblem {
-        name: if name.is_empty() { format!("#{idx}") } else { name.to_owned() },
+        name: if name.is_empty() {
+            format!("#{idx}")
+        } else {
+            name.to_owned()
+        },
         pointer: pointer.to_owned(),
         message,
     };
     let Some(object) = item.as_object() else {
-        return Err(problem(dict_name.unwrap_or(""), format!("expected a tool object, got {item}")));
+        return Err(problem(
+            dict_name.unwrap_or(""),
+            format!("expected a tool object, got {item}"),
+        ));
     };
     let (object, inner_pointer) = match object.get("function").and_then(Value::as_object) {
-        Some(function) if object.get("type").and_then(Value::as_str).is_none_or(|t| t == "function") => {
+        Some(function)
+            if object
+                .get("type")
+                .and_then(Value::as_str)
+                .is_none_or(|t| t == "function") =>
+        {
             (function, "/function")
         }
         _ => (object, ""),
@@ -471,7 +565,10 @@ fn tool_from_entry(
         None | Some(Value::Null) => String::new(),
         Some(Value::String(text)) => text.clone(),
         Some(other) => {
-            return Err(problem(&name, format!("description must be a string, got {other}")));
+            return Err(problem(
+                &name,
+                format!("description must be a string, got {other}"),
+            ));
         }
     };
     let input_schema = ["input_schema", "inputSchema", "parameters"]
@@ -479,7 +576,10 @@ fn tool_from_entry(
         .find_map(|key| object.get(*key))
         .cloned()
         .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
-    let output_schema = ["output_schema", "outputSchema"].iter().find_map(|key| object.get(*key)).cloned();
+    let output_schema = ["output_schema", "outputSchema"]
+        .iter()
+        .find_map(|key| object.get(*key))
+        .cloned();
     let annotations = match object.get("annotations") {
         None | Some(Value::Null) => None,
         Some(value) => Some(
@@ -487,7 +587,13 @@ fn tool_from_entry(
                 .map_err(|err| problem(&name, format!("bad annotations: {err}")))?,
         ),
     };
-    Ok(Tool { name, description, input_schema, output_schema, annotations })
+    Ok(Tool {
+        name,
+        description,
+        input_schema,
+        output_schema,
+        annotations,
+    })
 }
 
 #[cfg(test)]
@@ -525,11 +631,17 @@ mod tests {
             {"description": "nameless"}
         ]});
         let err = Catalog::from_json(&doc).unwrap_err();
-        let CatalogError::Invalid(problems) = err else { panic!("{err}") };
+        let CatalogError::Invalid(problems) = err else {
+            panic!("{err}")
+        };
         assert_eq!(problems.len(), 3, "{problems:?}");
         let bad = problems.iter().find(|p| p.name == "bad").unwrap();
         assert_eq!(bad.pointer, "/tools/1/input_schema/properties/x/type");
-        assert!(problems.iter().any(|p| p.name == "ok" && p.message.contains("duplicate")));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.name == "ok" && p.message.contains("duplicate"))
+        );
         assert!(problems.iter().any(|p| p.pointer == "/tools/3/name"));
         let (catalog, problems) = Catalog::from_json_lenient(&doc).unwrap();
         assert_eq!(catalog.len(), 1);
@@ -540,7 +652,10 @@ mod tests {
     fn near_names_fold_case_and_separators() {
         let doc = json!([{"name": "math.factorial", "input_schema": {"type": "object"}}]);
         let catalog = Catalog::from_json(&doc).unwrap();
-        assert_eq!(catalog.tool_near("Math_Factorial").unwrap().tool.name, "math.factorial");
+        assert_eq!(
+            catalog.tool_near("Math_Factorial").unwrap().tool.name,
+            "math.factorial"
+        );
         assert!(catalog.tool_near("factorial").is_none());
     }
 }

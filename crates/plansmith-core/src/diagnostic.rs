@@ -132,7 +132,11 @@ impl Diagnostic {
     }
 
     /// A warning-level diagnostic.
-    pub fn warning(code: Code, pointer: impl Into<String>, message: impl Into<String>) -> Diagnostic {
+    pub fn warning(
+        code: Code,
+        pointer: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Diagnostic {
         Diagnostic::new(code, Severity::Warning, pointer, message)
     }
 
@@ -190,7 +194,10 @@ impl fmt::Display for Diagnostic {
         if let Some(value) = &self.value {
             let mut text = value.to_string();
             if text.len() > 200 {
-                let cut = (0..=200).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+                let cut = (0..=200)
+                    .rev()
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap_or(0);
                 text.truncate(cut);
                 text.push('…');
             }

@@ -88,11 +88,13 @@ pub mod schema;
 pub mod template;
 pub mod validate;
 
-pub use catalog::{AgentCard, AgentSkill, Catalog, CatalogError, CatalogProblem, Tool, ToolAnnotations};
+pub use catalog::{
+    AgentCard, AgentSkill, Catalog, CatalogError, CatalogProblem, Tool, ToolAnnotations,
+};
 pub use diagnostic::{Code, Diagnostic, Severity};
 pub use llm::{
-    Capabilities, Completion, CompletionRequest, LanguageModel, LlmError, Message, OutputConstraint,
-    Role, ScriptedModel, Strategy, Usage,
+    Capabilities, Completion, CompletionRequest, LanguageModel, LlmError, Message,
+    OutputConstraint, Role, ScriptedModel, Strategy, Usage,
 };
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, Planner};
 pub use plan::{Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};

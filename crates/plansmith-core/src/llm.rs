@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -40,15 +40,24 @@ pub struct Message {
 impl Message {
     /// A system message.
     pub fn system(content: impl Into<String>) -> Message {
-        Message { role: Role::System, content: content.into() }
+        Message {
+            role: Role::System,
+            content: content.into(),
+        }
     }
     /// A user message.
     pub fn user(content: impl Into<String>) -> Message {
-        Message { role: Role::User, content: content.into() }
+        Message {
+            role: Role::User,
+            content: content.into(),
+        }
     }
     /// An assistant message.
     pub fn assistant(content: impl Into<String>) -> Message {
-        Message { role: Role::Assistant, content: content.into() }
+        Message {
+            role: Role::Assistant,
+            content: content.into(),
+        }
     }
 }
 
@@ -60,8 +69,8 @@ pub enum OutputConstraint {
     JsonSchema {
         /// Name of the schema.
         name: String,
-        /// The schema.
-        schema: Value,
+        /// The schema (shared: it is sent again with every repair).
+        schema: Arc<Value>,
         /// Ask for strict adherence where the backend supports it.
         strict: bool,
     },
@@ -71,8 +80,8 @@ pub enum OutputConstraint {
         name: String,
         /// Tool description.
         description: String,
-        /// JSON Schema of the parameters.
-        parameters: Value,
+        /// JSON Schema of the parameters (shared: it is sent again with every repair).
+        parameters: Arc<Value>,
     },
     /// Output must be a JSON object (no schema).
     JsonObject,
@@ -171,7 +180,9 @@ pub struct Usage {
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
         self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
-        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
     }
 }
 
@@ -302,7 +313,10 @@ impl ScriptedModel {
     {
         ScriptedModel::from_script(Script {
             capabilities: Capabilities::default(),
-            turns: turns.into_iter().map(|t| ScriptedTurn::Text(t.into())).collect(),
+            turns: turns
+                .into_iter()
+                .map(|t| ScriptedTurn::Text(t.into()))
+                .collect(),
         })
     }
 
@@ -319,13 +333,23 @@ impl ScriptedModel {
     /// or just a list of turns.
     pub fn from_file(path: &Path) -> Result<ScriptedModel, ScriptError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ScriptError::Io { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Io {
+            path: shown.clone(),
+            source,
+        })?;
         let script = match serde_json::from_str::<Script>(&text) {
             Ok(script) => script,
             Err(err) => match serde_json::from_str::<Vec<ScriptedTurn>>(&text) {
-                Ok(turns) => Script { capabilities: Capabilities::default(), turns },
-                Err(_) => return Err(ScriptError::Format { path: shown, source: err }),
+                Ok(turns) => Script {
+                    capabilities: Capabilities::default(),
+                    turns,
+                },
+                Err(_) => {
+                    return Err(ScriptError::Format {
+                        path: shown,
+                        source: err,
+                    });
+                }
             },
         };
         Ok(ScriptedModel::from_script(script))
@@ -359,7 +383,11 @@ impl LanguageModel for ScriptedModel {
             }
             Err(_) => 0,
         };
-        let turn = self.turns.lock().ok().and_then(|mut turns| turns.pop_front());
+        let turn = self
+            .turns
+            .lock()
+            .ok()
+            .and_then(|mut turns| turns.pop_front());
         Box::pin(async move {
             match turn {
                 None => Err(LlmError::ScriptExhausted(n_request)),
@@ -408,7 +436,9 @@ mod tests {
         .unwrap();
         assert!(script.capabilities.json_schema);
         assert!(matches!(&script.turns[0], ScriptedTurn::Text(t) if t == "a"));
-        assert!(matches!(&script.turns[1], ScriptedTurn::Completion(c) if c.finish == FinishReason::Length));
+        assert!(
+            matches!(&script.turns[1], ScriptedTurn::Completion(c) if c.finish == FinishReason::Length)
+        );
         assert!(matches!(&script.turns[2], ScriptedTurn::Error { error } if error == "boom"));
     }
 }

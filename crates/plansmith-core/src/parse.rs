@@ -42,14 +42,16 @@
 //! # Ok::<(), plansmith_core::parse::ParseError>(())
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::{Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
+use crate::plan::{
+    Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind, escape_pointer,
+};
 
 /// Where the JSON came from: which plan shape [`to_plan`] recognised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,8 +218,8 @@ struct Extracted {
     repaired: bool,
     /// The candidate never closed: the output was cut off and closed by repair.
     truncated: bool,
-    /// The output was cut off inside the last step: [`parse`] leaves that step out.
-    cut_step: bool,
+    /// Whether the output was cut off inside the last step (see [`CutStep`]).
+    cut_step: CutStep,
     /// The JSON was a string holding JSON.
     double_encoded: bool,
 }
@@ -331,10 +333,11 @@ enum RegionResult {
 /// Scans one region (the whole text, or a code fence) for its best JSON candidate.
 fn extract_region(text: &str, depth: u8) -> RegionResult {
     let trimmed = text.trim_start();
-    if trimmed.starts_with('"') && depth < 2 {
-        if let Some(result) = double_encoded(trimmed, depth) {
-            return result;
-        }
+    if trimmed.starts_with('"')
+        && depth < 2
+        && let Some(result) = double_encoded(trimmed, depth)
+    {
+        return result;
     }
     let mut best: Option<(Tier, Extracted)> = None;
     let mut first_error: Option<String> = None;
@@ -358,7 +361,11 @@ fn extract_region(text: &str, depth: u8) -> RegionResult {
                         value,
                         repaired,
                         truncated: !cut.complete,
-                        cut_step: !cut.complete && cut.inside_step,
+                        cut_step: if cut.complete {
+                            CutStep::Outside
+                        } else {
+                            cut.step
+                        },
                         double_encoded: false,
                     };
                     if tier == Tier::Plan {
@@ -441,6 +448,9 @@ fn looks_like_json(text: &str, start: usize) -> bool {
 /// Keys whose array holds the steps, in the shapes [`to_plan`] knows.
 const STEP_LIST_KEYS: &[&str] = &["steps", "tasks", "execution_plan", "plan"];
 
+/// Step fields holding prose: a step cut off inside one of them is still usable.
+const PROSE_KEYS: &[&str] = &["title", "description", "desc", "details", "notes", "note"];
+
 /// Where a candidate ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Cut {
@@ -448,9 +458,22 @@ struct Cut {
     end: usize,
     /// The value closed; otherwise it runs to the end of the text.
     complete: bool,
-    /// The value did not close, and the text ends inside an element of the step list (the
-    /// root array, or the array under a `steps`-like key): that step was cut off.
-    inside_step: bool,
+    /// For a value that did not close: whether the text ends inside an element of the step list
+    /// (the root array, or the array under a `steps`-like key).
+    step: CutStep,
+}
+
+/// How the last step fared when the output was cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CutStep {
+    /// The cut is not inside a step (between steps, or after the list).
+    Outside,
+    /// The cut is inside a prose field of the step (`description`, `title`, `notes`) or inside
+    /// a step that is a plain string: the step is kept, its text ends where the output did.
+    Prose,
+    /// The cut is anywhere else in the step (its action, a key, an argument value): repair
+    /// would close it with half a name or a wrong value, so the step is left out.
+    Broken,
 }
 
 /// Cuts the JSON value starting at `start` (a `{` or `[`). Brackets inside strings are ignored;
@@ -495,18 +518,33 @@ fn match_brackets(text: &str, start: usize) -> Cut {
                 if let Some(at) = stack.iter().rposition(|&(open, _)| open == opener) {
                     stack.truncate(at);
                     if stack.is_empty() {
-                        return Cut { end: idx + 1, complete: true, inside_step: false };
+                        return Cut {
+                            end: idx + 1,
+                            complete: true,
+                            step: CutStep::Outside,
+                        };
                     }
                 }
             }
             _ => {}
         }
     }
-    let inside_step = stack
-        .iter()
-        .position(|&(_, step_list)| step_list)
-        .is_some_and(|list| stack.len() > list + 1 || in_string);
-    Cut { end: bytes.len(), complete: false, inside_step }
+    // `pending_key` is still set while the value after a `:` is being written.
+    let prose_value = in_string
+        && pending_key
+            .and_then(|(from, to)| text.get(from..to))
+            .is_some_and(|key| PROSE_KEYS.contains(&key));
+    let step = match stack.iter().position(|&(_, step_list)| step_list) {
+        Some(list) if stack.len() == list + 1 && in_string => CutStep::Prose,
+        Some(list) if stack.len() == list + 2 && prose_value => CutStep::Prose,
+        Some(list) if stack.len() > list + 1 => CutStep::Broken,
+        _ => CutStep::Outside,
+    };
+    Cut {
+        end: bytes.len(),
+        complete: false,
+        step,
+    }
 }
 
 /// Reads one candidate: `serde_json`, then the escape pre-pass, then jsonrepair.
@@ -516,10 +554,10 @@ fn parse_candidate(slice: &str) -> Result<(Value, bool), String> {
     }
     let escaped = escape_invalid_escapes(slice);
     let text = escaped.as_deref().unwrap_or(slice);
-    if escaped.is_some() {
-        if let Ok(value) = serde_json::from_str::<Value>(text) {
-            return Ok((value, true));
-        }
+    if escaped.is_some()
+        && let Ok(value) = serde_json::from_str::<Value>(text)
+    {
+        return Ok((value, true));
     }
     let repaired = jsonrepair_rs::jsonrepair(text).map_err(|err| err.to_string())?;
     serde_json::from_str::<Value>(&repaired)
@@ -680,12 +718,12 @@ fn fenced_blocks(text: &str) -> Vec<&str> {
                 let content_start = after + tag_len;
                 // An inline fence: ```json {...}``` on one line.
                 let inline = text.get(content_start..line_end).unwrap_or("");
-                if let Some(close) = inline.trim_end().strip_suffix("```") {
-                    if !close.trim().is_empty() {
-                        blocks.push(close);
-                        line_start = line_end + 1;
-                        continue;
-                    }
+                if let Some(close) = inline.trim_end().strip_suffix("```")
+                    && !close.trim().is_empty()
+                {
+                    blocks.push(close);
+                    line_start = line_end + 1;
+                    continue;
                 }
                 open = Some(content_start);
             }
@@ -738,48 +776,73 @@ pub fn to_plan(
     json: Value,
     defaults: &ParseDefaults<'_>,
 ) -> Result<(Plan, SourceShape, Vec<Diagnostic>), ParseError> {
-    to_plan_impl(json, defaults, false)
+    to_plan_impl(json, defaults, CutStep::Outside)
 }
 
-/// [`to_plan`]; with `cut_step`, the last step item was cut off by truncation and is left out
-/// (repair would close it with whatever half of a name or an argument value it held).
+/// [`to_plan`], told how the output's cut-off affected the last step item: a
+/// [`CutStep::Broken`] step is left out, a [`CutStep::Prose`] one is kept with a warning.
 fn to_plan_impl(
     json: Value,
     defaults: &ParseDefaults<'_>,
-    cut_step: bool,
+    cut_step: CutStep,
 ) -> Result<(Plan, SourceShape, Vec<Diagnostic>), ParseError> {
     let mut diags = Vec::new();
     let mut doc = recognise(json, 0, &mut diags)?;
-    if cut_step {
-        if let Some(item) = doc.items.pop() {
-            let idx = doc.items.len();
-            diags.push(
-                Diagnostic::error(
-                    Code::InvalidStep,
-                    format!("/steps/{idx}"),
-                    format!(
-                        "step {} was cut off where the output ended (token limit?) and was left out",
-                        idx + 1
-                    ),
-                )
-                .with_value(item),
-            );
-        }
+    let cut_item = match cut_step {
+        CutStep::Broken => doc.items.pop(),
+        CutStep::Prose | CutStep::Outside => None,
+    };
+    if let Some(item) = &cut_item {
+        let idx = doc.items.len();
+        diags.push(
+            Diagnostic::error(
+                Code::InvalidStep,
+                format!("/steps/{idx}"),
+                format!(
+                    "step {} was cut off where the output ended (token limit?) and was left out",
+                    idx + 1
+                ),
+            )
+            .with_value(item.clone()),
+        );
     }
     let shape = doc.shape;
     let fields = &doc.fields;
 
     let mut drafts = Vec::new();
+    let mut dropped = Vec::new();
     for (input_idx, item) in doc.items.iter().enumerate() {
-        if let Some(draft) = convert_step(item, input_idx, drafts.len(), shape, &mut diags) {
-            drafts.push(draft);
+        match convert_step(item, input_idx, drafts.len(), shape, &mut diags) {
+            Some(draft) => drafts.push(draft),
+            None => dropped.push((input_idx, raw_step_id(item))),
         }
+    }
+    if let Some(item) = &cut_item {
+        dropped.push((doc.items.len(), raw_step_id(item)));
+    }
+    let last_kept = drafts
+        .last()
+        .is_some_and(|d| d.input_idx + 1 == doc.items.len());
+    if cut_step == CutStep::Prose && last_kept {
+        let out_idx = drafts.len().saturating_sub(1);
+        diags.push(
+            Diagnostic::warning(
+                Code::AutoFixed,
+                format!("/steps/{out_idx}"),
+                "the output was cut off inside this step's text, which ends where the output did",
+            )
+            .with_step(format!("s{}", out_idx + 1)),
+        );
     }
     if shape == SourceShape::OpenManus {
         apply_statuses_and_notes(fields, &mut drafts, &mut diags);
     }
-    let ids = IdMap::new(&drafts, &mut diags);
-    let steps: Vec<Step> = drafts.into_iter().map(|draft| ids.finish(draft)).collect();
+    let ids = IdMap::new(&drafts, &dropped, &mut diags);
+    let steps: Vec<Step> = drafts
+        .into_iter()
+        .enumerate()
+        .map(|(out_idx, draft)| ids.finish(draft, out_idx, &mut diags))
+        .collect();
 
     let mut plan = Plan::new(defaults.plan_id, defaults.goal);
     plan.created_at = defaults.now;
@@ -892,32 +955,33 @@ fn recognise_object(
     let has_steps = ["steps", "tasks", "execution_plan"]
         .iter()
         .any(|key| map.contains_key(*key));
-    if !has_steps && depth < 3 {
-        if let Some(inner) = map.remove("plan") {
-            let inner = match inner {
-                Value::String(text) => {
-                    serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text))
+    if !has_steps
+        && depth < 3
+        && let Some(inner) = map.remove("plan")
+    {
+        let inner = match inner {
+            Value::String(text) => {
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text))
+            }
+            other => other,
+        };
+        return match inner {
+            Value::Object(mut inner) => {
+                // Outer fields (a title, a thought next to the wrapper) fill the gaps.
+                for (key, value) in map {
+                    inner.entry(key).or_insert(value);
                 }
-                other => other,
-            };
-            return match inner {
-                Value::Object(mut inner) => {
-                    // Outer fields (a title, a thought next to the wrapper) fill the gaps.
-                    for (key, value) in map {
-                        inner.entry(key).or_insert(value);
-                    }
-                    recognise_object(inner, depth + 1, diags)
-                }
-                Value::Array(items) => {
-                    map.insert("steps".to_owned(), Value::Array(items));
-                    recognise_object(map, depth + 1, diags)
-                }
-                other => Err(ParseError::UnknownShape(format!(
-                    "`plan` is {}, expected an object or an array of steps",
-                    describe(&other)
-                ))),
-            };
-        }
+                recognise_object(inner, depth + 1, diags)
+            }
+            Value::Array(items) => {
+                map.insert("steps".to_owned(), Value::Array(items));
+                recognise_object(map, depth + 1, diags)
+            }
+            other => Err(ParseError::UnknownShape(format!(
+                "`plan` is {}, expected an object or an array of steps",
+                describe(&other)
+            ))),
+        };
     }
 
     if let Some(items) = take_array(&mut map, "execution_plan", diags)? {
@@ -927,21 +991,21 @@ fn recognise_object(
             shape: SourceShape::Nl2Sql,
         });
     }
-    if !map.contains_key("steps") {
-        if let Some(items) = take_array(&mut map, "tasks", diags)? {
-            let value_cell = map.contains_key("adequate")
-                || items.iter().any(|item| item.get("agent_name").is_some());
-            let shape = if value_cell {
-                SourceShape::ValueCell
-            } else {
-                SourceShape::Steps
-            };
-            return Ok(Doc {
-                fields: map,
-                items,
-                shape,
-            });
-        }
+    if !map.contains_key("steps")
+        && let Some(items) = take_array(&mut map, "tasks", diags)?
+    {
+        let value_cell = map.contains_key("adequate")
+            || items.iter().any(|item| item.get("agent_name").is_some());
+        let shape = if value_cell {
+            SourceShape::ValueCell
+        } else {
+            SourceShape::Steps
+        };
+        return Ok(Doc {
+            fields: map,
+            items,
+            shape,
+        });
     }
     if let Some(items) = take_array(&mut map, "steps", diags)? {
         let all_strings = items.iter().all(Value::is_string);
@@ -960,7 +1024,8 @@ fn recognise_object(
             || (!items.is_empty()
                 && items.iter().all(|item| {
                     item.get("type").is_none()
-                        && (item.get("step_type").is_some() || item.get("need_web_search").is_some())
+                        && (item.get("step_type").is_some()
+                            || item.get("need_web_search").is_some())
                 }))
         {
             SourceShape::DeerFlow
@@ -1123,7 +1188,7 @@ fn convert_step(
 ) -> Option<Draft> {
     let id = format!("s{}", out_idx + 1);
     let at = format!("/steps/{out_idx}");
-    let drop = |diags: &mut Vec<Diagnostic>, message: String| {
+    let leave_out = |diags: &mut Vec<Diagnostic>, message: String| {
         diags.push(
             Diagnostic::error(
                 Code::InvalidStep,
@@ -1150,7 +1215,7 @@ fn convert_step(
             });
         }
         other => {
-            drop(
+            leave_out(
                 diags,
                 format!("it is {}, not a step object", describe(other)),
             );
@@ -1208,7 +1273,7 @@ fn convert_step(
             ty
         }
         (Some((None, given)), None) => {
-            drop(
+            leave_out(
                 diags,
                 format!(
                     "unknown step type {given}; expected `tool` (name + arguments), `agent` \
@@ -1219,7 +1284,7 @@ fn convert_step(
         }
         (None, Some(ty)) => ty,
         (None, None) => {
-            drop(
+            leave_out(
                 diags,
                 "it has no `type` and no recognisable action; give `type` and its fields: `tool` \
                  (name + arguments), `agent` (agent + query), `task` (kind) or `reply` (text)"
@@ -1230,19 +1295,20 @@ fn convert_step(
     };
     // `"type": "research"` is a `step_type` in the wrong field.
     let mut kind = kind;
-    if step_type == StepType::Task && kind.is_none() {
-        if let Some(Value::String(given)) = obj.get("type") {
-            let lower = given.trim().to_ascii_lowercase();
-            if lower == "research" || lower == "processing" {
-                kind = Some(lower);
-            }
+    if step_type == StepType::Task
+        && kind.is_none()
+        && let Some(Value::String(given)) = obj.get("type")
+    {
+        let lower = given.trim().to_ascii_lowercase();
+        if lower == "research" || lower == "processing" {
+            kind = Some(lower);
         }
     }
 
     let action = match step_type {
         StepType::Tool => {
             let Some(name) = tool_name.clone() else {
-                drop(diags, "a tool step needs the tool's `name`".to_owned());
+                leave_out(diags, "a tool step needs the tool's `name`".to_owned());
                 return None;
             };
             let arguments = match args_value {
@@ -1273,7 +1339,7 @@ fn convert_step(
                         map
                     }
                     None => {
-                        drop(
+                        leave_out(
                             diags,
                             format!(
                                 "the arguments of tool `{name}` are a string that does not hold a \
@@ -1284,7 +1350,7 @@ fn convert_step(
                     }
                 },
                 Some(other) => {
-                    drop(
+                    leave_out(
                         diags,
                         format!(
                             "the arguments of tool `{name}` are {}; give an object",
@@ -1298,7 +1364,7 @@ fn convert_step(
         }
         StepType::Agent => {
             let Some(agent) = agent.clone() else {
-                drop(
+                leave_out(
                     diags,
                     "an agent step needs the agent's name (`agent`)".to_owned(),
                 );
@@ -1311,7 +1377,7 @@ fn convert_step(
                         .clone()
                         .or_else(|| str_field(&obj, &["title"]).map(|(_, t)| t.to_owned()))
                     else {
-                        drop(
+                        leave_out(
                             diags,
                             format!("the agent step for `{agent}` has no `query`"),
                         );
@@ -1359,7 +1425,7 @@ fn convert_step(
         }
         StepType::Reply => {
             let Some(text) = text.clone() else {
-                drop(diags, "a reply step needs its `text`".to_owned());
+                leave_out(diags, "a reply step needs its `text`".to_owned());
                 return None;
             };
             Action::Reply { text }
@@ -1380,12 +1446,12 @@ fn convert_step(
     };
     let mut step = Step::new(id.clone(), title, action);
     step.description = description.unwrap_or_default();
-    if step.description.is_empty() && shape == SourceShape::Nl2Sql {
-        if let Action::Tool { arguments, .. } = &step.action {
-            if let Some(Value::String(text)) = arguments.get("description") {
-                step.description = text.clone();
-            }
-        }
+    if step.description.is_empty()
+        && shape == SourceShape::Nl2Sql
+        && let Action::Tool { arguments, .. } = &step.action
+        && let Some(Value::String(text)) = arguments.get("description")
+    {
+        step.description = text.clone();
     }
 
     if let Some(status) = obj.get("status") {
@@ -1414,9 +1480,7 @@ fn convert_step(
         }
     }
 
-    let raw_id = ["id", "step_id", "step"]
-        .iter()
-        .find_map(|key| obj.get(*key).and_then(scalar_string));
+    let raw_id = raw_step_id(item);
     let raw_deps = match DEPENDENCY_KEYS.iter().find_map(|key| obj.get(*key)) {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(deps)) => deps.clone(),
@@ -1440,6 +1504,14 @@ fn convert_step(
         raw_deps,
         step,
     })
+}
+
+/// The id the model gave a step item (`id`, `step_id`, or nl2sql's `step` number).
+fn raw_step_id(item: &Value) -> Option<String> {
+    let obj = item.as_object()?;
+    ["id", "step_id", "step"]
+        .iter()
+        .find_map(|key| obj.get(*key).and_then(scalar_string))
 }
 
 /// Moves the fields of a nested `action` object (our shape) or an OpenAI-style `function` object
@@ -1652,10 +1724,30 @@ struct IdMap {
     by_raw: HashMap<String, String>,
     /// 1-based position in the model's list → the new id.
     by_position: HashMap<usize, String>,
+    /// Ids of the steps that were left out.
+    dropped_raw: HashSet<String>,
+    /// 1-based positions of the steps that were left out.
+    dropped_positions: HashSet<usize>,
+}
+
+/// What a step reference resolves to.
+enum Resolved {
+    /// A step of the plan, by its new id.
+    Step(String),
+    /// A step that was left out: after renumbering its old name may denote another step, so
+    /// the reference must not be kept as is.
+    Dropped,
+    /// Nothing the model wrote: kept verbatim for validation to report.
+    Unknown,
 }
 
 impl IdMap {
-    fn new(drafts: &[Draft], diags: &mut Vec<Diagnostic>) -> IdMap {
+    /// `dropped` lists the steps left out: (position in the model's list, the model's id).
+    fn new(
+        drafts: &[Draft],
+        dropped: &[(usize, Option<String>)],
+        diags: &mut Vec<Diagnostic>,
+    ) -> IdMap {
         let mut by_raw: HashMap<String, String> = HashMap::new();
         let mut by_position = HashMap::new();
         for (out_idx, draft) in drafts.iter().enumerate() {
@@ -1682,15 +1774,20 @@ impl IdMap {
         IdMap {
             by_raw,
             by_position,
+            dropped_raw: dropped.iter().filter_map(|(_, raw)| raw.clone()).collect(),
+            dropped_positions: dropped.iter().map(|(idx, _)| idx + 1).collect(),
         }
     }
 
-    /// The new id for a step reference written as a string: a model id, `3`, `s3`, `step3`,
-    /// `step_3`, `step 3`, `#3` (positions are 1-based).
-    fn resolve_str(&self, text: &str) -> Option<String> {
+    /// Resolves a step reference written as a string: a model id, `3`, `s3`, `step3`,
+    /// `step_3`, `step 3`, `#3` (positions are 1-based). Model ids win over positions.
+    fn resolve_str(&self, text: &str) -> Resolved {
         let text = text.trim();
         if let Some(id) = self.by_raw.get(text) {
-            return Some(id.clone());
+            return Resolved::Step(id.clone());
+        }
+        if self.dropped_raw.contains(text) {
+            return Resolved::Dropped;
         }
         let lower = text.to_ascii_lowercase();
         let digits = ["step_", "step-", "step ", "step", "s", "#"]
@@ -1698,58 +1795,109 @@ impl IdMap {
             .find_map(|prefix| lower.strip_prefix(prefix))
             .unwrap_or(&lower);
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
+            return Resolved::Unknown;
         }
-        let position = digits.parse::<usize>().ok()?;
-        self.by_position.get(&position).cloned()
+        match digits.parse::<usize>() {
+            Ok(position) => match self.by_position.get(&position) {
+                Some(id) => Resolved::Step(id.clone()),
+                None if self.dropped_positions.contains(&position) => Resolved::Dropped,
+                None => Resolved::Unknown,
+            },
+            Err(_) => Resolved::Unknown,
+        }
     }
 
-    /// The new id for a dependency; unknown ones are kept verbatim for validation to report.
-    fn resolve(&self, dep: &Value) -> String {
-        match dep {
-            Value::String(text) => self
-                .resolve_str(text)
-                .unwrap_or_else(|| text.trim().to_owned()),
-            Value::Number(n) => self
-                .resolve_str(&n.to_string())
-                .unwrap_or_else(|| n.to_string()),
+    /// Resolves a dependency given as a string or an integer.
+    fn resolve(&self, dep: &Value) -> (Resolved, String) {
+        let verbatim = match dep {
+            Value::String(text) => text.trim().to_owned(),
             other => other.to_string(),
-        }
+        };
+        let resolved = match dep {
+            Value::String(_) | Value::Number(_) => self.resolve_str(&verbatim),
+            _ => Resolved::Unknown,
+        };
+        (resolved, verbatim)
     }
 
-    /// Finishes a draft: dependencies and `$ref`s remapped to the new ids.
-    fn finish(&self, draft: Draft) -> Step {
+    /// Finishes a draft: dependencies and `$ref`s remapped to the new ids. A dependency on a
+    /// step that was left out is removed, with an error; unknown ones are kept verbatim.
+    fn finish(&self, draft: Draft, out_idx: usize, diags: &mut Vec<Diagnostic>) -> Step {
         let mut step = draft.step;
         for dep in &draft.raw_deps {
-            let id = self.resolve(dep);
+            let id = match self.resolve(dep) {
+                (Resolved::Step(id), _) | (Resolved::Unknown, id) => id,
+                (Resolved::Dropped, verbatim) => {
+                    diags.push(
+                        Diagnostic::error(
+                            Code::UnknownDependency,
+                            format!("/steps/{out_idx}/depends_on"),
+                            format!("the step depended on `{verbatim}`, a step that was left out"),
+                        )
+                        .with_step(&step.id)
+                        .with_value(dep.clone()),
+                    );
+                    continue;
+                }
+            };
             if !step.depends_on.contains(&id) {
                 step.depends_on.push(id);
             }
         }
         if let Action::Tool { arguments, .. } = &mut step.action {
-            for value in arguments.values_mut() {
-                self.remap_refs(value);
+            let at = format!("/steps/{out_idx}/action/arguments");
+            for (key, value) in arguments.iter_mut() {
+                let pointer = format!("{at}/{}", escape_pointer(key));
+                self.remap_refs(value, &pointer, &step.id, diags);
             }
         }
         step
     }
 
-    /// Rewrites `{"$ref": "<old id>.output…"}` to the new id, in place.
-    fn remap_refs(&self, value: &mut Value) {
+    /// Rewrites `{"$ref": "<old id>.output…"}` to the new id, in place. A reference to a step
+    /// that was left out is kept with an error (its old id may now name another step).
+    fn remap_refs(
+        &self,
+        value: &mut Value,
+        pointer: &str,
+        step: &str,
+        diags: &mut Vec<Diagnostic>,
+    ) {
         if let Some(reference) = StepRef::reference_in(value) {
             let split = reference.find(['.', '[']).unwrap_or(reference.len());
             let (old, rest) = reference.split_at(split);
-            if let Some(new) = self.resolve_str(old) {
-                let new_ref = format!("{new}{rest}");
-                if let Some(map) = value.as_object_mut() {
-                    map.insert("$ref".to_owned(), Value::String(new_ref));
+            match self.resolve_str(old) {
+                Resolved::Step(new) => {
+                    let new_ref = format!("{new}{rest}");
+                    if let Some(map) = value.as_object_mut() {
+                        map.insert("$ref".to_owned(), Value::String(new_ref));
+                    }
                 }
+                Resolved::Dropped => diags.push(
+                    Diagnostic::error(
+                        Code::InvalidRef,
+                        pointer,
+                        format!("`{reference}` refers to a step that was left out"),
+                    )
+                    .with_step(step)
+                    .with_value(value.clone()),
+                ),
+                Resolved::Unknown => {}
             }
             return;
         }
         match value {
-            Value::Object(map) => map.values_mut().for_each(|child| self.remap_refs(child)),
-            Value::Array(items) => items.iter_mut().for_each(|child| self.remap_refs(child)),
+            Value::Object(map) => {
+                for (key, child) in map.iter_mut() {
+                    let pointer = format!("{pointer}/{}", escape_pointer(key));
+                    self.remap_refs(child, &pointer, step, diags);
+                }
+            }
+            Value::Array(items) => {
+                for (idx, child) in items.iter_mut().enumerate() {
+                    self.remap_refs(child, &format!("{pointer}/{idx}"), step, diags);
+                }
+            }
             _ => {}
         }
     }
@@ -1786,7 +1934,11 @@ fn convert_questions(
                 text: text.to_owned(),
                 step: map.get("step").and_then(|step| match step {
                     Value::Null => None,
-                    other => Some(ids.resolve(other)),
+                    other => match ids.resolve(other) {
+                        (Resolved::Step(id), _) | (Resolved::Unknown, id) => Some(id),
+                        // The step was left out; its old id may now name another step.
+                        (Resolved::Dropped, _) => None,
+                    },
                 }),
                 argument: str_field(map, &["argument", "arg"]).map(|(_, a)| a.to_owned()),
                 options: match map.get("options") {
@@ -1872,4 +2024,167 @@ fn truncate_title(text: &str, max: usize) -> String {
         _ => &cut,
     };
     format!("{}…", at_word.trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> ParseDefaults<'static> {
+        ParseDefaults {
+            plan_id: "p",
+            goal: "goal",
+            locale: "en-US",
+            now: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn escape_pre_pass_fixes_what_jsonrepair_gets_wrong() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (r#"{"a": "ok \n \" \\ \/ \u00e9"}"#, None),
+            (r#"{"a": "\upcite{x}"}"#, Some(r#"{"a": "\\upcite{x}"}"#)),
+            (r#"{"a": "\u12zz"}"#, Some(r#"{"a": "\\u12zz"}"#)),
+            (r#"{"a": "\d+\s"}"#, Some(r#"{"a": "\\d+\\s"}"#)),
+            (r#"{"a": "it\'s"}"#, Some(r#"{"a": "it's"}"#)),
+            (r#"{"a": "\uD83D x"}"#, Some(r#"{"a": "\uFFFD x"}"#)),
+            (r#"{"a": "\uDE80"}"#, Some(r#"{"a": "\uFFFD"}"#)),
+            (r#"{"a": "\uD83D\uDE80"}"#, None),
+            // Outside strings nothing is touched.
+            (r#"{\d: 1}"#, None),
+            // A trailing backslash (output cut off) is left for jsonrepair.
+            (r#"{"a": "x\"#, None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(escape_invalid_escapes(input).as_deref(), *want, "{input}");
+        }
+        // jsonrepair alone fails or loses the backslash on these; with the pre-pass they survive.
+        assert!(jsonrepair_rs::jsonrepair(r#"{"a": "\upcite"}"#).is_err());
+        let (value, repaired) = parse_candidate(r#"{"a": "\upcite{x} \d"}"#).unwrap();
+        assert!(repaired);
+        assert_eq!(value["a"], r"\upcite{x} \d");
+    }
+
+    #[test]
+    fn bracket_matcher_respects_strings_and_reports_cuts() {
+        let text = r#"x {"a": "}]\"{", "b": [1, {"c": 2}]} tail"#;
+        let cut = match_brackets(text, 2);
+        assert!(cut.complete);
+        assert_eq!(&text[2..cut.end], r#"{"a": "}]\"{", "b": [1, {"c": 2}]}"#);
+
+        let cases = [
+            (r#"{"steps": [{"name": "a"}, {"name": "b"#, CutStep::Broken),
+            (r#"{"steps": [{"name": "a"}, "#, CutStep::Outside),
+            (
+                r#"{"steps": [{"name": "a"}], "thought": "abc"#,
+                CutStep::Outside,
+            ),
+            (r#"[{"name": "a"}, {"args": {"x": [1"#, CutStep::Broken),
+            (
+                r#"[{"name": "a", "args": {"description": "x"#,
+                CutStep::Broken,
+            ),
+            (r#"[{"name": "a", "description": "x"#, CutStep::Prose),
+            (
+                r#"[{"name": "a", "description": "x", "args"#,
+                CutStep::Broken,
+            ),
+            (r#"[{"name": "a", "descrip"#, CutStep::Broken),
+            (r#"{"plan": {"steps": [{"title": "x\"#, CutStep::Prose),
+            (r#"{"title": "t", "steps": ["one", "tw"#, CutStep::Prose),
+            (r#"{"questions": [{"text": "wh"#, CutStep::Outside),
+        ];
+        for (text, step) in cases {
+            let cut = match_brackets(text, 0);
+            assert!(!cut.complete, "{text}");
+            assert_eq!(cut.end, text.len(), "{text}");
+            assert_eq!(cut.step, step, "{text}");
+        }
+        // A mismatched closer closes the matching opener.
+        let cut = match_brackets(r#"{"a": [1, 2} and more"#, 0);
+        assert!(cut.complete);
+        assert_eq!(cut.end, 12);
+    }
+
+    #[test]
+    fn think_blocks_are_stripped() {
+        let cases = [
+            ("<think>a</think>b", "b"),
+            ("x<THINK>a</Think>y<thinking>b</thinking>z", "xyz"),
+            ("<think>never closed {\"a\": 1}", "never closed {\"a\": 1}"),
+            ("reasoning only </think> answer", " answer"),
+            ("no tags", "no tags"),
+            ("é<think>ü</think>🚀", "é🚀"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(strip_think(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn code_fences_are_found() {
+        let text =
+            "a\n```json\n{\"x\": 1}\n```\nb\n  ```\n[2]\n```\n```python {\"y\": 3}```\n```\nopen";
+        assert_eq!(
+            fenced_blocks(text),
+            ["\n{\"x\": 1}\n", "\n[2]\n", " {\"y\": 3}", "\nopen"]
+        );
+        // A fence quoted inside a JSON string is no fence: its line break is escaped.
+        assert!(fenced_blocks(r#"{"t": "```python\nx\n```"}"#).is_empty());
+    }
+
+    #[test]
+    fn titles_are_cut_on_char_boundaries() {
+        assert_eq!(truncate_title("short", 60), "short");
+        assert_eq!(truncate_title("line one\nline two", 60), "line one");
+        let cjk = "巴".repeat(80);
+        assert_eq!(truncate_title(&cjk, 60), format!("{}…", "巴".repeat(60)));
+        assert_eq!(truncate_title("aaaa bbbb cccc", 12), "aaaa bbbb…");
+        assert_eq!(derive_title("  "), "Untitled plan");
+    }
+
+    #[test]
+    fn step_references_resolve_by_id_then_position() {
+        let value = serde_json::json!({"steps": [
+            {"id": "2", "type": "reply", "text": "a"},
+            {"id": "x", "type": "reply", "text": "b", "depends_on": ["2", 1, "#1", "step 2", "S1", "zz"]}
+        ]});
+        let (plan, _, diags) = to_plan(value, &defaults()).unwrap();
+        assert!(diags.is_empty(), "{diags:?}");
+        // "2" is the first step's own id; 1 and #1 are positions; "step 2" is the second step.
+        assert_eq!(plan.steps[1].depends_on, ["s1", "s2", "zz"]);
+    }
+
+    #[test]
+    fn parse_errors_map_to_codes() {
+        assert_eq!(
+            parse("nothing", &defaults()).unwrap_err().code(),
+            Code::ParseError
+        );
+        assert_eq!(
+            parse("{\"x\": 1}", &defaults()).unwrap_err().code(),
+            Code::UnknownShape
+        );
+        assert_eq!(SourceShape::Nl2Sql.as_str(), "nl2sql");
+        assert_eq!(
+            serde_json::to_value(SourceShape::DeerFlow).unwrap(),
+            "deer_flow"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_json_like_noise(text in r#"[{}\[\]"'\\:,a-z0-9 \n`<>/éü巴🚀-]{0,120}"#) {
+            let _ = parse(&text, &defaults());
+        }
+
+        #[test]
+        fn never_panics_on_cut_plans(cut in 0usize..400) {
+            let text = "<think>x</think>```json\n{\"title\": \"巴黎 🚀\", \"steps\": [{\"id\": \"a\", \
+                \"type\": \"tool\", \"name\": \"t\", \"arguments\": {\"q\": \"\\u00e9\\d\"}}, \
+                {\"type\": \"reply\", \"text\": \"ok\", \"depends_on\": [\"a\"]}]}\n```";
+            let end = text.char_indices().map(|(i, _)| i).nth(cut).unwrap_or(text.len());
+            let _ = parse(&text[..end], &defaults());
+        }
+    }
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::catalog::{AgentCard, Catalog, Tool};
+use crate::catalog::{AgentCard, Catalog, CatalogTool, Tool};
 use crate::diagnostic::{Code, Diagnostic, Severity};
 use crate::llm::{
     CompletionRequest, FinishReason, LanguageModel, LlmError, Message, OutputConstraint, Strategy,
@@ -169,7 +169,9 @@ impl PlanError {
     /// The diagnostics, when the call got far enough to have any.
     pub fn diagnostics(&self) -> Option<&Diagnostics> {
         match self {
-            PlanError::Failed { diagnostics, .. } | PlanError::Model { diagnostics, .. } => Some(diagnostics),
+            PlanError::Failed { diagnostics, .. } | PlanError::Model { diagnostics, .. } => {
+                Some(diagnostics)
+            }
             _ => None,
         }
     }
@@ -204,7 +206,12 @@ impl Planner {
     /// A planner with BM25 retrieval over the catalog and the built-in templates.
     pub fn new(catalog: Catalog, model: Arc<dyn LanguageModel>) -> Planner {
         let retriever = Arc::new(Bm25Index::new(&catalog));
-        Planner { catalog, retriever, templates: Arc::new(Templates::builtin()), model }
+        Planner {
+            catalog,
+            retriever,
+            templates: Arc::new(Templates::builtin()),
+            model,
+        }
     }
 
     /// Uses these templates.
@@ -232,7 +239,10 @@ impl Planner {
         }
         let now = request.now.unwrap_or_else(Utc::now);
         let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
-        let mut diagnostics = Diagnostics { model: self.model.name(), ..Diagnostics::default() };
+        let mut diagnostics = Diagnostics {
+            model: self.model.name(),
+            ..Diagnostics::default()
+        };
 
         if let Some(outcome) = self.triage(request, &plan_id, now, &mut diagnostics) {
             let mut outcome = outcome;
@@ -241,12 +251,17 @@ impl Planner {
         }
 
         let stage = Instant::now();
-        let selected: Vec<&Tool> =
-            select(&self.catalog, self.retriever.as_ref(), &request.query, request.options.top_k, &request.options.pinned_tools)
-                .into_iter()
-                .filter_map(|idx| self.catalog.tool_at(idx).map(|t| &t.tool))
-                .collect();
-        diagnostics.selected_tools = selected.iter().map(|t| t.name.clone()).collect();
+        let selected: Vec<&CatalogTool> = select(
+            &self.catalog,
+            self.retriever.as_ref(),
+            &request.query,
+            request.options.top_k,
+            &request.options.pinned_tools,
+        )
+        .into_iter()
+        .filter_map(|idx| self.catalog.tool_at(idx))
+        .collect();
+        diagnostics.selected_tools = selected.iter().map(|t| t.tool.name.clone()).collect();
         diagnostics.timings.select_us = micros(stage);
 
         let stage = Instant::now();
@@ -257,24 +272,33 @@ impl Planner {
         let mut base_messages = vec![Message::system(system)];
         base_messages.extend(request.history.iter().cloned());
         base_messages.push(Message::user(user));
-        let schema = plan_schema(&selected, &agents, &request.options);
         let strategy = Strategy::negotiate(self.model.capabilities());
         diagnostics.strategy = Some(strategy);
+        // Prompt-only and JSON-mode backends get no schema: building it is most of the non-model
+        // cost of a request.
+        let schema = || Arc::new(plan_schema(&selected, &agents, &request.options));
         let constraint = match strategy {
-            Strategy::Grammar | Strategy::JsonSchema => {
-                Some(OutputConstraint::JsonSchema { name: "plan".into(), schema, strict: true })
-            }
+            Strategy::Grammar | Strategy::JsonSchema => Some(OutputConstraint::JsonSchema {
+                name: "plan".into(),
+                schema: schema(),
+                strict: true,
+            }),
             Strategy::ToolCalling => Some(OutputConstraint::ToolCall {
                 name: "planning".into(),
                 description: "Submit the plan for the user's request.".into(),
-                parameters: schema,
+                parameters: schema(),
             }),
             Strategy::JsonMode => Some(OutputConstraint::JsonObject),
             Strategy::PromptOnly => None,
         };
         diagnostics.timings.render_us = micros(stage);
 
-        let defaults = ParseDefaults { plan_id: &plan_id, goal: &request.query, locale: request.locale(), now };
+        let defaults = ParseDefaults {
+            plan_id: &plan_id,
+            goal: &request.query,
+            locale: request.locale(),
+            now,
+        };
         let mut messages = base_messages.clone();
         let mut best: Option<Candidate> = None;
         let mut last_failure: Option<(String, String)> = None;
@@ -296,7 +320,10 @@ impl Planner {
                     diagnostics.timings.generate_us += micros(stage);
                     if attempt_index == 0 {
                         diagnostics.timings.total_us = micros(started);
-                        return Err(PlanError::Model { source, diagnostics: Box::new(diagnostics) });
+                        return Err(PlanError::Model {
+                            source,
+                            diagnostics: Box::new(diagnostics),
+                        });
                     }
                     model_failure = Some(source);
                     break;
@@ -309,7 +336,9 @@ impl Planner {
                 diagnostics.repairs += 1;
             }
             let raw = match completion.tool_calls.first() {
-                Some(call) if completion.text.trim().is_empty() || strategy == Strategy::ToolCalling => {
+                Some(call)
+                    if completion.text.trim().is_empty() || strategy == Strategy::ToolCalling =>
+                {
                     call.arguments.clone()
                 }
                 _ => completion.text.clone(),
@@ -328,7 +357,10 @@ impl Planner {
                 attempt.diagnostics.push(Diagnostic::warning(
                     Code::Truncated,
                     "",
-                    format!("the model stopped at its token limit ({} tokens)", request.options.max_tokens),
+                    format!(
+                        "the model stopped at its token limit ({} tokens)",
+                        request.options.max_tokens
+                    ),
                 ));
             }
 
@@ -339,7 +371,11 @@ impl Planner {
                 Ok(parsed) => parsed,
                 Err(err) => {
                     let message = err.to_string();
-                    attempt.diagnostics.push(Diagnostic::error(Code::ParseError, "", message.clone()));
+                    attempt.diagnostics.push(Diagnostic::error(
+                        Code::ParseError,
+                        "",
+                        message.clone(),
+                    ));
                     diagnostics.attempts.push(attempt);
                     last_failure = Some((message.clone(), raw.clone()));
                     let repair = self.templates.repair(&RepairContext {
@@ -365,10 +401,16 @@ impl Planner {
 
             let n_errors = all.iter().filter(|d| d.is_error()).count();
             let clean = n_errors == 0;
-            let better = best.as_ref().is_none_or(|b| n_errors <= b.diagnostics.iter().filter(|d| d.is_error()).count());
+            let better = best
+                .as_ref()
+                .is_none_or(|b| n_errors <= b.diagnostics.iter().filter(|d| d.is_error()).count());
             let problems = repair_prompt_items(&all);
             if better {
-                best = Some(Candidate { plan, diagnostics: all, raw: raw.clone() });
+                best = Some(Candidate {
+                    plan,
+                    diagnostics: all,
+                    raw: raw.clone(),
+                });
             }
             if clean {
                 break;
@@ -381,7 +423,15 @@ impl Planner {
             messages = repair_messages(&base_messages, &raw, repair);
         }
 
-        let mut outcome = self.finish(request, best, last_failure, model_failure, &plan_id, now, diagnostics);
+        let mut outcome = self.finish(
+            request,
+            best,
+            last_failure,
+            model_failure,
+            &plan_id,
+            now,
+            diagnostics,
+        );
         if let Ok(outcome) = &mut outcome {
             outcome.diagnostics.timings.total_us = micros(started);
         }
@@ -408,27 +458,48 @@ impl Planner {
                 plan.steps.push(Step::new(
                     "s1",
                     format!("{}: {}", card.name, short_description(&request.query, 60)),
-                    Action::Agent { agent: card.name.clone(), query: request.query.clone() },
+                    Action::Agent {
+                        agent: card.name.clone(),
+                        query: request.query.clone(),
+                    },
                 ));
-                Some(Outcome { status: OutcomeStatus::Ready, plan, diagnostics: diagnostics.clone() })
+                Some(Outcome {
+                    status: OutcomeStatus::Ready,
+                    plan,
+                    diagnostics: diagnostics.clone(),
+                })
             }
             Some(_) => None,
             None => {
                 diagnostics.triage = Triage::UnknownAgent;
-                let available: Vec<&str> = self.catalog.agents().iter().map(|a| a.name.as_str()).collect();
+                let available: Vec<&str> = self
+                    .catalog
+                    .agents()
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect();
                 let reason = if available.is_empty() {
                     format!("agent `{target}` is not available: no agents are configured")
                 } else {
-                    format!("agent `{target}` is not available; available agents: {}", available.join(", "))
+                    format!(
+                        "agent `{target}` is not available; available agents: {}",
+                        available.join(", ")
+                    )
                 };
                 diagnostics.findings.push(
-                    Diagnostic::error(Code::UnknownAgent, "/target_agent", reason.clone()).with_value(json!(target)),
+                    Diagnostic::error(Code::UnknownAgent, "/target_agent", reason.clone())
+                        .with_value(json!(target)),
                 );
                 let mut plan = new_plan(plan_id, request, now);
                 plan.ready = false;
                 plan.guidance = Some(reason.clone());
-                plan.metadata.insert("fallback_reason".into(), json!(reason));
-                Some(Outcome { status: OutcomeStatus::Fallback { reason }, plan, diagnostics: diagnostics.clone() })
+                plan.metadata
+                    .insert("fallback_reason".into(), json!(reason));
+                Some(Outcome {
+                    status: OutcomeStatus::Fallback { reason },
+                    plan,
+                    diagnostics: diagnostics.clone(),
+                })
             }
         }
     }
@@ -453,8 +524,14 @@ impl Planner {
                 format!("a repair call failed, so the best earlier attempt is used: {err}"),
             ));
         }
-        let Some(Candidate { mut plan, diagnostics: findings, raw }) = best else {
-            let (message, raw) = last_failure.unwrap_or_else(|| ("the model gave no output".into(), String::new()));
+        let Some(Candidate {
+            mut plan,
+            diagnostics: findings,
+            raw,
+        }) = best
+        else {
+            let (message, raw) =
+                last_failure.unwrap_or_else(|| ("the model gave no output".into(), String::new()));
             let reason = format!("no plan could be read from the model output: {message}");
             return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
         };
@@ -462,9 +539,16 @@ impl Planner {
         let zh = locale.to_ascii_lowercase().starts_with("zh");
 
         // Plan-level errors (no step to blame) make the whole candidate unusable.
-        let plan_errors: Vec<&Diagnostic> = findings.iter().filter(|d| d.is_error() && d.step.is_none()).collect();
+        let plan_errors: Vec<&Diagnostic> = findings
+            .iter()
+            .filter(|d| d.is_error() && d.step.is_none())
+            .collect();
         if !plan_errors.is_empty() {
-            let reason = plan_errors.iter().map(|d| d.message.as_str()).collect::<Vec<_>>().join("; ");
+            let reason = plan_errors
+                .iter()
+                .map(|d| d.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
             diagnostics.findings.extend(findings.iter().cloned());
             return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
         }
@@ -474,25 +558,45 @@ impl Planner {
         let mut kept_findings: Vec<Diagnostic> = Vec::new();
         let step_ids: Vec<String> = plan.steps.iter().map(|s| s.id.clone()).collect();
         for step_id in &step_ids {
-            let errors: Vec<&Diagnostic> =
-                findings.iter().filter(|d| d.is_error() && d.step.as_deref() == Some(step_id)).collect();
+            let errors: Vec<&Diagnostic> = findings
+                .iter()
+                .filter(|d| d.is_error() && d.step.as_deref() == Some(step_id))
+                .collect();
             if errors.is_empty() {
                 continue;
             }
             if errors.iter().all(|d| d.code == Code::MissingArgument) {
-                let Some(step) = plan.steps.iter_mut().find(|s| &s.id == step_id) else { continue };
+                let Some(step) = plan.steps.iter_mut().find(|s| &s.id == step_id) else {
+                    continue;
+                };
                 step.status = StepStatus::Blocked;
                 for diag in errors {
-                    let argument = diag.pointer.rsplit('/').next().unwrap_or_default().replace("~1", "/").replace("~0", "~");
+                    let argument = diag
+                        .pointer
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or_default()
+                        .replace("~1", "/")
+                        .replace("~0", "~");
                     let tool = match &step.action {
                         Action::Tool { name, .. } => name.clone(),
                         _ => String::new(),
                     };
-                    let options = self.catalog.tool(&tool).map(|t| enum_options(&t.tool, &argument)).unwrap_or_default();
+                    let options = self
+                        .catalog
+                        .tool(&tool)
+                        .map(|t| enum_options(&t.tool, &argument))
+                        .unwrap_or_default();
                     let text = if zh {
-                        format!("步骤「{}」（{tool}）需要参数 `{argument}`，请提供它的值。", step.title)
+                        format!(
+                            "步骤「{}」（{tool}）需要参数 `{argument}`，请提供它的值。",
+                            step.title
+                        )
                     } else {
-                        format!("What should `{argument}` be for step \"{}\" ({tool})?", step.title)
+                        format!(
+                            "What should `{argument}` be for step \"{}\" ({tool})?",
+                            step.title
+                        )
                     };
                     questions.push(Question {
                         id: String::new(),
@@ -516,7 +620,9 @@ impl Planner {
         while changed {
             changed = false;
             for step in &plan.steps {
-                if !dropped.contains(&step.id) && step.depends_on.iter().any(|d| dropped.contains(d)) {
+                if !dropped.contains(&step.id)
+                    && step.depends_on.iter().any(|d| dropped.contains(d))
+                {
                     if matches!(step.action, Action::Reply { .. }) {
                         continue;
                     }
@@ -537,10 +643,18 @@ impl Planner {
                 .filter(|d| d.is_error() && d.step.as_deref() == Some(step_id))
                 .map(|d| d.message.as_str())
                 .collect();
-            let why = if reasons.is_empty() { "it depends on a dropped step".to_owned() } else { reasons.join("; ") };
+            let why = if reasons.is_empty() {
+                "it depends on a dropped step".to_owned()
+            } else {
+                reasons.join("; ")
+            };
             kept_findings.push(
-                Diagnostic::warning(Code::StepDropped, "/steps", format!("dropped step `{step_id}`: {why}"))
-                    .with_step(step_id.clone()),
+                Diagnostic::warning(
+                    Code::StepDropped,
+                    "/steps",
+                    format!("dropped step `{step_id}`: {why}"),
+                )
+                .with_step(step_id.clone()),
             );
         }
         plan.steps.retain(|s| !dropped.contains(&s.id));
@@ -549,9 +663,13 @@ impl Planner {
         }
         // Errors on dropped steps stay in the attempt diagnostics; in the findings they are
         // reported as the drop itself.
-        kept_findings.retain(|d| !(d.is_error() && d.step.as_ref().is_some_and(|s| dropped.contains(s))));
+        kept_findings
+            .retain(|d| !(d.is_error() && d.step.as_ref().is_some_and(|s| dropped.contains(s))));
 
-        let has_work = plan.steps.iter().any(|s| !matches!(s.action, Action::Reply { .. }));
+        let has_work = plan
+            .steps
+            .iter()
+            .any(|s| !matches!(s.action, Action::Reply { .. }));
         if !dropped.is_empty() && !has_work && questions.is_empty() && plan.questions.is_empty() {
             let reason = findings
                 .iter()
@@ -563,26 +681,47 @@ impl Planner {
             return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
         }
 
-        for diag in findings.iter().filter(|d| d.code == Code::ScheduleUnconfirmed) {
-            let Some(step) = plan.steps.iter_mut().find(|s| Some(&s.id) == diag.step.as_ref()) else { continue };
+        for diag in findings
+            .iter()
+            .filter(|d| d.code == Code::ScheduleUnconfirmed)
+        {
+            let Some(step) = plan
+                .steps
+                .iter_mut()
+                .find(|s| Some(&s.id) == diag.step.as_ref())
+            else {
+                continue;
+            };
             step.status = StepStatus::Blocked;
             let when = match &step.schedule {
-                Some(crate::plan::Schedule::Interval { minutes }) => format!("every {minutes} minutes"),
+                Some(crate::plan::Schedule::Interval { minutes }) => {
+                    format!("every {minutes} minutes")
+                }
                 Some(crate::plan::Schedule::Daily { time }) => format!("every day at {time}"),
                 Some(crate::plan::Schedule::Cron { expr }) => format!("on the schedule `{expr}`"),
                 _ => "repeatedly".to_owned(),
             };
             let text = if zh {
-                format!("步骤「{}」将按计划重复执行（{when}）。确认设置这个定时任务吗？", step.title)
+                format!(
+                    "步骤「{}」将按计划重复执行（{when}）。确认设置这个定时任务吗？",
+                    step.title
+                )
             } else {
-                format!("Step \"{}\" will run {when}. Shall I set up this recurring schedule?", step.title)
+                format!(
+                    "Step \"{}\" will run {when}. Shall I set up this recurring schedule?",
+                    step.title
+                )
             };
             questions.push(Question {
                 id: String::new(),
                 text,
                 step: Some(step.id.clone()),
                 argument: None,
-                options: if zh { vec!["确认".into(), "取消".into()] } else { vec!["yes".into(), "no".into()] },
+                options: if zh {
+                    vec!["确认".into(), "取消".into()]
+                } else {
+                    vec!["yes".into(), "no".into()]
+                },
             });
         }
 
@@ -594,13 +733,32 @@ impl Planner {
             plan.ready = false;
         }
         let answered = plan.has_enough_context == Some(true);
-        if plan.steps.is_empty() && plan.questions.is_empty() && plan.guidance.is_none() && !answered {
+        if plan.steps.is_empty()
+            && plan.questions.is_empty()
+            && plan.guidance.is_none()
+            && !answered
+        {
             diagnostics.findings.extend(kept_findings);
-            return fallback(request, plan_id, now, "the plan has no usable steps".into(), Some(&raw), diagnostics);
+            return fallback(
+                request,
+                plan_id,
+                now,
+                "the plan has no usable steps".into(),
+                Some(&raw),
+                diagnostics,
+            );
         }
         diagnostics.findings.extend(kept_findings);
-        let status = if plan.ready { OutcomeStatus::Ready } else { OutcomeStatus::NeedsInput };
-        Ok(Outcome { status, plan, diagnostics })
+        let status = if plan.ready {
+            OutcomeStatus::Ready
+        } else {
+            OutcomeStatus::NeedsInput
+        };
+        Ok(Outcome {
+            status,
+            plan,
+            diagnostics,
+        })
     }
 }
 
@@ -613,13 +771,20 @@ fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
-    let at = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let at = (0..=max)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
     format!("{}…[cut]", &text[..at])
 }
 
 /// The errors, one line each, as the repair prompt quotes them.
 fn repair_prompt_items(diagnostics: &[Diagnostic]) -> Vec<String> {
-    diagnostics.iter().filter(|d| d.is_error()).map(|d| d.to_string().replace('\n', " ")).collect()
+    diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string().replace('\n', " "))
+        .collect()
 }
 
 /// The base conversation, the rejected output, and the repair request. Earlier failed attempts
@@ -637,7 +802,16 @@ fn enum_options(tool: &Tool, argument: &str) -> Vec<String> {
         .and_then(|p| p.get(argument))
         .and_then(|s| s.get("enum"))
         .and_then(Value::as_array)
-        .map(|values| values.iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect())
+        .map(|values| {
+            values
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -672,7 +846,8 @@ fn fallback(
 ) -> Result<Outcome, PlanError> {
     let zh = request.locale().to_ascii_lowercase().starts_with("zh");
     let mut plan = new_plan(plan_id, request, now);
-    plan.metadata.insert("fallback_reason".into(), json!(reason));
+    plan.metadata
+        .insert("fallback_reason".into(), json!(reason));
     match &request.options.fallback {
         FallbackPolicy::Guidance => {
             plan.ready = false;
@@ -682,24 +857,42 @@ fn fallback(
                 format!("I could not make a plan for this request: {reason}")
             };
             if let Some(raw) = raw.filter(|r| !r.trim().is_empty()) {
-                text.push_str(if zh { "\n模型的原始输出：\n" } else { "\nThe planner's raw output:\n" });
+                text.push_str(if zh {
+                    "\n模型的原始输出：\n"
+                } else {
+                    "\nThe planner's raw output:\n"
+                });
                 text.push_str(&cut(raw.trim(), 2_000));
             }
             plan.guidance = Some(text);
         }
         FallbackPolicy::Reply { text } => {
             let text = text.clone().unwrap_or_else(|| {
-                if zh { "（计划不可用）".to_owned() } else { "(plan unavailable)".to_owned() }
+                if zh {
+                    "（计划不可用）".to_owned()
+                } else {
+                    "(plan unavailable)".to_owned()
+                }
             });
-            plan.steps.push(Step::new("s1", if zh { "回复" } else { "Reply" }, Action::Reply { text }));
+            plan.steps.push(Step::new(
+                "s1",
+                if zh { "回复" } else { "Reply" },
+                Action::Reply { text },
+            ));
         }
         FallbackPolicy::DefaultPlan => {
             plan.title = format!("Plan for: {}", short_description(&request.query, 80));
-            for (idx, title) in ["Analyze request", "Execute task", "Verify results"].into_iter().enumerate() {
+            for (idx, title) in ["Analyze request", "Execute task", "Verify results"]
+                .into_iter()
+                .enumerate()
+            {
                 let mut step = Step::new(
                     format!("s{}", idx + 1),
                     title,
-                    Action::Task { kind: TaskKind::Custom("step".into()), need_web_search: false },
+                    Action::Task {
+                        kind: TaskKind::Custom("step".into()),
+                        need_web_search: false,
+                    },
                 );
                 if idx > 0 {
                     step.depends_on.push(format!("s{idx}"));
@@ -712,28 +905,51 @@ fn fallback(
             match previous {
                 Some(previous) if request.options.iteration > 0 => {
                     plan = previous.clone();
-                    plan.metadata.insert("fallback_reason".into(), json!(reason));
+                    plan.metadata
+                        .insert("fallback_reason".into(), json!(reason));
                 }
-                _ => return Err(PlanError::Failed { reason, diagnostics: Box::new(diagnostics) }),
+                _ => {
+                    return Err(PlanError::Failed {
+                        reason,
+                        diagnostics: Box::new(diagnostics),
+                    });
+                }
             }
         }
         FallbackPolicy::Fail => {
-            return Err(PlanError::Failed { reason, diagnostics: Box::new(diagnostics) });
+            return Err(PlanError::Failed {
+                reason,
+                diagnostics: Box::new(diagnostics),
+            });
         }
     }
-    Ok(Outcome { status: OutcomeStatus::Fallback { reason }, plan, diagnostics })
+    Ok(Outcome {
+        status: OutcomeStatus::Fallback { reason },
+        plan,
+        diagnostics,
+    })
 }
 
 /// What the templates see for this request.
-fn prompt_context(request: &PlanRequest, tools: &[&Tool], agents: &[&AgentCard], now: DateTime<Utc>) -> PromptContext {
+fn prompt_context(
+    request: &PlanRequest,
+    tools: &[&CatalogTool],
+    agents: &[&AgentCard],
+    now: DateTime<Utc>,
+) -> PromptContext {
     PromptContext {
         query: request.query.clone(),
         profile: request.profile.clone().filter(|p| !p.trim().is_empty()),
         locale: request.locale().to_owned(),
         max_steps: request.options.max_steps.max(1),
-        now: format!("{} ({})", now.format("%Y-%m-%dT%H:%M:%SZ"), now.format("%A")),
+        now: format!(
+            "{} ({})",
+            now.format("%Y-%m-%dT%H:%M:%SZ"),
+            now.format("%A")
+        ),
         tools: tools
             .iter()
+            .map(|entry| &entry.tool)
             .map(|tool| ToolView {
                 name: tool.name.clone(),
                 description: short_description(&tool.description, DESCRIPTION_MAX),
@@ -748,7 +964,10 @@ fn prompt_context(request: &PlanRequest, tools: &[&Tool], agents: &[&AgentCard],
                 skills: agent
                     .skills
                     .iter()
-                    .map(|s| SkillView { name: s.name.clone(), description: short_description(&s.description, DESCRIPTION_MAX) })
+                    .map(|s| SkillView {
+                        name: s.name.clone(),
+                        description: short_description(&s.description, DESCRIPTION_MAX),
+                    })
                     .collect(),
             })
             .collect(),
@@ -756,7 +975,11 @@ fn prompt_context(request: &PlanRequest, tools: &[&Tool], agents: &[&AgentCard],
         feedback: request.feedback.as_ref().map(|feedback| FeedbackView {
             previous: feedback.previous.as_ref().map(flat_plan_json),
             text: feedback.text.clone(),
-            diagnostics: feedback.diagnostics.iter().map(ToString::to_string).collect(),
+            diagnostics: feedback
+                .diagnostics
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
             observations: feedback.observations.clone(),
         }),
     }
@@ -781,7 +1004,10 @@ pub fn flat_plan_json(plan: &Plan) -> String {
                     flat.insert("agent".into(), json!(agent));
                     flat.insert("query".into(), json!(query));
                 }
-                Action::Task { kind, need_web_search } => {
+                Action::Task {
+                    kind,
+                    need_web_search,
+                } => {
                     flat.insert("kind".into(), json!(kind.to_string()));
                     flat.insert("need_web_search".into(), json!(need_web_search));
                     if !step.description.is_empty() {
@@ -796,7 +1022,10 @@ pub fn flat_plan_json(plan: &Plan) -> String {
                 flat.insert("depends_on".into(), json!(step.depends_on));
             }
             if let Some(schedule) = &step.schedule {
-                flat.insert("schedule".into(), serde_json::to_value(schedule).unwrap_or(Value::Null));
+                flat.insert(
+                    "schedule".into(),
+                    serde_json::to_value(schedule).unwrap_or(Value::Null),
+                );
             }
             Value::Object(flat)
         })

@@ -115,12 +115,25 @@ impl Plan {
     /// A plain-text rendering with progress, e.g. `Progress: 1/3 (33.3%)` and `[✓] [→] [!] [ ]`.
     pub fn render_text(&self) -> String {
         let total = self.steps.len();
-        let done = self.steps.iter().filter(|s| s.status == StepStatus::Completed).count();
-        let pct = if total == 0 { 0.0 } else { done as f64 * 100.0 / total as f64 };
+        let done = self
+            .steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Completed)
+            .count();
+        let pct = if total == 0 {
+            0.0
+        } else {
+            done as f64 * 100.0 / total as f64
+        };
         let mut out = format!("Plan: {} (id {}, v{})\n", self.title, self.id, self.version);
         out.push_str(&format!("Progress: {done}/{total} ({pct:.1}%)\n"));
         for (idx, step) in self.steps.iter().enumerate() {
-            out.push_str(&format!("{}. {} {}\n", idx + 1, step.status.marker(), step.title));
+            out.push_str(&format!(
+                "{}. {} {}\n",
+                idx + 1,
+                step.status.marker(),
+                step.title
+            ));
             if !step.notes.is_empty() {
                 out.push_str(&format!("   Notes: {}\n", step.notes));
             }
@@ -374,10 +387,16 @@ impl std::str::FromStr for StepStatus {
     type Err = String;
 
     fn from_str(s: &str) -> Result<StepStatus, String> {
-        StepStatus::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| {
-            let names: Vec<&str> = StepStatus::ALL.iter().map(|s| s.as_str()).collect();
-            format!("unknown step status `{s}`; expected one of {}", names.join(", "))
-        })
+        StepStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = StepStatus::ALL.iter().map(|s| s.as_str()).collect();
+                format!(
+                    "unknown step status `{s}`; expected one of {}",
+                    names.join(", ")
+                )
+            })
     }
 }
 
@@ -461,7 +480,10 @@ impl StepRef {
                 other => return Err(format!("`{text}`: unexpected `{other}`")),
             }
         }
-        Ok(StepRef { step: step.to_owned(), path })
+        Ok(StepRef {
+            step: step.to_owned(),
+            path,
+        })
     }
 }
 
@@ -521,7 +543,15 @@ mod tests {
             assert_eq!(parsed.path.len(), n_segments, "{text}");
             assert_eq!(parsed.to_string(), text);
         }
-        for bad in ["", ".output", "s1", "s1.result", "s1.output[x]", "s1.output[1", "s1.output..a"] {
+        for bad in [
+            "",
+            ".output",
+            "s1",
+            "s1.result",
+            "s1.output[x]",
+            "s1.output[1",
+            "s1.output..a",
+        ] {
             assert!(StepRef::parse(bad).is_err(), "{bad} should not parse");
         }
     }
@@ -539,18 +569,27 @@ mod tests {
     fn render_text_shows_progress() {
         let mut plan = Plan::new("p", "goal");
         plan.title = "Trip".into();
-        for (idx, status) in [StepStatus::Completed, StepStatus::InProgress, StepStatus::NotStarted]
-            .into_iter()
-            .enumerate()
+        for (idx, status) in [
+            StepStatus::Completed,
+            StepStatus::InProgress,
+            StepStatus::NotStarted,
+        ]
+        .into_iter()
+        .enumerate()
         {
-            let mut step = Step::new(format!("s{}", idx + 1), format!("step {idx}"), Action::Reply {
-                text: "x".into(),
-            });
+            let mut step = Step::new(
+                format!("s{}", idx + 1),
+                format!("step {idx}"),
+                Action::Reply { text: "x".into() },
+            );
             step.status = status;
             plan.steps.push(step);
         }
         let text = plan.render_text();
         assert!(text.contains("Progress: 1/3 (33.3%)"), "{text}");
-        assert!(text.contains("[✓] step 0") && text.contains("[→] step 1"), "{text}");
+        assert!(
+            text.contains("[✓] step 0") && text.contains("[→] step 1"),
+            "{text}"
+        );
     }
 }

@@ -50,12 +50,18 @@ pub struct PlanRequest {
 impl PlanRequest {
     /// A request with default options.
     pub fn new(query: impl Into<String>) -> PlanRequest {
-        PlanRequest { query: query.into(), ..PlanRequest::default() }
+        PlanRequest {
+            query: query.into(),
+            ..PlanRequest::default()
+        }
     }
 
     /// The locale, or `en-US`.
     pub fn locale(&self) -> &str {
-        self.locale.as_deref().filter(|l| !l.trim().is_empty()).unwrap_or("en-US")
+        self.locale
+            .as_deref()
+            .filter(|l| !l.trim().is_empty())
+            .unwrap_or("en-US")
     }
 }
 
@@ -108,9 +114,12 @@ impl std::str::FromStr for Shape {
 
     fn from_str(s: &str) -> Result<Shape, String> {
         let wanted = s.replace('-', "_");
-        Shape::ALL.into_iter().find(|shape| shape.as_str() == wanted).ok_or_else(|| {
-            format!("unknown shape `{s}`; expected tool_steps, research or agent_tasks")
-        })
+        Shape::ALL
+            .into_iter()
+            .find(|shape| shape.as_str() == wanted)
+            .ok_or_else(|| {
+                format!("unknown shape `{s}`; expected tool_steps, research or agent_tasks")
+            })
     }
 }
 
@@ -172,7 +181,7 @@ impl Default for PlanOptions {
             shape: Shape::ToolSteps,
             fallback: FallbackPolicy::Guidance,
             allow_recurring: false,
-            max_string_length: 1000,
+            max_string_length: crate::schema::DEFAULT_TEXT_MAX,
             max_tokens: 2048,
         }
     }

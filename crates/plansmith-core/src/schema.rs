@@ -11,18 +11,22 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{AgentCard, Tool};
+use crate::catalog::{AgentCard, CatalogTool};
 use crate::request::{PlanOptions, Shape};
 
+/// The default bound on free strings (`PlanOptions::max_string_length`).
+pub const DEFAULT_TEXT_MAX: u32 = 1000;
 /// Longest title in the schema.
 const TITLE_MAX: u64 = 120;
 /// Bound for arrays inside tool arguments that declare none.
 const ARRAY_MAX: u64 = 32;
+/// Most dependencies of one step (independent of `max_steps`, so tool branches can be cached).
+const DEPENDS_MAX: u64 = 16;
 /// Most questions a plan may ask.
 const QUESTIONS_MAX: u64 = 5;
 
 /// Builds the output schema for one request.
-pub fn plan_schema(tools: &[&Tool], agents: &[&AgentCard], options: &PlanOptions) -> Value {
+pub fn plan_schema(tools: &[&CatalogTool], agents: &[&AgentCard], options: &PlanOptions) -> Value {
     let max_steps = u64::try_from(options.max_steps.max(1)).unwrap_or(u64::MAX);
     let text_max = u64::from(options.max_string_length.max(16));
     match options.shape {
@@ -36,29 +40,27 @@ fn string(max: u64) -> Value {
     json!({"type": "string", "maxLength": max})
 }
 
-fn tool_steps_schema(tools: &[&Tool], agents: &[&AgentCard], max_steps: u64, text_max: u64) -> Value {
+fn tool_steps_schema(
+    tools: &[&CatalogTool],
+    agents: &[&AgentCard],
+    max_steps: u64,
+    text_max: u64,
+) -> Value {
     let mut branches: Vec<Value> = tools
         .iter()
-        .map(|tool| {
-            step_branch(
-                "tool",
-                [
-                    ("name", json!({"const": tool.name})),
-                    ("arguments", model_arguments_schema(&tool.input_schema, text_max)),
-                ],
-                max_steps,
-            )
-        })
+        .map(|tool| tool.model_step_schema(text_max).into_owned())
         .collect();
     if !agents.is_empty() {
         let names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
         branches.push(step_branch(
             "agent",
-            [("agent", json!({"enum": names})), ("query", string(text_max))],
-            max_steps,
+            [
+                ("agent", json!({"enum": names})),
+                ("query", string(text_max)),
+            ],
         ));
     }
-    branches.push(step_branch("reply", [("text", string(text_max))], max_steps));
+    branches.push(step_branch("reply", [("text", string(text_max))]));
     json!({
         "type": "object",
         "properties": {
@@ -85,14 +87,26 @@ fn tool_steps_schema(tools: &[&Tool], agents: &[&AgentCard], max_steps: u64, tex
     })
 }
 
+/// The member of the step union for one tool: `name` is a const, `arguments` the tool's
+/// model-facing schema ([`model_arguments_schema`]). Together the members make the tool names
+/// an enum, each with its own argument schema.
+pub fn tool_step_schema(name: &str, input_schema: &Value, text_max: u64) -> Value {
+    step_branch(
+        "tool",
+        [
+            ("name", json!({"const": name})),
+            ("arguments", model_arguments_schema(input_schema, text_max)),
+        ],
+    )
+}
+
 /// One member of the step union: `id`, `type` (a const), `title`, the action fields, `depends_on`.
-fn step_branch<const N: usize>(
-    kind: &str,
-    fields: [(&str, Value); N],
-    max_steps: u64,
-) -> Value {
+fn step_branch<const N: usize>(kind: &str, fields: [(&str, Value); N]) -> Value {
     let mut properties = Map::new();
-    properties.insert("id".into(), json!({"type": "string", "pattern": "^s[0-9]{1,3}$"}));
+    properties.insert(
+        "id".into(),
+        json!({"type": "string", "pattern": "^s[0-9]{1,3}$"}),
+    );
     properties.insert("type".into(), json!({"const": kind}));
     properties.insert("title".into(), string(TITLE_MAX));
     let mut required = vec![json!("id"), json!("type")];
@@ -102,7 +116,7 @@ fn step_branch<const N: usize>(
     }
     properties.insert(
         "depends_on".into(),
-        json!({"type": "array", "maxItems": max_steps, "items": {"type": "string", "pattern": "^s[0-9]{1,3}$"}}),
+        json!({"type": "array", "maxItems": DEPENDS_MAX, "items": {"type": "string", "pattern": "^s[0-9]{1,3}$"}}),
     );
     json!({
         "type": "object",
@@ -190,8 +204,7 @@ pub fn model_arguments_schema(input_schema: &Value, text_max: u64) -> Value {
     let mut schema = if contains_ref(input_schema) {
         // Recursive schemas cannot be inlined: fall back to a plain object; validation still
         // checks the original.
-        jsonschema::dereference(input_schema)
-            .unwrap_or_else(|_| json!({"type": "object"}))
+        jsonschema::dereference(input_schema).unwrap_or_else(|_| json!({"type": "object"}))
     } else {
         input_schema.clone()
     };
@@ -208,10 +221,8 @@ pub fn model_arguments_schema(input_schema: &Value, text_max: u64) -> Value {
             *property = json!({"anyOf": [original, step_ref_schema()]});
         }
     }
-    if schema.get("type").is_none() {
-        if let Some(object) = schema.as_object_mut() {
-            object.insert("type".into(), json!("object"));
-        }
+    if let Some(object) = schema.as_object_mut().filter(|o| !o.contains_key("type")) {
+        object.insert("type".into(), json!("object"));
     }
     schema
 }
@@ -236,10 +247,16 @@ fn contains_ref(value: &Value) -> bool {
 
 /// Adds `maxLength` to free strings and `maxItems` to arrays, recursively.
 fn bound(schema: &mut Value, text_max: u64) {
-    let Some(object) = schema.as_object_mut() else { return };
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
     let types: Vec<String> = match object.get("type") {
         Some(Value::String(ty)) => vec![ty.clone()],
-        Some(Value::Array(tys)) => tys.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        Some(Value::Array(tys)) => tys
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
         _ => Vec::new(),
     };
     let constrained = ["enum", "const", "maxLength", "format", "pattern"]
@@ -276,13 +293,14 @@ fn bound(schema: &mut Value, text_max: u64) {
 mod tests {
     use super::*;
 
-    fn tool(name: &str, schema: Value) -> Tool {
-        Tool { name: name.into(), description: String::new(), input_schema: schema, output_schema: None, annotations: None }
+    fn catalog(name: &str, schema: Value) -> crate::catalog::Catalog {
+        crate::catalog::Catalog::from_json(&json!([{"name": name, "input_schema": schema}]))
+            .unwrap()
     }
 
     #[test]
     fn schema_is_valid_and_bounds_every_string() {
-        let weather = tool(
+        let catalog = catalog(
             "get_weather",
             json!({"type": "object", "properties": {
                 "city": {"type": "string"},
@@ -290,14 +308,31 @@ mod tests {
                 "days": {"type": "array", "items": {"type": "string"}}
             }, "required": ["city"]}),
         );
-        let options = PlanOptions { max_steps: 4, ..PlanOptions::default() };
-        let schema = plan_schema(&[&weather], &[], &options);
+        let options = PlanOptions {
+            max_steps: 4,
+            ..PlanOptions::default()
+        };
+        let weather = catalog.tool("get_weather").unwrap();
+        let schema = plan_schema(&[weather], &[], &options);
         jsonschema::meta::validate(&schema).unwrap();
         let args = &schema["properties"]["steps"]["items"]["anyOf"][0]["properties"]["arguments"];
-        assert_eq!(args["properties"]["city"]["anyOf"][0]["maxLength"], json!(1000));
-        assert!(args["properties"]["unit"]["anyOf"][0].get("maxLength").is_none());
-        assert_eq!(args["properties"]["days"]["anyOf"][0]["maxItems"], json!(32));
-        assert_eq!(args["properties"]["days"]["anyOf"][0]["items"]["maxLength"], json!(1000));
+        assert_eq!(
+            args["properties"]["city"]["anyOf"][0]["maxLength"],
+            json!(1000)
+        );
+        assert!(
+            args["properties"]["unit"]["anyOf"][0]
+                .get("maxLength")
+                .is_none()
+        );
+        assert_eq!(
+            args["properties"]["days"]["anyOf"][0]["maxItems"],
+            json!(32)
+        );
+        assert_eq!(
+            args["properties"]["days"]["anyOf"][0]["items"]["maxLength"],
+            json!(1000)
+        );
         assert_eq!(schema["properties"]["steps"]["maxItems"], json!(4));
 
         let validator = jsonschema::validator_for(&schema).unwrap();
@@ -322,8 +357,14 @@ mod tests {
     fn local_refs_are_inlined() {
         let schema = json!({"type": "object", "$defs": {"c": {"type": "string"}}, "properties": {"city": {"$ref": "#/$defs/c"}}});
         let model = model_arguments_schema(&schema, 50);
-        assert!(!contains_ref(&model["properties"]["city"]["anyOf"][0]), "{model}");
-        assert_eq!(model["properties"]["city"]["anyOf"][0]["maxLength"], json!(50));
+        assert!(
+            !contains_ref(&model["properties"]["city"]["anyOf"][0]),
+            "{model}"
+        );
+        assert_eq!(
+            model["properties"]["city"]["anyOf"][0]["maxLength"],
+            json!(50)
+        );
     }
 
     #[test]
@@ -336,7 +377,10 @@ mod tests {
             passthrough: false,
         };
         for shape in [Shape::Research, Shape::AgentTasks] {
-            let options = PlanOptions { shape, ..PlanOptions::default() };
+            let options = PlanOptions {
+                shape,
+                ..PlanOptions::default()
+            };
             let schema = plan_schema(&[], &[&agent], &options);
             jsonschema::meta::validate(&schema).unwrap();
         }

@@ -14,9 +14,18 @@ use serde::Serialize;
 use crate::request::Shape;
 
 const BUILTIN: [(&str, &str); 5] = [
-    ("tool_steps.system.j2", include_str!("../templates/tool_steps.system.j2")),
-    ("research.system.j2", include_str!("../templates/research.system.j2")),
-    ("agent_tasks.system.j2", include_str!("../templates/agent_tasks.system.j2")),
+    (
+        "tool_steps.system.j2",
+        include_str!("../templates/tool_steps.system.j2"),
+    ),
+    (
+        "research.system.j2",
+        include_str!("../templates/research.system.j2"),
+    ),
+    (
+        "agent_tasks.system.j2",
+        include_str!("../templates/agent_tasks.system.j2"),
+    ),
     ("user.j2", include_str!("../templates/user.j2")),
     ("repair.j2", include_str!("../templates/repair.j2")),
 ];
@@ -143,19 +152,31 @@ impl Templates {
     pub fn with_overrides(dir: &Path) -> Result<Templates, TemplateError> {
         let mut templates = Templates::builtin();
         let shown = dir.display().to_string();
-        let entries = std::fs::read_dir(dir).map_err(|source| TemplateError::Io { path: shown.clone(), source })?;
+        let entries = std::fs::read_dir(dir).map_err(|source| TemplateError::Io {
+            path: shown.clone(),
+            source,
+        })?;
         for entry in entries {
-            let entry = entry.map_err(|source| TemplateError::Io { path: shown.clone(), source })?;
+            let entry = entry.map_err(|source| TemplateError::Io {
+                path: shown.clone(),
+                source,
+            })?;
             let file_name = entry.file_name().to_string_lossy().into_owned();
             if !BUILTIN.iter().any(|(name, _)| *name == file_name) {
                 continue;
             }
-            let source = std::fs::read_to_string(entry.path())
-                .map_err(|source| TemplateError::Io { path: entry.path().display().to_string(), source })?;
+            let source =
+                std::fs::read_to_string(entry.path()).map_err(|source| TemplateError::Io {
+                    path: entry.path().display().to_string(),
+                    source,
+                })?;
             templates
                 .env
                 .add_template_owned(file_name.clone(), source)
-                .map_err(|source| TemplateError::Template { name: file_name, source })?;
+                .map_err(|source| TemplateError::Template {
+                    name: file_name,
+                    source,
+                })?;
         }
         Ok(templates)
     }
@@ -181,9 +202,14 @@ impl Templates {
     }
 
     fn render<S: Serialize>(&self, name: &str, context: &S) -> Result<String, TemplateError> {
-        let wrap = |source| TemplateError::Template { name: name.to_owned(), source };
+        let wrap = |source| TemplateError::Template {
+            name: name.to_owned(),
+            source,
+        };
         let template = self.env.get_template(name).map_err(wrap)?;
-        let text = template.render(minijinja::Value::from(minijinja::value::Serde(context))).map_err(wrap)?;
+        let text = template
+            .render(minijinja::Value::from(minijinja::value::Serde(context)))
+            .map_err(wrap)?;
         Ok(text.trim().to_owned())
     }
 }
@@ -208,7 +234,11 @@ pub fn signature(name: &str, input_schema: &serde_json::Value) -> String {
             props
                 .iter()
                 .map(|(param, schema)| {
-                    let star = if required.contains(&param.as_str()) { "*" } else { "" };
+                    let star = if required.contains(&param.as_str()) {
+                        "*"
+                    } else {
+                        ""
+                    };
                     format!("{param}{star}: {}", type_label(schema))
                 })
                 .collect()
@@ -225,16 +255,23 @@ fn type_label(schema: &serde_json::Value) -> String {
     }
     match schema.get("type") {
         Some(serde_json::Value::String(ty)) if ty == "array" => {
-            let item = schema.get("items").map(type_label).unwrap_or_else(|| "any".into());
+            let item = schema
+                .get("items")
+                .map(type_label)
+                .unwrap_or_else(|| "any".into());
             format!("{item}[]")
         }
-        Some(serde_json::Value::String(ty)) => match schema.get("format").and_then(serde_json::Value::as_str) {
-            Some(format) => format!("{ty} ({format})"),
-            None => ty.clone(),
-        },
-        Some(serde_json::Value::Array(tys)) => {
-            tys.iter().filter_map(serde_json::Value::as_str).collect::<Vec<_>>().join("|")
+        Some(serde_json::Value::String(ty)) => {
+            match schema.get("format").and_then(serde_json::Value::as_str) {
+                Some(format) => format!("{ty} ({format})"),
+                None => ty.clone(),
+            }
         }
+        Some(serde_json::Value::Array(tys)) => tys
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .collect::<Vec<_>>()
+            .join("|"),
         _ => "any".into(),
     }
 }
@@ -273,7 +310,10 @@ mod tests {
             }],
             agents: vec![],
             context: vec!["The user lives in Lyon.".into()],
-            feedback: Some(FeedbackView { text: Some("add a step".into()), ..FeedbackView::default() }),
+            feedback: Some(FeedbackView {
+                text: Some("add a step".into()),
+                ..FeedbackView::default()
+            }),
         }
     }
 
@@ -282,7 +322,13 @@ mod tests {
         let templates = Templates::builtin();
         let ctx = context();
         let system = templates.system(Shape::ToolSteps, &ctx).unwrap();
-        for needle in ["get_weather(city*: string, unit: \"c\"|\"f\")", "at most 5 steps", "fr-FR", "Be brief.", "Sunday"] {
+        for needle in [
+            "get_weather(city*: string, unit: \"c\"|\"f\")",
+            "at most 5 steps",
+            "fr-FR",
+            "Be brief.",
+            "Sunday",
+        ] {
             assert!(system.contains(needle), "missing {needle:?} in\n{system}");
         }
         for shape in [Shape::Research, Shape::AgentTasks] {
@@ -290,15 +336,25 @@ mod tests {
             assert!(text.contains("fr-FR"), "{text}");
         }
         let user = templates.user(&ctx).unwrap();
-        assert!(user.contains("Lyon") && user.contains("add a step") && user.ends_with("Weather in Paris?"), "{user}");
+        assert!(
+            user.contains("Lyon")
+                && user.contains("add a step")
+                && user.ends_with("Weather in Paris?"),
+            "{user}"
+        );
         let repair = templates
             .repair(&RepairContext {
-                diagnostics: vec!["error[missing_argument] at /steps/0/action/arguments/city: x".into()],
+                diagnostics: vec![
+                    "error[missing_argument] at /steps/0/action/arguments/city: x".into(),
+                ],
                 parse_error: None,
                 rejected: "{\"steps\": []}".into(),
             })
             .unwrap();
-        assert!(repair.contains("missing_argument") && repair.contains("{\"steps\": []}"), "{repair}");
+        assert!(
+            repair.contains("missing_argument") && repair.contains("{\"steps\": []}"),
+            "{repair}"
+        );
     }
 
     #[test]

@@ -12,15 +12,25 @@ use serde_json::{Value, json};
 
 use crate::catalog::Catalog;
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::{Action, PathSegment, Plan, Schedule, Step, StepRef, collect_refs, escape_pointer};
+use crate::plan::{
+    Action, PathSegment, Plan, Schedule, Step, StepRef, collect_refs, escape_pointer,
+};
 use crate::request::PlanOptions;
 
 /// Validates `plan`; see the module docs for what is checked and fixed.
-pub fn validate(mut plan: Plan, catalog: &Catalog, options: &PlanOptions) -> (Plan, Vec<Diagnostic>) {
+pub fn validate(
+    mut plan: Plan,
+    catalog: &Catalog,
+    options: &PlanOptions,
+) -> (Plan, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let answered = plan.has_enough_context == Some(true);
     if plan.steps.is_empty() && plan.questions.is_empty() && plan.guidance.is_none() && !answered {
-        diags.push(Diagnostic::error(Code::EmptyPlan, "/steps", "the plan has no steps"));
+        diags.push(Diagnostic::error(
+            Code::EmptyPlan,
+            "/steps",
+            "the plan has no steps",
+        ));
         return (plan, diags);
     }
     if !check_ids(&plan, &mut diags) {
@@ -51,12 +61,20 @@ fn check_ids(plan: &Plan, diags: &mut Vec<Diagnostic>) -> bool {
     let mut ok = true;
     for (idx, step) in plan.steps.iter().enumerate() {
         if step.id.trim().is_empty() {
-            diags.push(Diagnostic::error(Code::InvalidStep, format!("/steps/{idx}/id"), "step has an empty id"));
+            diags.push(Diagnostic::error(
+                Code::InvalidStep,
+                format!("/steps/{idx}/id"),
+                "step has an empty id",
+            ));
             ok = false;
         } else if !seen.insert(step.id.as_str()) {
             diags.push(
-                Diagnostic::error(Code::DuplicateStepId, format!("/steps/{idx}/id"), format!("step id `{}` is used twice", step.id))
-                    .with_step(step.id.clone()),
+                Diagnostic::error(
+                    Code::DuplicateStepId,
+                    format!("/steps/{idx}/id"),
+                    format!("step id `{}` is used twice", step.id),
+                )
+                .with_step(step.id.clone()),
             );
             ok = false;
         }
@@ -79,12 +97,19 @@ fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
                 let message = if dep == &step.id {
                     format!("step `{}` depends on itself", step.id)
                 } else {
-                    format!("step `{}` depends on `{dep}`, which is not a step of this plan", step.id)
+                    format!(
+                        "step `{}` depends on `{dep}`, which is not a step of this plan",
+                        step.id
+                    )
                 };
                 diags.push(
-                    Diagnostic::error(Code::UnknownDependency, format!("/steps/{idx}/depends_on/{dep_idx}"), message)
-                        .with_step(step.id.clone())
-                        .with_value(json!(dep)),
+                    Diagnostic::error(
+                        Code::UnknownDependency,
+                        format!("/steps/{idx}/depends_on/{dep_idx}"),
+                        message,
+                    )
+                    .with_step(step.id.clone())
+                    .with_value(json!(dep)),
                 );
                 ok = false;
             }
@@ -99,7 +124,10 @@ fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
         Ok(order) => {
             if order.iter().enumerate().any(|(pos, &idx)| pos != idx) {
                 let mut slots: Vec<Option<Step>> = plan.steps.drain(..).map(Some).collect();
-                plan.steps = order.iter().filter_map(|&idx| slots.get_mut(idx).and_then(Option::take)).collect();
+                plan.steps = order
+                    .iter()
+                    .filter_map(|&idx| slots.get_mut(idx).and_then(Option::take))
+                    .collect();
                 diags.push(Diagnostic::info(
                     Code::AutoFixed,
                     "/steps",
@@ -113,7 +141,10 @@ fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
                 Diagnostic::error(
                     Code::Cycle,
                     "/steps",
-                    format!("the dependencies form a cycle through {}", cycle.join(" → ")),
+                    format!(
+                        "the dependencies form a cycle through {}",
+                        cycle.join(" → ")
+                    ),
                 )
                 .with_value(json!(cycle)),
             );
@@ -124,15 +155,20 @@ fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
 
 /// Kahn's algorithm, stable (ready steps in their original order). On a cycle, the ids on it.
 fn topological_order(steps: &[Step]) -> Result<Vec<usize>, Vec<String>> {
-    let index: HashMap<&str, usize> = steps.iter().enumerate().map(|(i, s)| (s.id.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
     let mut indegree: Vec<usize> = steps.iter().map(|s| s.depends_on.len()).collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); steps.len()];
     for (idx, step) in steps.iter().enumerate() {
         for dep in &step.depends_on {
-            if let Some(&dep_idx) = index.get(dep.as_str()) {
-                if let Some(list) = dependents.get_mut(dep_idx) {
-                    list.push(idx);
-                }
+            if let Some(list) = index
+                .get(dep.as_str())
+                .and_then(|&dep_idx| dependents.get_mut(dep_idx))
+            {
+                list.push(idx);
             }
         }
     }
@@ -140,7 +176,12 @@ fn topological_order(steps: &[Step]) -> Result<Vec<usize>, Vec<String>> {
     let mut done = vec![false; steps.len()];
     while order.len() < steps.len() {
         let Some(next) = (0..steps.len()).find(|&i| !done[i] && indegree[i] == 0) else {
-            let cycle = steps.iter().enumerate().filter(|(i, _)| !done[*i]).map(|(_, s)| s.id.clone()).collect();
+            let cycle = steps
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !done[*i])
+                .map(|(_, s)| s.id.clone())
+                .collect();
             return Err(cycle);
         };
         done[next] = true;
@@ -162,8 +203,16 @@ fn enforce_max_steps(plan: &mut Plan, max_steps: usize, diags: &mut Vec<Diagnost
         Some(step) if matches!(step.action, Action::Reply { .. }) => plan.steps.pop(),
         _ => None,
     };
-    let keep = if closing_reply.is_some() { max_steps - 1 } else { max_steps };
-    let dropped: Vec<String> = plan.steps.drain(keep.min(plan.steps.len())..).map(|s| s.id).collect();
+    let keep = if closing_reply.is_some() {
+        max_steps - 1
+    } else {
+        max_steps
+    };
+    let dropped: Vec<String> = plan
+        .steps
+        .drain(keep.min(plan.steps.len())..)
+        .map(|s| s.id)
+        .collect();
     if let Some(reply) = closing_reply {
         plan.steps.push(reply);
     }
@@ -174,14 +223,19 @@ fn enforce_max_steps(plan: &mut Plan, max_steps: usize, diags: &mut Vec<Diagnost
         Diagnostic::warning(
             Code::MaxStepsExceeded,
             "/steps",
-            format!("the plan had more than {max_steps} steps; dropped {}", dropped.join(", ")),
+            format!(
+                "the plan had more than {max_steps} steps; dropped {}",
+                dropped.join(", ")
+            ),
         )
         .with_value(json!(dropped)),
     );
 }
 
 fn check_action(plan: &mut Plan, idx: usize, catalog: &Catalog, diags: &mut Vec<Diagnostic>) {
-    let Some(step) = plan.steps.get_mut(idx) else { return };
+    let Some(step) = plan.steps.get_mut(idx) else {
+        return;
+    };
     let base = step_pointer(idx);
     let step_id = step.id.clone();
     match &mut step.action {
@@ -193,7 +247,10 @@ fn check_action(plan: &mut Plan, idx: usize, catalog: &Catalog, diags: &mut Vec<
                             Diagnostic::warning(
                                 Code::AutoFixed,
                                 format!("{base}/action/name"),
-                                format!("tool `{name}` is not in the catalog; using `{}`", near.tool.name),
+                                format!(
+                                    "tool `{name}` is not in the catalog; using `{}`",
+                                    near.tool.name
+                                ),
                             )
                             .with_step(step_id.clone()),
                         );
@@ -213,13 +270,17 @@ fn check_action(plan: &mut Plan, idx: usize, catalog: &Catalog, diags: &mut Vec<
                     }
                 }
             }
-            let Some(entry) = catalog.tool(name) else { return };
+            let Some(entry) = catalog.tool(name) else {
+                return;
+            };
             let mut refs = Vec::new();
             let args_value = Value::Object(std::mem::take(arguments));
             collect_refs(&args_value, "", &mut refs);
             for error in entry.validator().iter_errors(&args_value) {
                 let path = error.instance_path().to_string();
-                if refs.iter().any(|(ref_pointer, _)| path == *ref_pointer || path.starts_with(&format!("{ref_pointer}/"))) {
+                if refs.iter().any(|(ref_pointer, _)| {
+                    path == *ref_pointer || path.starts_with(&format!("{ref_pointer}/"))
+                }) {
                     continue;
                 }
                 let pointer = format!("{base}/action/arguments{path}");
@@ -236,7 +297,14 @@ fn check_action(plan: &mut Plan, idx: usize, catalog: &Catalog, diags: &mut Vec<
                         Diagnostic::error(
                             Code::UnknownArgument,
                             pointer,
-                            format!("tool `{name}` has no argument {}", unexpected.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", ")),
+                            format!(
+                                "tool `{name}` has no argument {}",
+                                unexpected
+                                    .iter()
+                                    .map(|u| format!("`{u}`"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
                         )
                         .with_value(json!(unexpected))
                     }
@@ -262,11 +330,15 @@ fn check_action(plan: &mut Plan, idx: usize, catalog: &Catalog, diags: &mut Vec<
         }
         Action::Agent { agent, query } => {
             if catalog.agent(agent).is_none() {
-                let available: Vec<&str> = catalog.agents().iter().map(|a| a.name.as_str()).collect();
+                let available: Vec<&str> =
+                    catalog.agents().iter().map(|a| a.name.as_str()).collect();
                 let message = if available.is_empty() {
                     format!("agent `{agent}` is not available: no agents are configured")
                 } else {
-                    format!("agent `{agent}` is not available; available agents: {}", available.join(", "))
+                    format!(
+                        "agent `{agent}` is not available; available agents: {}",
+                        available.join(", ")
+                    )
                 };
                 diags.push(
                     Diagnostic::error(Code::UnknownAgent, format!("{base}/action/agent"), message)
@@ -276,24 +348,36 @@ fn check_action(plan: &mut Plan, idx: usize, catalog: &Catalog, diags: &mut Vec<
             }
             if query.trim().is_empty() {
                 diags.push(
-                    Diagnostic::error(Code::InvalidStep, format!("{base}/action/query"), "agent task has an empty query")
-                        .with_step(step_id),
+                    Diagnostic::error(
+                        Code::InvalidStep,
+                        format!("{base}/action/query"),
+                        "agent task has an empty query",
+                    )
+                    .with_step(step_id),
                 );
             }
         }
         Action::Reply { text } => {
             if text.trim().is_empty() {
                 diags.push(
-                    Diagnostic::error(Code::InvalidStep, format!("{base}/action/text"), "reply step has an empty text")
-                        .with_step(step_id),
+                    Diagnostic::error(
+                        Code::InvalidStep,
+                        format!("{base}/action/text"),
+                        "reply step has an empty text",
+                    )
+                    .with_step(step_id),
                 );
             }
         }
         Action::Task { .. } => {
             if step.title.trim().is_empty() && step.description.trim().is_empty() {
                 diags.push(
-                    Diagnostic::error(Code::InvalidStep, base, "task step has neither title nor description")
-                        .with_step(step_id),
+                    Diagnostic::error(
+                        Code::InvalidStep,
+                        base,
+                        "task step has neither title nor description",
+                    )
+                    .with_step(step_id),
                 );
             }
         }
@@ -302,8 +386,12 @@ fn check_action(plan: &mut Plan, idx: usize, catalog: &Catalog, diags: &mut Vec<
 
 fn check_refs(plan: &mut Plan, catalog: &Catalog, diags: &mut Vec<Diagnostic>) {
     for idx in 0..plan.steps.len() {
-        let Some(step) = plan.steps.get(idx) else { continue };
-        let Action::Tool { name, arguments } = &step.action else { continue };
+        let Some(step) = plan.steps.get(idx) else {
+            continue;
+        };
+        let Action::Tool { name, arguments } = &step.action else {
+            continue;
+        };
         let mut refs = Vec::new();
         for (key, value) in arguments {
             collect_refs(value, &format!("/{}", escape_pointer(key)), &mut refs);
@@ -325,7 +413,10 @@ fn check_refs(plan: &mut Plan, catalog: &Catalog, diags: &mut Vec<Diagnostic>) {
                 }
             };
             let Some(target_idx) = plan.step_index(&reference.step) else {
-                diags.push(error(format!("`$ref` names step `{}`, which is not in the plan", reference.step)));
+                diags.push(error(format!(
+                    "`$ref` names step `{}`, which is not in the plan",
+                    reference.step
+                )));
                 continue;
             };
             if target_idx >= idx {
@@ -343,12 +434,17 @@ fn check_refs(plan: &mut Plan, catalog: &Catalog, diags: &mut Vec<Diagnostic>) {
                     Diagnostic::warning(
                         Code::AutoFixed,
                         format!("/steps/{idx}/depends_on"),
-                        format!("step `{step_id}` uses the output of `{}`; added it to depends_on", reference.step),
+                        format!(
+                            "step `{step_id}` uses the output of `{}`; added it to depends_on",
+                            reference.step
+                        ),
                     )
                     .with_step(step_id.clone()),
                 );
             }
-            if let Some(message) = check_ref_type(plan, catalog, &tool_name, &pointer, target_idx, &reference) {
+            if let Some(message) =
+                check_ref_type(plan, catalog, &tool_name, &pointer, target_idx, &reference)
+            {
                 diags.push(
                     Diagnostic::error(Code::RefTypeMismatch, full_pointer.clone(), message)
                         .with_step(step_id.clone())
@@ -374,15 +470,24 @@ fn schema_at<'a>(schema: &'a Value, path: &[PathSegment]) -> SchemaAt<'a> {
                 if let Some(child) = current.get("properties").and_then(|p| p.get(key)) {
                     Some(child)
                 } else if current.get("additionalProperties") == Some(&Value::Bool(false))
-                    || current.get("type").and_then(Value::as_str).is_some_and(|t| t != "object")
+                    || current
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| t != "object")
                 {
                     return SchemaAt::Missing(format!("no field `{key}`"));
                 } else {
-                    current.get("additionalProperties").filter(|v| v.is_object())
+                    current
+                        .get("additionalProperties")
+                        .filter(|v| v.is_object())
                 }
             }
             PathSegment::Index(index) => {
-                if current.get("type").and_then(Value::as_str).is_some_and(|t| t != "array") {
+                if current
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t != "array")
+                {
                     return SchemaAt::Missing(format!("`[{index}]` indexes a non-array"));
                 }
                 current
@@ -418,13 +523,20 @@ fn check_ref_type(
     reference: &StepRef,
 ) -> Option<String> {
     let target = plan.steps.get(target_idx)?;
-    let Action::Tool { name: target_tool, .. } = &target.action else { return None };
+    let Action::Tool {
+        name: target_tool, ..
+    } = &target.action
+    else {
+        return None;
+    };
     let output_schema = catalog.tool(target_tool)?.tool.output_schema.as_ref()?;
     let produced = match schema_at(output_schema, &reference.path) {
         SchemaAt::Found(schema) => schema,
         SchemaAt::Unknown => return None,
         SchemaAt::Missing(why) => {
-            return Some(format!("`{reference}` does not fit the output schema of `{target_tool}`: {why}"));
+            return Some(format!(
+                "`{reference}` does not fit the output schema of `{target_tool}`: {why}"
+            ));
         }
     };
     let input_schema = &catalog.tool(tool_name)?.tool.input_schema;
@@ -436,7 +548,9 @@ fn check_ref_type(
             Err(_) => PathSegment::Key(token.replace("~1", "/").replace("~0", "~")),
         })
         .collect();
-    let SchemaAt::Found(expected) = schema_at(input_schema, &arg_path) else { return None };
+    let SchemaAt::Found(expected) = schema_at(input_schema, &arg_path) else {
+        return None;
+    };
     let expected_types = schema_types(expected);
     let produced_types = schema_types(produced);
     if expected_types.is_empty() || produced_types.is_empty() {
@@ -454,16 +568,31 @@ fn check_ref_type(
     })
 }
 
-fn check_schedule(schedule: &Schedule, idx: usize, step: &Step, options: &PlanOptions, diags: &mut Vec<Diagnostic>) {
+fn check_schedule(
+    schedule: &Schedule,
+    idx: usize,
+    step: &Step,
+    options: &PlanOptions,
+    diags: &mut Vec<Diagnostic>,
+) {
     let pointer = format!("/steps/{idx}/schedule");
     let problem = match schedule {
         Schedule::Once => None,
-        Schedule::Interval { minutes } => (*minutes == 0).then(|| "interval must be at least 1 minute".to_owned()),
-        Schedule::Daily { time } => (!valid_time_of_day(time)).then(|| format!("daily time `{time}` is not HH:MM")),
-        Schedule::Cron { expr } => (!valid_cron(expr)).then(|| format!("`{expr}` is not a five-field cron expression")),
+        Schedule::Interval { minutes } => {
+            (*minutes == 0).then(|| "interval must be at least 1 minute".to_owned())
+        }
+        Schedule::Daily { time } => {
+            (!valid_time_of_day(time)).then(|| format!("daily time `{time}` is not HH:MM"))
+        }
+        Schedule::Cron { expr } => {
+            (!valid_cron(expr)).then(|| format!("`{expr}` is not a five-field cron expression"))
+        }
     };
     if let Some(message) = problem {
-        diags.push(Diagnostic::error(Code::InvalidSchedule, pointer.clone(), message).with_step(step.id.clone()));
+        diags.push(
+            Diagnostic::error(Code::InvalidSchedule, pointer.clone(), message)
+                .with_step(step.id.clone()),
+        );
         return;
     }
     if schedule.is_recurring() && !options.allow_recurring {
@@ -471,7 +600,10 @@ fn check_schedule(schedule: &Schedule, idx: usize, step: &Step, options: &PlanOp
             Diagnostic::warning(
                 Code::ScheduleUnconfirmed,
                 pointer,
-                format!("step `{}` recurs; it needs the user's confirmation first", step.id),
+                format!(
+                    "step `{}` recurs; it needs the user's confirmation first",
+                    step.id
+                ),
             )
             .with_step(step.id.clone()),
         );
@@ -479,7 +611,9 @@ fn check_schedule(schedule: &Schedule, idx: usize, step: &Step, options: &PlanOp
 }
 
 fn valid_time_of_day(time: &str) -> bool {
-    let Some((hours, minutes)) = time.trim().split_once(':') else { return false };
+    let Some((hours, minutes)) = time.trim().split_once(':') else {
+        return false;
+    };
     let hours_ok = hours.len() == 2 && hours.parse::<u8>().is_ok_and(|h| h < 24);
     let minutes_ok = minutes.len() == 2 && minutes.parse::<u8>().is_ok_and(|m| m < 60);
     hours_ok && minutes_ok
@@ -488,7 +622,11 @@ fn valid_time_of_day(time: &str) -> bool {
 fn valid_cron(expr: &str) -> bool {
     let fields: Vec<&str> = expr.split_whitespace().collect();
     fields.len() == 5
-        && fields.iter().all(|field| field.chars().all(|c| c.is_ascii_alphanumeric() || "*/,-?".contains(c)))
+        && fields.iter().all(|field| {
+            field
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "*/,-?".contains(c))
+        })
 }
 
 #[cfg(test)]

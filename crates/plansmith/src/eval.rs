@@ -70,7 +70,11 @@ pub fn retrieval(
             continue;
         }
         let case: Case = serde_json::from_str(line).with_context(|| {
-            format!("{}:{}: not a retrieval case", cases_path.display(), line_idx + 1)
+            format!(
+                "{}:{}: not a retrieval case",
+                cases_path.display(),
+                line_idx + 1
+            )
         })?;
         cases.push(case);
     }
@@ -93,12 +97,17 @@ pub fn retrieval(
             .collect();
         serde_json::to_writer(&mut out, &json!({"id": case.id, "ranked": ranked}))
             .with_context(|| format!("failed to write {}", out_path.display()))?;
-        out.write_all(b"\n").with_context(|| format!("failed to write {}", out_path.display()))?;
+        out.write_all(b"\n")
+            .with_context(|| format!("failed to write {}", out_path.display()))?;
 
         if !case.relevant.is_empty() {
             let is_relevant = |name: &str| case.relevant.iter().any(|r| r == name);
             for (sum, k) in recall.iter_mut().zip(RECALL_AT) {
-                let hits = ranked.iter().take(k).filter(|name| is_relevant(name)).count();
+                let hits = ranked
+                    .iter()
+                    .take(k)
+                    .filter(|name| is_relevant(name))
+                    .count();
                 *sum += hits as f64 / case.relevant.len() as f64;
             }
             if let Some(rank) = ranked.iter().position(|name| is_relevant(name)) {
@@ -106,7 +115,8 @@ pub fn retrieval(
             }
         }
     }
-    out.flush().with_context(|| format!("failed to write {}", out_path.display()))?;
+    out.flush()
+        .with_context(|| format!("failed to write {}", out_path.display()))?;
 
     let n_cases = cases.len();
     Ok(RetrievalSummary {
@@ -142,7 +152,10 @@ mod tests {
         )
         .unwrap();
         let summary = retrieval(&catalog, &cases, &out, 5).unwrap();
-        assert_eq!((summary.n_tools, summary.n_catalog_problems, summary.n_cases), (2, 1, 2));
+        assert_eq!(
+            (summary.n_tools, summary.n_catalog_problems, summary.n_cases),
+            (2, 1, 2)
+        );
         assert_eq!(summary.recall, [0.5, 0.5, 0.5, 0.5]);
         assert_eq!(summary.mrr, 0.5);
         let written = fs::read_to_string(&out).unwrap();

@@ -11,6 +11,8 @@
 //! | 10 | `plan`: the plan needs input (questions or guidance for the user) |
 //! | 11 | `plan`: a fallback plan was returned (the reason is printed) |
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -43,15 +45,24 @@ pub struct CliError {
 impl CliError {
     /// Bad input (exit 2).
     pub fn input(error: impl Into<anyhow::Error>) -> CliError {
-        CliError { code: EXIT_BAD_INPUT, error: error.into() }
+        CliError {
+            code: EXIT_BAD_INPUT,
+            error: error.into(),
+        }
     }
     /// A model problem (exit 3).
     pub fn model(error: impl Into<anyhow::Error>) -> CliError {
-        CliError { code: EXIT_MODEL, error: error.into() }
+        CliError {
+            code: EXIT_MODEL,
+            error: error.into(),
+        }
     }
     /// Planning failed (exit 1).
     pub fn failed(error: impl Into<anyhow::Error>) -> CliError {
-        CliError { code: EXIT_FAILED, error: error.into() }
+        CliError {
+            code: EXIT_FAILED,
+            error: error.into(),
+        }
     }
 }
 
@@ -66,7 +77,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Plan a request against a tool catalog.
-    Plan(plan_cmd::PlanArgs),
+    Plan(Box<plan_cmd::PlanArgs>),
     /// Inspect tool catalogs.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -121,7 +132,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Plan(args) => plan_cmd::run(args),
+        Command::Plan(args) => plan_cmd::run(*args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
         Command::Eval(EvalCommand::Retrieval(args)) => {
@@ -148,10 +159,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(CliError { code, error }) => {
-            if let Some(io) = error.downcast_ref::<std::io::Error>() {
-                if io.kind() == std::io::ErrorKind::BrokenPipe {
-                    return ExitCode::SUCCESS;
-                }
+            let broken_pipe = error
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+            if broken_pipe {
+                return ExitCode::SUCCESS;
             }
             eprintln!("error: {error:#}");
             ExitCode::from(code)

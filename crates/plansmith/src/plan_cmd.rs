@@ -90,13 +90,14 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     match runtime.block_on(planner.plan(&request)) {
         Ok(outcome) => print_outcome(&outcome, &args),
         Err(err) => {
-            if let Some(diagnostics) = err.diagnostics() {
-                if args.verbose || args.outcome_json {
-                    for attempt in &diagnostics.attempts {
-                        eprintln!("attempt {}: {}", attempt.index, attempt.raw);
-                        for diag in &attempt.diagnostics {
-                            eprintln!("  {diag}");
-                        }
+            if let Some(diagnostics) = err
+                .diagnostics()
+                .filter(|_| args.verbose || args.outcome_json)
+            {
+                for attempt in &diagnostics.attempts {
+                    eprintln!("attempt {}: {}", attempt.index, attempt.raw);
+                    for diag in &attempt.diagnostics {
+                        eprintln!("  {diag}");
                     }
                 }
             }
@@ -172,7 +173,10 @@ fn text_or_file(value: &str) -> Result<String, CliError> {
 }
 
 fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
-    let shape: Shape = args.shape.parse().map_err(|e: String| CliError::input(anyhow!(e)))?;
+    let shape: Shape = args
+        .shape
+        .parse()
+        .map_err(|e: String| CliError::input(anyhow!(e)))?;
     let fallback = match args.fallback.replace('_', "-").as_str() {
         "guidance" => FallbackPolicy::Guidance,
         "reply" => FallbackPolicy::Reply { text: None },
@@ -187,7 +191,11 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
     };
     let mut request = PlanRequest::new(args.query.clone());
     request.profile = args.profile.as_deref().map(text_or_file).transpose()?;
-    request.context = args.context.iter().map(|c| text_or_file(c)).collect::<Result<_, _>>()?;
+    request.context = args
+        .context
+        .iter()
+        .map(|c| text_or_file(c))
+        .collect::<Result<_, _>>()?;
     request.locale = Some(args.locale.clone());
     request.target_agent = args.target_agent.clone();
     request.options = PlanOptions {
@@ -226,7 +234,13 @@ fn print_outcome(outcome: &Outcome, args: &PlanArgs) -> Result<u8, CliError> {
 
 fn summary_line(outcome: &Outcome) -> String {
     let diags = &outcome.diagnostics;
-    let count = |severity| diags.findings.iter().filter(|d| d.severity == severity).count();
+    let count = |severity| {
+        diags
+            .findings
+            .iter()
+            .filter(|d| d.severity == severity)
+            .count()
+    };
     format!(
         "{} · {} step(s) · {} attempt(s), {} repair(s) · strategy {} · {} warning(s), {} note(s) · {} ms",
         match &outcome.status {
@@ -248,7 +262,14 @@ fn summary_line(outcome: &Outcome) -> String {
 fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
     let plan = &outcome.plan;
     let mut out = String::new();
-    out.push_str(&format!("{}\n", if plan.title.is_empty() { "Plan" } else { &plan.title }));
+    out.push_str(&format!(
+        "{}\n",
+        if plan.title.is_empty() {
+            "Plan"
+        } else {
+            &plan.title
+        }
+    ));
     if let OutcomeStatus::Fallback { reason } = &outcome.status {
         out.push_str(&format!("Fallback: {reason}\n"));
     }
@@ -256,9 +277,24 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
         out.push_str(&format!("Guidance: {guidance}\n"));
     }
     for (idx, step) in plan.steps.iter().enumerate() {
-        let after = if step.depends_on.is_empty() { String::new() } else { format!(" (after {})", step.depends_on.join(", ")) };
-        let flag = if step.requires_approval { " [needs approval]" } else { "" };
-        out.push_str(&format!("{:>2}. [{}] {}{after}{flag}\n", idx + 1, step.id, step.title));
+        let after = if step.depends_on.is_empty() {
+            String::new()
+        } else {
+            format!(" (after {})", step.depends_on.join(", "))
+        };
+        let mut flag = String::new();
+        if step.status != plansmith_core::StepStatus::NotStarted {
+            flag.push_str(&format!(" [{}]", step.status.as_str()));
+        }
+        if step.requires_approval {
+            flag.push_str(" [needs approval]");
+        }
+        out.push_str(&format!(
+            "{:>2}. [{}] {}{after}{flag}\n",
+            idx + 1,
+            step.id,
+            step.title
+        ));
         match &step.action {
             Action::Tool { name, arguments } => {
                 out.push_str(&format!("      tool {name}\n"));
@@ -266,8 +302,13 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
                     out.push_str(&format!("        {key} = {value}\n"));
                 }
             }
-            Action::Agent { agent, query } => out.push_str(&format!("      agent {agent}: {query}\n")),
-            Action::Task { kind, need_web_search } => {
+            Action::Agent { agent, query } => {
+                out.push_str(&format!("      agent {agent}: {query}\n"))
+            }
+            Action::Task {
+                kind,
+                need_web_search,
+            } => {
                 let web = if *need_web_search { ", web search" } else { "" };
                 out.push_str(&format!("      {kind} task{web}\n"));
                 if !step.description.is_empty() {
@@ -277,13 +318,20 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
             Action::Reply { text } => out.push_str(&format!("      reply: {text}\n")),
         }
         if let Some(schedule) = &step.schedule {
-            out.push_str(&format!("      schedule: {}\n", serde_json::to_string(schedule).unwrap_or_default()));
+            out.push_str(&format!(
+                "      schedule: {}\n",
+                serde_json::to_string(schedule).unwrap_or_default()
+            ));
         }
     }
     if !plan.questions.is_empty() {
         out.push_str("Questions:\n");
         for question in &plan.questions {
-            let options = if question.options.is_empty() { String::new() } else { format!(" [{}]", question.options.join(" / ")) };
+            let options = if question.options.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", question.options.join(" / "))
+            };
             out.push_str(&format!("  {}: {}{options}\n", question.id, question.text));
         }
     }
@@ -301,7 +349,10 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
     }
     if verbose {
         for attempt in &outcome.diagnostics.attempts {
-            out.push_str(&format!("Attempt {} raw output:\n{}\n", attempt.index, attempt.raw));
+            out.push_str(&format!(
+                "Attempt {} raw output:\n{}\n",
+                attempt.index, attempt.raw
+            ));
             for diag in &attempt.diagnostics {
                 out.push_str(&format!("  {diag}\n"));
             }

@@ -41,15 +41,27 @@ pub fn check(path: &Path, json: bool) -> Result<u8, CliError> {
                 "tool": p.name, "pointer": p.pointer, "message": p.message
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report).map_err(CliError::failed)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(CliError::failed)?
+        );
     } else {
         let destructive = catalog.tools().filter(|t| t.tool.is_destructive()).count();
-        println!("{}: {} valid tool(s), {} destructive", path.display(), catalog.len(), destructive);
+        println!(
+            "{}: {} valid tool(s), {} destructive",
+            path.display(),
+            catalog.len(),
+            destructive
+        );
         for problem in &problems {
             println!("  invalid: {problem}");
         }
     }
-    Ok(if problems.is_empty() { EXIT_OK } else { EXIT_BAD_INPUT })
+    Ok(if problems.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_BAD_INPUT
+    })
 }
 
 /// Ranks the catalog's tools for a query.
@@ -61,10 +73,15 @@ pub fn search(args: SearchArgs) -> Result<u8, CliError> {
         let rows: Vec<_> = ranked
             .iter()
             .filter_map(|hit| {
-                catalog.tool_at(hit.index).map(|t| serde_json::json!({"name": t.tool.name, "score": hit.score}))
+                catalog
+                    .tool_at(hit.index)
+                    .map(|t| serde_json::json!({"name": t.tool.name, "score": hit.score}))
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(CliError::failed)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(CliError::failed)?
+        );
         return Ok(EXIT_OK);
     }
     if ranked.is_empty() {
@@ -72,8 +89,14 @@ pub fn search(args: SearchArgs) -> Result<u8, CliError> {
     }
     for (rank, hit) in ranked.iter().enumerate() {
         if let Some(tool) = catalog.tool_at(hit.index) {
-            let description = plansmith_core::template::short_description(&tool.tool.description, 90);
-            println!("{:>2}. {:<40} {:>6.2}  {description}", rank + 1, tool.tool.name, hit.score);
+            let description =
+                plansmith_core::template::short_description(&tool.tool.description, 90);
+            println!(
+                "{:>2}. {:<40} {:>6.2}  {description}",
+                rank + 1,
+                tool.tool.name,
+                hit.score
+            );
         }
     }
     Ok(EXIT_OK)

@@ -1,2 +1,11 @@
+//! Integration tests of plansmith-core, one binary, one module per area.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// The plan document contract (snapshots).
+mod contract;
+/// Parse + validate never panic (property tests).
+mod fuzz;
+/// The parse case table.
 mod parse;
+/// The seed scenarios of DESIGN §8.
 mod pipeline;

@@ -48,8 +48,14 @@ fn load_cases() -> Vec<Case> {
         };
         let expect: Value = serde_json::from_str(expect.trim())
             .unwrap_or_else(|err| panic!("case `{name}`: bad expectation JSON: {err}"));
-        let Value::Object(expect) = expect else { panic!("case `{name}`: expectation not an object") };
-        cases.push(Case { name: name.trim().to_owned(), input: input.to_owned(), expect });
+        let Value::Object(expect) = expect else {
+            panic!("case `{name}`: expectation not an object")
+        };
+        cases.push(Case {
+            name: name.trim().to_owned(),
+            input: input.to_owned(),
+            expect,
+        });
     }
     cases
 }
@@ -81,7 +87,10 @@ fn check(case: &Case) -> Vec<String> {
     let parsed = match (result, want_ok) {
         (Ok(parsed), true) => parsed,
         (Ok(parsed), false) => {
-            problems.push(format!("expected an error, got a plan: {}", parsed.plan.render_text()));
+            problems.push(format!(
+                "expected an error, got a plan: {}",
+                parsed.plan.render_text()
+            ));
             return problems;
         }
         (Err(err), true) => {
@@ -89,15 +98,18 @@ fn check(case: &Case) -> Vec<String> {
             return problems;
         }
         (Err(err), false) => {
-            if let Some(kind) = expect.get("error_kind").and_then(Value::as_str) {
-                if error_kind(&err) != kind {
-                    problems.push(format!("error kind {} (`{err}`), expected {kind}", error_kind(&err)));
-                }
+            if let Some(kind) = expect.get("error_kind").and_then(Value::as_str)
+                && error_kind(&err) != kind
+            {
+                problems.push(format!(
+                    "error kind {} (`{err}`), expected {kind}",
+                    error_kind(&err)
+                ));
             }
-            if let Some(text) = expect.get("error").and_then(Value::as_str) {
-                if !err.to_string().contains(text) {
-                    problems.push(format!("error `{err}` does not contain `{text}`"));
-                }
+            if let Some(text) = expect.get("error").and_then(Value::as_str)
+                && !err.to_string().contains(text)
+            {
+                problems.push(format!("error `{err}` does not contain `{text}`"));
             }
             return problems;
         }
@@ -120,31 +132,60 @@ fn check(case: &Case) -> Vec<String> {
         }
     }
     if let Some(want) = expect.get("shape") {
-        eq(&mut problems, "shape", serde_json::to_value(parsed.shape).unwrap(), want);
+        eq(
+            &mut problems,
+            "shape",
+            serde_json::to_value(parsed.shape).unwrap(),
+            want,
+        );
     }
     if let Some(want) = expect.get("repaired") {
-        eq(&mut problems, "repaired", Value::Bool(parsed.repaired), want);
+        eq(
+            &mut problems,
+            "repaired",
+            Value::Bool(parsed.repaired),
+            want,
+        );
     }
     if let Some(want) = expect.get("ready") {
         eq(&mut problems, "ready", Value::Bool(parsed.plan.ready), want);
     }
     if let Some(want) = expect.get("n_steps") {
-        eq(&mut problems, "n_steps", Value::from(parsed.plan.steps.len()), want);
+        eq(
+            &mut problems,
+            "n_steps",
+            Value::from(parsed.plan.steps.len()),
+            want,
+        );
     }
     if let Some(want) = expect.get("types") {
-        let types: Vec<Value> =
-            parsed.plan.steps.iter().map(|s| Value::from(s.action.type_name())).collect();
+        let types: Vec<Value> = parsed
+            .plan
+            .steps
+            .iter()
+            .map(|s| Value::from(s.action.type_name()))
+            .collect();
         eq(&mut problems, "types", Value::Array(types), want);
     }
     if let Some(want) = expect.get("ids") {
-        let ids: Vec<Value> = parsed.plan.steps.iter().map(|s| Value::from(s.id.as_str())).collect();
+        let ids: Vec<Value> = parsed
+            .plan
+            .steps
+            .iter()
+            .map(|s| Value::from(s.id.as_str()))
+            .collect();
         eq(&mut problems, "ids", Value::Array(ids), want);
     }
     for (key, doc) in [("plan", &plan), ("json", &parsed.json)] {
         if let Some(Value::Object(pointers)) = expect.get(key) {
             for (pointer, want) in pointers {
                 match doc.pointer(pointer) {
-                    Some(got) => eq(&mut problems, &format!("{key} {pointer}"), got.clone(), want),
+                    Some(got) => eq(
+                        &mut problems,
+                        &format!("{key} {pointer}"),
+                        got.clone(),
+                        want,
+                    ),
                     None => problems.push(format!("{key} {pointer}: missing, expected {want}")),
                 }
             }
@@ -158,8 +199,11 @@ fn check(case: &Case) -> Vec<String> {
         }
     }
 
-    let diags: Vec<Value> =
-        parsed.diagnostics.iter().map(|d| serde_json::to_value(d).unwrap()).collect();
+    let diags: Vec<Value> = parsed
+        .diagnostics
+        .iter()
+        .map(|d| serde_json::to_value(d).unwrap())
+        .collect();
     let listing = || {
         parsed.diagnostics.iter().fold(String::new(), |mut out, d| {
             let _ = write!(out, "\n      {d}");
@@ -169,13 +213,14 @@ fn check(case: &Case) -> Vec<String> {
     if let Some(Value::Array(wanted)) = expect.get("diags") {
         for want in wanted.iter().filter_map(Value::as_object) {
             let matches = |got: &Value| {
-                want.iter().all(|(key, value)| match (key.as_str(), got.get(key)) {
-                    ("message", Some(Value::String(msg))) => {
-                        value.as_str().is_some_and(|sub| msg.contains(sub))
-                    }
-                    (_, Some(got)) => got == value,
-                    (_, None) => false,
-                })
+                want.iter()
+                    .all(|(key, value)| match (key.as_str(), got.get(key)) {
+                        ("message", Some(Value::String(msg))) => {
+                            value.as_str().is_some_and(|sub| msg.contains(sub))
+                        }
+                        (_, Some(got)) => got == value,
+                        (_, None) => false,
+                    })
             };
             if !diags.iter().any(matches) {
                 problems.push(format!(
@@ -186,14 +231,14 @@ fn check(case: &Case) -> Vec<String> {
             }
         }
     }
-    if let Some(want) = expect.get("n_diags").and_then(Value::as_u64) {
-        if parsed.diagnostics.len() as u64 != want {
-            problems.push(format!(
-                "{} diagnostics, expected {want}:{}",
-                parsed.diagnostics.len(),
-                listing()
-            ));
-        }
+    if let Some(want) = expect.get("n_diags").and_then(Value::as_u64)
+        && parsed.diagnostics.len() as u64 != want
+    {
+        problems.push(format!(
+            "{} diagnostics, expected {want}:{}",
+            parsed.diagnostics.len(),
+            listing()
+        ));
     }
     if expect.get("no_errors").and_then(Value::as_bool) == Some(true)
         && parsed.diagnostics.iter().any(|d| d.is_error())
@@ -211,7 +256,11 @@ fn parse_cases() {
     let mut report = String::new();
     let mut failed = 0;
     for case in &cases {
-        assert!(names.insert(case.name.as_str()), "duplicate case name `{}`", case.name);
+        assert!(
+            names.insert(case.name.as_str()),
+            "duplicate case name `{}`",
+            case.name
+        );
         let problems = check(case);
         if !problems.is_empty() {
             failed += 1;
@@ -221,7 +270,11 @@ fn parse_cases() {
             }
         }
     }
-    assert!(failed == 0, "{failed} of {} parse cases failed:{report}", cases.len());
+    assert!(
+        failed == 0,
+        "{failed} of {} parse cases failed:{report}",
+        cases.len()
+    );
 }
 
 /// Every prefix of every case parses or fails cleanly: no panic on output cut anywhere.

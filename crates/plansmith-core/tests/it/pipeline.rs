@@ -66,7 +66,9 @@ pub fn test_catalog(with_agents: bool) -> Catalog {
     };
     let catalog = Catalog::from_json(&read("tools.json")).unwrap();
     if with_agents {
-        catalog.with_agents(Catalog::agents_from_json(&read("agents.json")).unwrap()).unwrap()
+        catalog
+            .with_agents(Catalog::agents_from_json(&read("agents.json")).unwrap())
+            .unwrap()
     } else {
         catalog
     }
@@ -86,7 +88,10 @@ fn step_view(step: &Step) -> Value {
 fn partial_match(actual: &Value, expected: &Value) -> Result<(), String> {
     for (key, want) in expected.as_object().unwrap() {
         if let Some(field) = key.strip_suffix("_contains") {
-            let got = actual.get(field).and_then(Value::as_str).unwrap_or_default();
+            let got = actual
+                .get(field)
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let needle = want.as_str().unwrap();
             if !got.contains(needle) {
                 return Err(format!("{field} = {got:?} does not contain {needle:?}"));
@@ -94,7 +99,11 @@ fn partial_match(actual: &Value, expected: &Value) -> Result<(), String> {
             continue;
         }
         let got = actual.get(key).cloned().unwrap_or(Value::Null);
-        let got = if got.is_null() && want.as_array().is_some_and(Vec::is_empty) { json!([]) } else { got };
+        let got = if got.is_null() && want.as_array().is_some_and(Vec::is_empty) {
+            json!([])
+        } else {
+            got
+        };
         if &got != want {
             return Err(format!("{key} = {got} but expected {want}"));
         }
@@ -104,7 +113,10 @@ fn partial_match(actual: &Value, expected: &Value) -> Result<(), String> {
 
 fn constraint_kind(request: &CompletionRequest) -> String {
     match &request.constraint {
-        Some(c) => serde_json::to_value(c).unwrap()["kind"].as_str().unwrap().to_owned(),
+        Some(c) => serde_json::to_value(c).unwrap()["kind"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
         None => "none".into(),
     }
 }
@@ -118,18 +130,29 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
     let mut failures = Vec::new();
     let mut fail = |message: String| failures.push(message);
 
-    if let Some(n) = expect.n_requests {
-        if requests.len() != n {
-            fail(format!("{} model requests, expected {n}", requests.len()));
-        }
+    if let Some(n) = expect.n_requests
+        && requests.len() != n
+    {
+        fail(format!("{} model requests, expected {n}", requests.len()));
     }
     for needle in &expect.prompt_contains {
         match requests.get(needle.request) {
             None => fail(format!("no model request #{}", needle.request)),
             Some(request) => {
-                if !request.messages.iter().any(|m| m.content.contains(&needle.text)) {
-                    let all: Vec<&str> = request.messages.iter().map(|m| m.content.as_str()).collect();
-                    fail(format!("request #{} lacks {:?}; messages: {all:#?}", needle.request, needle.text));
+                if !request
+                    .messages
+                    .iter()
+                    .any(|m| m.content.contains(&needle.text))
+                {
+                    let all: Vec<&str> = request
+                        .messages
+                        .iter()
+                        .map(|m| m.content.as_str())
+                        .collect();
+                    fail(format!(
+                        "request #{} lacks {:?}; messages: {all:#?}",
+                        needle.request, needle.text
+                    ));
                 }
             }
         }
@@ -137,7 +160,10 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
     if let Some(kind) = &expect.constraint {
         match requests.first() {
             Some(request) if &constraint_kind(request) == kind => {}
-            Some(request) => fail(format!("constraint {} expected {kind}", constraint_kind(request))),
+            Some(request) => fail(format!(
+                "constraint {} expected {kind}",
+                constraint_kind(request)
+            )),
             None => fail("no request to check the constraint of".into()),
         }
     }
@@ -145,13 +171,20 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
     let outcome = match result {
         Err(err) => {
             if expect.status != "error" {
-                fail(format!("planning failed: {err}, expected status {}", expect.status));
-            } else if let Some(needle) = &expect.error_contains {
-                if !err.to_string().contains(needle) {
-                    fail(format!("error `{err}` lacks {needle:?}"));
-                }
+                fail(format!(
+                    "planning failed: {err}, expected status {}",
+                    expect.status
+                ));
+            } else if let Some(needle) = &expect.error_contains
+                && !err.to_string().contains(needle)
+            {
+                fail(format!("error `{err}` lacks {needle:?}"));
             }
-            return if failures.is_empty() { Ok(()) } else { Err(failures) };
+            return if failures.is_empty() {
+                Ok(())
+            } else {
+                Err(failures)
+            };
         }
         Ok(outcome) => outcome,
     };
@@ -161,17 +194,25 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
         OutcomeStatus::Fallback { .. } => "fallback",
     };
     if status != expect.status {
-        fail(format!("status {status}, expected {}; outcome: {}", expect.status, serde_json::to_string_pretty(&outcome).unwrap()));
+        fail(format!(
+            "status {status}, expected {}; outcome: {}",
+            expect.status,
+            serde_json::to_string_pretty(&outcome).unwrap()
+        ));
     }
     let plan = &outcome.plan;
-    if let Some(n) = expect.n_steps {
-        if plan.steps.len() != n {
-            fail(format!("{} steps, expected {n}", plan.steps.len()));
-        }
+    if let Some(n) = expect.n_steps
+        && plan.steps.len() != n
+    {
+        fail(format!("{} steps, expected {n}", plan.steps.len()));
     }
     if let Some(steps) = &expect.steps {
         if plan.steps.len() < steps.len() {
-            fail(format!("{} steps, expected at least {}", plan.steps.len(), steps.len()));
+            fail(format!(
+                "{} steps, expected at least {}",
+                plan.steps.len(),
+                steps.len()
+            ));
         }
         for (idx, (step, want)) in plan.steps.iter().zip(steps).enumerate() {
             if let Err(why) = partial_match(&step_view(step), want) {
@@ -181,7 +222,12 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
     }
     if let Some(questions) = &expect.questions {
         if plan.questions.len() != questions.len() {
-            fail(format!("{} questions, expected {}: {:?}", plan.questions.len(), questions.len(), plan.questions));
+            fail(format!(
+                "{} questions, expected {}: {:?}",
+                plan.questions.len(),
+                questions.len(),
+                plan.questions
+            ));
         }
         for (idx, (question, want)) in plan.questions.iter().zip(questions).enumerate() {
             if let Err(why) = partial_match(&serde_json::to_value(question).unwrap(), want) {
@@ -204,60 +250,88 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
             fail(format!("fallback reason {reason:?} lacks {needle:?}"));
         }
     }
-    if let Some(title) = &expect.title {
-        if &plan.title != title {
-            fail(format!("title {:?}, expected {title:?}", plan.title));
-        }
+    if let Some(title) = &expect.title
+        && &plan.title != title
+    {
+        fail(format!("title {:?}, expected {title:?}", plan.title));
     }
-    if let Some(id) = &expect.plan_id {
-        if &plan.id != id {
-            fail(format!("plan id {}, expected {id}", plan.id));
-        }
+    if let Some(id) = &expect.plan_id
+        && &plan.id != id
+    {
+        fail(format!("plan id {}, expected {id}", plan.id));
     }
     if expect.has_enough_context.is_some() && plan.has_enough_context != expect.has_enough_context {
-        fail(format!("has_enough_context {:?}, expected {:?}", plan.has_enough_context, expect.has_enough_context));
+        fail(format!(
+            "has_enough_context {:?}, expected {:?}",
+            plan.has_enough_context, expect.has_enough_context
+        ));
     }
-    let codes: Vec<&str> = outcome.diagnostics.findings.iter().map(|d| d.code.as_str()).collect();
+    let codes: Vec<&str> = outcome
+        .diagnostics
+        .findings
+        .iter()
+        .map(|d| d.code.as_str())
+        .collect();
     for code in &expect.findings {
         if !codes.contains(&code.as_str()) {
             fail(format!("findings {codes:?} lack {code}"));
         }
     }
-    if let Some(repairs) = expect.repairs {
-        if outcome.diagnostics.repairs != repairs {
-            fail(format!("{} repairs, expected {repairs}", outcome.diagnostics.repairs));
-        }
+    if let Some(repairs) = expect.repairs
+        && outcome.diagnostics.repairs != repairs
+    {
+        fail(format!(
+            "{} repairs, expected {repairs}",
+            outcome.diagnostics.repairs
+        ));
     }
     if let Some(strategy) = &expect.strategy {
-        let got = outcome.diagnostics.strategy.map(|s| s.as_str()).unwrap_or("none");
+        let got = outcome
+            .diagnostics
+            .strategy
+            .map(|s| s.as_str())
+            .unwrap_or("none");
         if got != strategy {
             fail(format!("strategy {got}, expected {strategy}"));
         }
     }
-    if let Some(selected) = &expect.selected_tools {
-        if &outcome.diagnostics.selected_tools != selected {
-            fail(format!("selected {:?}, expected {selected:?}", outcome.diagnostics.selected_tools));
-        }
+    if let Some(selected) = &expect.selected_tools
+        && &outcome.diagnostics.selected_tools != selected
+    {
+        fail(format!(
+            "selected {:?}, expected {selected:?}",
+            outcome.diagnostics.selected_tools
+        ));
     }
-    if let Some(triage) = expect.triage {
-        if outcome.diagnostics.triage != triage {
-            fail(format!("triage {:?}, expected {triage:?}", outcome.diagnostics.triage));
-        }
+    if let Some(triage) = expect.triage
+        && outcome.diagnostics.triage != triage
+    {
+        fail(format!(
+            "triage {:?}, expected {triage:?}",
+            outcome.diagnostics.triage
+        ));
     }
-    if failures.is_empty() { Ok(()) } else { Err(failures) }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures)
+    }
 }
 
 #[test]
 fn seed_scenarios() {
     let dir = data_dir().join("scenarios");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     let mut n_cases = 0;
     let mut report = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        let scenarios: Vec<Scenario> = serde_json::from_str(&text)
-            .unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+        let scenarios: Vec<Scenario> =
+            serde_json::from_str(&text).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
         for scenario in &scenarios {
             n_cases += 1;
             if let Err(failures) = run(scenario) {
@@ -265,6 +339,15 @@ fn seed_scenarios() {
             }
         }
     }
-    assert!(n_cases >= 30, "only {n_cases} scenarios found in {}", dir.display());
-    assert!(report.is_empty(), "{} of {n_cases} scenarios failed:\n{}", report.len(), report.join("\n"));
+    assert!(
+        n_cases >= 30,
+        "only {n_cases} scenarios found in {}",
+        dir.display()
+    );
+    assert!(
+        report.is_empty(),
+        "{} of {n_cases} scenarios failed:\n{}",
+        report.len(),
+        report.join("\n")
+    );
 }

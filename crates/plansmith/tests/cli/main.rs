@@ -1,0 +1,304 @@
+//! The `plansmith` binary as a user runs it: real files, real process, exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn plansmith(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+const WEATHER: [&str; 6] = [
+    "plan",
+    "What's the weather in Paris? Email it to bob@example.com",
+    "--tools",
+    "examples/tools.json",
+    "--model",
+    "scripted:examples/replies/weather-email.json",
+];
+
+#[test]
+fn readme_plan_prints_a_readable_plan() {
+    let output = plansmith(&WEATHER);
+    assert_exit(&output, 0);
+    let stdout = text(&output.stdout);
+    for needle in [
+        "1. [s1] Get the weather in Paris",
+        "tool send_email",
+        "to = \"bob@example.com\"",
+        "(after s1)",
+        "-- ready",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in\n{stdout}");
+    }
+}
+
+#[test]
+fn json_prints_the_plan_document() {
+    let mut args = WEATHER.to_vec();
+    args.push("--json");
+    let output = plansmith(&args);
+    assert_exit(&output, 0);
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        plan["steps"][1]["action"]["arguments"]["body"],
+        serde_json::json!({"$ref": "s1.output.summary"})
+    );
+    assert_eq!(plan["steps"][1]["depends_on"], serde_json::json!(["s1"]));
+    assert_eq!(plan["ready"], serde_json::json!(true));
+}
+
+#[test]
+fn outcome_json_carries_status_and_diagnostics() {
+    let mut args = WEATHER.to_vec();
+    args.push("--outcome-json");
+    let output = plansmith(&args);
+    assert_exit(&output, 0);
+    let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(outcome["status"], "ready");
+    assert_eq!(outcome["diagnostics"]["strategy"], "json_schema");
+    assert_eq!(
+        outcome["diagnostics"]["attempts"].as_array().unwrap().len(),
+        1
+    );
+}
+
+#[test]
+fn exit_codes_for_needs_input_and_fallback() {
+    let output = plansmith(&[
+        "plan",
+        "Email the quarterly report to my boss",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:examples/replies/missing-recipient.json",
+        "--max-repairs",
+        "0",
+    ]);
+    assert_exit(&output, 10);
+    assert!(
+        text(&output.stdout).contains("What should `to` be"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let output = plansmith(&[
+        "plan",
+        "Organise my photos",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:examples/replies/no-plan.json",
+        "--fallback",
+        "default-plan",
+    ]);
+    assert_exit(&output, 11);
+    assert!(
+        text(&output.stdout).contains("Plan for: Organise my photos"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let output = plansmith(&[
+        "plan",
+        "Organise my photos",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:examples/replies/no-plan.json",
+        "--fallback",
+        "fail",
+    ]);
+    assert_exit(&output, 1);
+    assert!(
+        text(&output.stderr).contains("no plan could be read"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn no_model_configured_is_exit_3_with_a_hint() {
+    let output = plansmith(&["plan", "hi", "--tools", "examples/tools.json"]);
+    assert_exit(&output, 3);
+    assert!(
+        text(&output.stderr).contains("no model configured: pass --model"),
+        "{}",
+        text(&output.stderr)
+    );
+    let output = plansmith(&["plan", "hi", "--model", "gpt:4"]);
+    assert_exit(&output, 3);
+    assert!(
+        text(&output.stderr).contains("unknown model kind `gpt`"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn bad_files_are_exit_2_and_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"[{"name": "ok", "input_schema": {"type": "object"}},
+        {"name": "broken", "input_schema": {"type": "object", "properties": {"n": {"type": "integr"}}}}]"#)
+        .unwrap();
+    let bad = bad.to_str().unwrap();
+    let output = plansmith(&[
+        "plan",
+        "hi",
+        "--tools",
+        bad,
+        "--model",
+        "scripted:examples/replies/weather-email.json",
+    ]);
+    assert_exit(&output, 2);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("`broken` at /1/input_schema/properties/n/type"),
+        "{stderr}"
+    );
+
+    let output = plansmith(&["tools", "check", bad]);
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stdout).contains("1 valid tool(s)"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let output = plansmith(&[
+        "plan",
+        "hi",
+        "--tools",
+        "does/not/exist.json",
+        "--model",
+        "scripted:x",
+    ]);
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stderr).contains("cannot read does/not/exist.json"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    let not_json = dir.path().join("not.json");
+    std::fs::write(&not_json, "{ nope").unwrap();
+    let output = plansmith(&["tools", "check", not_json.to_str().unwrap()]);
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stderr).contains("is not valid JSON"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    let output = plansmith(&["plan", "hi", "--model", "scripted:does/not/exist.json"]);
+    assert_exit(&output, 3);
+    assert!(
+        text(&output.stderr).contains("cannot read script"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn tools_check_and_search() {
+    let output = plansmith(&["tools", "check", "examples/tools.json"]);
+    assert_exit(&output, 0);
+    assert!(
+        text(&output.stdout).contains("11 valid tool(s), 1 destructive"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let output = plansmith(&[
+        "tools",
+        "search",
+        "send a mail message",
+        "--tools",
+        "examples/tools.json",
+        "--top-k",
+        "3",
+    ]);
+    assert_exit(&output, 0);
+    let first = text(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(first.contains("send_email"), "{}", text(&output.stdout));
+}
+
+#[test]
+fn templates_directory_overrides_the_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("user.j2"), "{{ query }}").unwrap();
+    std::fs::write(dir.path().join("repair.j2"), "{% if %}").unwrap();
+    let mut args = WEATHER.to_vec();
+    let path = dir.path().to_str().unwrap().to_owned();
+    args.extend(["--templates", &path]);
+    let output = plansmith(&args);
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stderr).contains("repair.j2"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn eval_retrieval_writes_ranked_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    std::fs::write(&cases, "{\"id\": \"a\", \"query\": \"what is the weather in Rome\", \"relevant\": [\"get_weather\"]}\n\n{\"id\": \"b\", \"query\": \"convert 10 USD to EUR\", \"relevant\": [\"convert_currency\"]}\n").unwrap();
+    let out = dir.path().join("preds.jsonl");
+    let output = plansmith(&[
+        "eval",
+        "retrieval",
+        "--catalog",
+        "examples/tools.json",
+        "--cases",
+        cases.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--top",
+        "5",
+    ]);
+    assert_exit(&output, 0);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["ranked"][0], "get_weather");
+    assert_eq!(lines[1]["ranked"][0], "convert_currency");
+    assert!(
+        text(&output.stdout).contains("R@1 1.000"),
+        "{}",
+        text(&output.stdout)
+    );
+}
