@@ -13,8 +13,20 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A boxed, sendable future (what [`LanguageModel`] methods return).
+/// A boxed, sendable future (what [`LanguageModel::complete`] returns).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A boxed, sendable stream (what [`LanguageModel::stream`] returns).
+pub type BoxStream<'a, T> = Pin<Box<dyn futures::Stream<Item = T> + Send + 'a>>;
+
+/// One event of a streamed reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// More text (or tool-call argument text) as the model writes it.
+    Delta(String),
+    /// The reply is complete: the whole text, tool calls, usage and finish reason.
+    Done(Completion),
+}
 
 /// Who said a [`Message`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -246,6 +258,16 @@ pub trait LanguageModel: Send + Sync {
 
     /// One completion.
     fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>>;
+
+    /// One completion, streamed: zero or more [`StreamEvent::Delta`]s, then one
+    /// [`StreamEvent::Done`]. Backends that cannot stream keep this default, which yields the
+    /// whole reply as a single `Done`.
+    fn stream(&self, request: CompletionRequest) -> BoxStream<'_, Result<StreamEvent, LlmError>> {
+        let completion = self.complete(request);
+        Box::pin(futures::stream::once(async move {
+            completion.await.map(StreamEvent::Done)
+        }))
+    }
 }
 
 /// One scripted turn: a reply, or an error.
@@ -426,6 +448,21 @@ mod tests {
         let err = futures::executor::block_on(model.complete(request)).unwrap_err();
         assert!(matches!(err, LlmError::ScriptExhausted(3)), "{err}");
         assert_eq!(model.requests().len(), 3);
+    }
+
+    #[test]
+    fn default_stream_yields_one_done_event() {
+        use futures::StreamExt;
+        let model = ScriptedModel::new(["whole reply"]);
+        let request = CompletionRequest {
+            messages: vec![],
+            constraint: None,
+            max_tokens: 10,
+            temperature: 0.0,
+        };
+        let events: Vec<_> = futures::executor::block_on(model.stream(request).collect::<Vec<_>>());
+        assert_eq!(events.len(), 1);
+        assert!(matches!(&events[0], Ok(StreamEvent::Done(c)) if c.text == "whole reply"));
     }
 
     #[test]

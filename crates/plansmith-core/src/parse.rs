@@ -838,11 +838,19 @@ fn to_plan_impl(
         apply_statuses_and_notes(fields, &mut drafts, &mut diags);
     }
     let ids = IdMap::new(&drafts, &dropped, &mut diags);
-    let steps: Vec<Step> = drafts
+    let mut steps: Vec<Step> = drafts
         .into_iter()
         .enumerate()
         .map(|(out_idx, draft)| ids.finish(draft, out_idx, &mut diags))
         .collect();
+    // OpenManus and nl2sql plans are sequences: each step runs after the one before it.
+    let sequential = matches!(shape, SourceShape::OpenManus | SourceShape::Nl2Sql);
+    if sequential && steps.iter().all(|step| step.depends_on.is_empty()) {
+        let ids: Vec<String> = steps.iter().map(|step| step.id.clone()).collect();
+        for (step, previous) in steps.iter_mut().skip(1).zip(ids) {
+            step.depends_on.push(previous);
+        }
+    }
 
     let mut plan = Plan::new(defaults.plan_id, defaults.goal);
     plan.created_at = defaults.now;

@@ -539,9 +539,13 @@ impl Planner {
         let zh = locale.to_ascii_lowercase().starts_with("zh");
 
         // Plan-level errors (no step to blame) make the whole candidate unusable.
+        // A step that parsing had to leave out (unreadable, cut off) is reported without a step
+        // id: it is a dropped step, not a plan-level error.
+        let left_out =
+            |d: &Diagnostic| d.is_error() && d.step.is_none() && d.code == Code::InvalidStep;
         let plan_errors: Vec<&Diagnostic> = findings
             .iter()
-            .filter(|d| d.is_error() && d.step.is_none())
+            .filter(|d| d.is_error() && d.step.is_none() && !left_out(d))
             .collect();
         if !plan_errors.is_empty() {
             let reason = plan_errors
@@ -631,9 +635,17 @@ impl Planner {
                 }
             }
         }
+        let mut n_left_out = 0;
         for diag in &findings {
             let on_dropped = diag.step.as_ref().is_some_and(|s| dropped.contains(s));
-            if !diag.is_error() || on_dropped {
+            if left_out(diag) {
+                n_left_out += 1;
+                kept_findings.push(Diagnostic {
+                    code: Code::StepDropped,
+                    severity: Severity::Warning,
+                    ..diag.clone()
+                });
+            } else if !diag.is_error() || on_dropped {
                 kept_findings.push(diag.clone());
             }
         }
@@ -670,7 +682,8 @@ impl Planner {
             .steps
             .iter()
             .any(|s| !matches!(s.action, Action::Reply { .. }));
-        if !dropped.is_empty() && !has_work && questions.is_empty() && plan.questions.is_empty() {
+        let lost_steps = !dropped.is_empty() || n_left_out > 0;
+        if lost_steps && !has_work && questions.is_empty() && plan.questions.is_empty() {
             let reason = findings
                 .iter()
                 .filter(|d| d.is_error())
