@@ -228,6 +228,10 @@ pub struct Completion {
     /// Why generation stopped.
     #[serde(default)]
     pub finish: FinishReason,
+    /// The strategy the backend actually used, when it differs from the one asked for (a
+    /// server that refused a JSON Schema response format and fell back to tool calling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
 }
 
 /// Errors at the model boundary.

@@ -332,6 +332,9 @@ impl Planner {
             let generate_us = micros(stage);
             diagnostics.timings.generate_us += generate_us;
             diagnostics.usage += completion.usage;
+            if let Some(used) = completion.strategy {
+                diagnostics.strategy = Some(used);
+            }
             if attempt_index > 0 {
                 diagnostics.repairs += 1;
             }

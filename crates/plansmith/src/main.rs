@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod eval;
+mod model;
 mod plan_cmd;
 mod tools_cmd;
 

@@ -1,13 +1,12 @@
 //! `plansmith plan`: load the catalog, the model and the request, plan, print.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use clap::Args;
 use plansmith_core::{
-    Action, Catalog, FallbackPolicy, LanguageModel, Outcome, OutcomeStatus, PlanError, PlanOptions,
-    PlanRequest, Planner, ScriptedModel, Severity, Shape, Templates,
+    Action, Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest,
+    Planner, Severity, Shape, Templates,
 };
 
 use crate::{CliError, EXIT_FALLBACK, EXIT_NEEDS_INPUT, EXIT_OK};
@@ -76,7 +75,7 @@ pub struct PlanArgs {
 /// Runs `plansmith plan`.
 pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     let catalog = load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
-    let model = load_model(args.model.as_deref())?;
+    let model = crate::model::load(args.model.as_deref())?;
     let mut planner = Planner::new(catalog, model);
     if let Some(dir) = &args.templates {
         planner = planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
@@ -141,25 +140,6 @@ pub fn read_json(path: &Path) -> Result<serde_json::Value, CliError> {
     serde_json::from_str(&text)
         .with_context(|| format!("{} is not valid JSON", path.display()))
         .map_err(CliError::input)
-}
-
-fn load_model(spec: Option<&str>) -> Result<Arc<dyn LanguageModel>, CliError> {
-    let spec = spec.map(str::trim).filter(|s| !s.is_empty()).ok_or_else(|| {
-        CliError::model(anyhow!(
-            "no model configured: pass --model scripted:FILE (a file of recorded replies, see examples/), \
-             or set PLANSMITH_MODEL"
-        ))
-    })?;
-    let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
-    match kind {
-        "scripted" => {
-            let model = ScriptedModel::from_file(Path::new(rest)).map_err(CliError::model)?;
-            Ok(Arc::new(model))
-        }
-        other => Err(CliError::model(anyhow!(
-            "unknown model kind `{other}` in `{spec}`; supported: scripted:FILE"
-        ))),
-    }
 }
 
 /// `text` or `@FILE`.
