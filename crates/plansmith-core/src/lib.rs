@@ -85,6 +85,7 @@ pub mod plan;
 pub mod request;
 pub mod retrieve;
 pub mod schema;
+pub mod stream;
 pub mod template;
 pub mod validate;
 
@@ -96,7 +97,7 @@ pub use llm::{
     Capabilities, Completion, CompletionRequest, LanguageModel, LlmError, Message,
     OutputConstraint, Role, ScriptedModel, Strategy, Usage,
 };
-pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, Planner};
+pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};
 pub use plan::{Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
 pub use request::{FallbackPolicy, Feedback, PlanOptions, PlanRequest, Shape};
 pub use retrieve::{Bm25Index, Retriever};

@@ -13,14 +13,15 @@ use serde_json::{Value, json};
 use crate::catalog::{AgentCard, Catalog, CatalogTool, Tool};
 use crate::diagnostic::{Code, Diagnostic, Severity};
 use crate::llm::{
-    CompletionRequest, FinishReason, LanguageModel, LlmError, Message, OutputConstraint, Strategy,
-    Usage,
+    Completion, CompletionRequest, FinishReason, LanguageModel, LlmError, Message,
+    OutputConstraint, Strategy, StreamEvent, Usage,
 };
 use crate::parse::{self, ParseDefaults, SourceShape};
 use crate::plan::{Action, Plan, Question, Step, StepStatus, TaskKind};
 use crate::request::{FallbackPolicy, PlanRequest};
 use crate::retrieve::{Bm25Index, Retriever, select};
 use crate::schema::plan_schema;
+use crate::stream::StepScanner;
 use crate::template::{
     AgentView, FeedbackView, PromptContext, RepairContext, SkillView, TemplateError, Templates,
     ToolView, short_description, signature,
@@ -177,6 +178,46 @@ impl PlanError {
     }
 }
 
+/// What [`Planner::plan_with_events`] reports while it works.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum PlanEvent {
+    /// A generation starts (0 first, then one per repair).
+    AttemptStarted {
+        /// The attempt.
+        attempt: u32,
+        /// The strategy asked for.
+        strategy: Strategy,
+    },
+    /// Text (or tool-call argument text) as the model writes it.
+    Token {
+        /// The attempt.
+        attempt: u32,
+        /// The new text.
+        text: String,
+    },
+    /// A step, as soon as the model finished writing it, parsed and validated against the
+    /// catalog on its own (the final outcome may still drop or block it).
+    Step {
+        /// The attempt.
+        attempt: u32,
+        /// The step (boxed: it is much larger than the other events).
+        step: Box<Step>,
+        /// Findings about this step (errors mean it will be repaired, dropped or asked about).
+        diagnostics: Vec<Diagnostic>,
+    },
+    /// The attempt's output was rejected; a repair prompt quoting these problems follows.
+    Repair {
+        /// The attempt that failed.
+        attempt: u32,
+        /// The problems quoted to the model.
+        problems: Vec<String>,
+    },
+}
+
+/// The event callback of [`Planner::plan_with_events`].
+pub type OnEvent<'a> = &'a mut (dyn FnMut(PlanEvent) + Send);
+
 /// A planner: a catalog with its retrieval index, templates, and a model.
 pub struct Planner {
     catalog: Catalog,
@@ -233,6 +274,25 @@ impl Planner {
 
     /// Plans one request.
     pub async fn plan(&self, request: &PlanRequest) -> Result<Outcome, PlanError> {
+        self.run(request, None).await
+    }
+
+    /// Plans one request like [`Planner::plan`], streaming the model's reply and reporting
+    /// progress to `on_event`: each attempt, every token, each step as soon as it is complete
+    /// (parsed and validated on its own), and each repair.
+    pub async fn plan_with_events(
+        &self,
+        request: &PlanRequest,
+        on_event: OnEvent<'_>,
+    ) -> Result<Outcome, PlanError> {
+        self.run(request, Some(on_event)).await
+    }
+
+    async fn run(
+        &self,
+        request: &PlanRequest,
+        mut on_event: Option<OnEvent<'_>>,
+    ) -> Result<Outcome, PlanError> {
         let started = Instant::now();
         if request.query.trim().is_empty() {
             return Err(PlanError::InvalidRequest("the query is empty".into()));
@@ -305,16 +365,26 @@ impl Planner {
         let mut model_failure: Option<LlmError> = None;
         for attempt_index in 0..=request.options.max_repairs {
             let stage = Instant::now();
-            let completion = match self
-                .model
-                .complete(CompletionRequest {
-                    messages: messages.clone(),
-                    constraint: constraint.clone(),
-                    max_tokens: request.options.max_tokens,
-                    temperature: 0.0,
-                })
-                .await
-            {
+            if let Some(on_event) = on_event.as_deref_mut() {
+                on_event(PlanEvent::AttemptStarted {
+                    attempt: attempt_index,
+                    strategy,
+                });
+            }
+            let call = CompletionRequest {
+                messages: messages.clone(),
+                constraint: constraint.clone(),
+                max_tokens: request.options.max_tokens,
+                temperature: 0.0,
+            };
+            let generated = match on_event.as_deref_mut() {
+                None => self.model.complete(call).await,
+                Some(on_event) => {
+                    self.generate_streamed(call, attempt_index, request, &defaults, on_event)
+                        .await
+                }
+            };
+            let completion = match generated {
                 Ok(completion) => completion,
                 Err(source) => {
                     diagnostics.timings.generate_us += micros(stage);
@@ -338,9 +408,11 @@ impl Planner {
             if attempt_index > 0 {
                 diagnostics.repairs += 1;
             }
+            // A backend may have fallen back to another strategy than the one asked for.
+            let used = completion.strategy.unwrap_or(strategy);
             let raw = match completion.tool_calls.first() {
                 Some(call)
-                    if completion.text.trim().is_empty() || strategy == Strategy::ToolCalling =>
+                    if completion.text.trim().is_empty() || used == Strategy::ToolCalling =>
                 {
                     call.arguments.clone()
                 }
@@ -381,6 +453,12 @@ impl Planner {
                     ));
                     diagnostics.attempts.push(attempt);
                     last_failure = Some((message.clone(), raw.clone()));
+                    if let Some(on_event) = on_event.as_deref_mut() {
+                        on_event(PlanEvent::Repair {
+                            attempt: attempt_index,
+                            problems: vec![message.clone()],
+                        });
+                    }
                     let repair = self.templates.repair(&RepairContext {
                         diagnostics: Vec::new(),
                         parse_error: Some(message),
@@ -418,6 +496,12 @@ impl Planner {
             if clean {
                 break;
             }
+            if let Some(on_event) = on_event.as_deref_mut() {
+                on_event(PlanEvent::Repair {
+                    attempt: attempt_index,
+                    problems: problems.clone(),
+                });
+            }
             let repair = self.templates.repair(&RepairContext {
                 diagnostics: problems,
                 parse_error: None,
@@ -439,6 +523,85 @@ impl Planner {
             outcome.diagnostics.timings.total_us = micros(started);
         }
         outcome
+    }
+
+    /// One streamed generation: tokens and each complete step go to `on_event` as they arrive.
+    async fn generate_streamed(
+        &self,
+        call: CompletionRequest,
+        attempt: u32,
+        request: &PlanRequest,
+        defaults: &ParseDefaults<'_>,
+        on_event: OnEvent<'_>,
+    ) -> Result<Completion, LlmError> {
+        use futures::StreamExt;
+        let mut stream = self.model.stream(call);
+        let mut scanner = StepScanner::new();
+        let mut steps: Vec<Value> = Vec::new();
+        while let Some(event) = stream.next().await {
+            match event? {
+                StreamEvent::Delta(text) => {
+                    let found = scanner.feed(&text);
+                    on_event(PlanEvent::Token { attempt, text });
+                    for step in found {
+                        steps.push(step);
+                        self.emit_step(&steps, attempt, request, defaults, on_event);
+                    }
+                }
+                StreamEvent::Done(completion) => {
+                    // A backend that does not stream gives everything at once: its steps are
+                    // still reported, before the outcome.
+                    if scanner.text().is_empty() {
+                        let whole = match completion.tool_calls.first() {
+                            Some(call) if completion.text.trim().is_empty() => &call.arguments,
+                            _ => &completion.text,
+                        };
+                        for step in scanner.feed(whole) {
+                            steps.push(step);
+                            self.emit_step(&steps, attempt, request, defaults, on_event);
+                        }
+                    }
+                    return Ok(completion);
+                }
+            }
+        }
+        Err(LlmError::Backend(
+            "the model's stream ended without a reply".into(),
+        ))
+    }
+
+    /// Parses and validates the steps seen so far and reports the last one.
+    fn emit_step(
+        &self,
+        steps: &[Value],
+        attempt: u32,
+        request: &PlanRequest,
+        defaults: &ParseDefaults<'_>,
+        on_event: OnEvent<'_>,
+    ) {
+        // A strict JSON Schema reply writes `null` for absent optional fields; the client maps
+        // the final reply back, and this early preview drops them the same way.
+        let steps: Vec<Value> = steps.iter().cloned().map(drop_nulls).collect();
+        let text = json!({"steps": steps}).to_string();
+        let Ok(parsed) = parse::parse(&text, defaults) else {
+            return;
+        };
+        let Some(last_id) = parsed.plan.steps.last().map(|s| s.id.clone()) else {
+            return;
+        };
+        let (plan, findings) = validate(parsed.plan, &self.catalog, &request.options);
+        let Some(step) = plan.steps.iter().find(|s| s.id == last_id) else {
+            return;
+        };
+        let diagnostics = findings
+            .into_iter()
+            .filter(|d| d.step.as_deref() == Some(step.id.as_str()))
+            .collect();
+        on_event(PlanEvent::Step {
+            attempt,
+            step: Box::new(step.clone()),
+            diagnostics,
+        });
     }
 
     /// Passthrough agents and unknown target agents are handled without a model call.
@@ -741,6 +904,13 @@ impl Planner {
             });
         }
 
+        // The model may have asked already: keep its wording, do not ask twice.
+        questions.retain(|q| {
+            !plan
+                .questions
+                .iter()
+                .any(|asked| asked.step == q.step && asked.argument == q.argument)
+        });
         plan.questions.extend(questions);
         for (idx, question) in plan.questions.iter_mut().enumerate() {
             question.id = format!("q{}", idx + 1);
@@ -775,6 +945,20 @@ impl Planner {
             plan,
             diagnostics,
         })
+    }
+}
+
+/// `value` without object members that are `null`, recursively.
+fn drop_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, drop_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(drop_nulls).collect()),
+        other => other,
     }
 }
 

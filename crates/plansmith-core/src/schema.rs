@@ -82,7 +82,7 @@ fn tool_steps_schema(
                 }
             }
         },
-        "required": ["title", "steps"],
+        "required": ["thought", "title", "steps"],
         "additionalProperties": false
     })
 }
@@ -227,11 +227,16 @@ pub fn model_arguments_schema(input_schema: &Value, text_max: u64) -> Value {
     schema
 }
 
+/// A step reference: `s1.output`, then up to six `.key` or `[index]` segments. Anchored at
+/// both ends and bounded, as grammar converters require.
+pub const STEP_REF_PATTERN: &str =
+    "^s[0-9]{1,3}\\.output(\\.[A-Za-z0-9_]{1,40}|\\[[0-9]{1,4}\\]){0,6}$";
+
 /// Schema of a step reference argument.
 pub fn step_ref_schema() -> Value {
     json!({
         "type": "object",
-        "properties": {"$ref": {"type": "string", "pattern": "^s[0-9]{1,3}\\.output", "maxLength": 128}},
+        "properties": {"$ref": {"type": "string", "pattern": STEP_REF_PATTERN}},
         "required": ["$ref"],
         "additionalProperties": false
     })
@@ -336,17 +341,17 @@ mod tests {
         assert_eq!(schema["properties"]["steps"]["maxItems"], json!(4));
 
         let validator = jsonschema::validator_for(&schema).unwrap();
-        let good = json!({"title": "t", "steps": [
+        let good = json!({"thought": "t", "title": "t", "steps": [
             {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}},
             {"id": "s2", "type": "tool", "name": "get_weather", "arguments": {"city": {"$ref": "s1.output.city"}}, "depends_on": ["s1"]},
             {"id": "s3", "type": "reply", "text": "ok"}
         ]});
         assert!(validator.is_valid(&good));
         for bad in [
-            json!({"title": "t", "steps": [{"id": "s1", "type": "tool", "name": "nope", "arguments": {}}]}),
-            json!({"title": "t", "steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {}}]}),
-            json!({"title": "t", "steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": 3}}]}),
-            json!({"title": "t", "steps": [{"id": "s1", "type": "reply", "text": "a"}, {"id": "s2", "type": "reply", "text": "a"},
+            json!({"thought": "t", "title": "t", "steps": [{"id": "s1", "type": "tool", "name": "nope", "arguments": {}}]}),
+            json!({"thought": "t", "title": "t", "steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {}}]}),
+            json!({"thought": "t", "title": "t", "steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": 3}}]}),
+            json!({"thought": "t", "title": "t", "steps": [{"id": "s1", "type": "reply", "text": "a"}, {"id": "s2", "type": "reply", "text": "a"},
                 {"id": "s3", "type": "reply", "text": "a"}, {"id": "s4", "type": "reply", "text": "a"}, {"id": "s5", "type": "reply", "text": "a"}]}),
         ] {
             assert!(!validator.is_valid(&bad), "{bad}");

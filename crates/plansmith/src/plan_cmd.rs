@@ -58,7 +58,8 @@ pub struct PlanArgs {
     /// Directory of templates overriding the built-in ones (same file names).
     #[arg(long)]
     templates: Option<PathBuf>,
-    /// The model: `scripted:FILE` (replays recorded replies).
+    /// The model: `local` (default: the embedded model, pulled on first use), `local:NAME`,
+    /// `local:PATH.gguf`, or `scripted:FILE` (replays recorded replies).
     #[arg(long, env = "PLANSMITH_MODEL")]
     model: Option<String>,
     /// Print the plan document as JSON.
@@ -70,6 +71,9 @@ pub struct PlanArgs {
     /// Print every diagnostic, not just a summary.
     #[arg(long, short)]
     verbose: bool,
+    /// `--save`, `--review` and the store (see `plansmith plans`).
+    #[command(flatten)]
+    save: crate::plans_cmd::SaveArgs,
 }
 
 /// Runs `plansmith plan`.
@@ -87,7 +91,10 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
         .context("cannot start the async runtime")
         .map_err(CliError::failed)?;
     match runtime.block_on(planner.plan(&request)) {
-        Ok(outcome) => print_outcome(&outcome, &args),
+        Ok(outcome) => {
+            let code = print_outcome(&outcome, &args)?;
+            crate::plans_cmd::after_plan(&args.save, &planner, &request, &outcome, code)
+        }
         Err(err) => {
             if let Some(diagnostics) = err
                 .diagnostics()

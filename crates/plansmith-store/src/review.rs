@@ -1,0 +1,666 @@
+//! Human in the loop (DESIGN §7): the review state machine, stored with the plan so pending
+//! reviews and questions survive restarts.
+//!
+//! ```text
+//! submit ─┬─ questions ──────────▶ needs_input ── answer ──▶ (replan) ─┐
+//!         ├─ auto_accept ────────▶ accepted                           │
+//!         └─────────────────────▶ awaiting_review ◀───────────────────┘
+//!                                   │ accept ──────────────▶ accepted
+//!                                   │ edit (free text) ────▶ (replan) ─▶ awaiting_review | needs_input
+//!                                   │ edit (JSON Patch) ───▶ validated ─▶ awaiting_review
+//!                                   │ reject ──────────────▶ rejected ("plan rejected by user")
+//!                                   └ max_iterations reached: accepted as is | stopped (policy)
+//! ```
+//!
+//! Replanning goes through [`Planner::plan`] with the previous plan and the feedback
+//! ([`Feedback`]), `options.iteration` set to the review round, and `options.allow_recurring`
+//! set once the user confirmed a recurring schedule (ValueCell's gate, confirmations in English
+//! and Chinese: see [`is_confirmation`]).
+
+use std::str::FromStr;
+
+use plansmith_core::validate::validate;
+use plansmith_core::{
+    Catalog, Code, Diagnostic, Feedback, Outcome, OutcomeStatus, Plan, PlanRequest, Planner,
+    Question, StepStatus,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Result, StoreError};
+use crate::store::{Change, PlanStore, StoredPlan, Trigger};
+
+/// The rejection reason when the person gave no text (Spring AI Alibaba).
+pub const REJECTED_WITHOUT_TEXT: &str = "plan rejected by user";
+
+/// Where a plan is in the review loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewState {
+    /// Stored, not yet submitted for review (lifecycle `create` without review).
+    Draft,
+    /// Waiting for a person to accept, edit or reject it.
+    AwaitingReview,
+    /// Waiting for answers to its questions.
+    NeedsInput,
+    /// Accepted: ready to run.
+    Accepted,
+    /// Rejected by a person.
+    Rejected,
+    /// Stopped: the review loop hit `max_iterations` under the `stop` policy.
+    Stopped,
+}
+
+impl ReviewState {
+    /// All states.
+    pub const ALL: [ReviewState; 6] = [
+        ReviewState::Draft,
+        ReviewState::AwaitingReview,
+        ReviewState::NeedsInput,
+        ReviewState::Accepted,
+        ReviewState::Rejected,
+        ReviewState::Stopped,
+    ];
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewState::Draft => "draft",
+            ReviewState::AwaitingReview => "awaiting_review",
+            ReviewState::NeedsInput => "needs_input",
+            ReviewState::Accepted => "accepted",
+            ReviewState::Rejected => "rejected",
+            ReviewState::Stopped => "stopped",
+        }
+    }
+
+    /// True when no more review is expected (accepted, rejected, stopped).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            ReviewState::Accepted | ReviewState::Rejected | ReviewState::Stopped
+        )
+    }
+}
+
+impl FromStr for ReviewState {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<ReviewState, String> {
+        ReviewState::ALL
+            .into_iter()
+            .find(|s| s.as_str() == text.trim())
+            .ok_or_else(|| {
+                let names: Vec<&str> = ReviewState::ALL.iter().map(|s| s.as_str()).collect();
+                format!(
+                    "unknown state `{text}`; expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for ReviewState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happens when the review loop reaches `max_iterations`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxIterationsPolicy {
+    /// Accept the current plan as is (deer-flow goes on to the reporter).
+    #[default]
+    UseAsIs,
+    /// Stop: the plan is not run (nl2sql / Spring AI's repair cap).
+    Stop,
+}
+
+/// Review settings and progress, stored with the plan.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Review {
+    /// Accept plans without asking (deer-flow `auto_accepted_plan`); questions still wait.
+    pub auto_accept: bool,
+    /// Most edit / answer rounds before the policy applies (deer-flow `max_plan_iterations`).
+    pub max_iterations: u32,
+    /// What happens at the cap.
+    pub on_max_iterations: MaxIterationsPolicy,
+    /// Review rounds so far (edits and answers that replanned).
+    pub iteration: u32,
+    /// The user confirmed recurring schedules.
+    pub schedule_confirmed: bool,
+    /// Why the plan was rejected or stopped.
+    pub rejection: Option<String>,
+    /// The planning request the plan came from (replans reuse its options and context).
+    pub request: Option<PlanRequest>,
+}
+
+impl Default for Review {
+    fn default() -> Review {
+        Review {
+            auto_accept: false,
+            max_iterations: 3,
+            on_max_iterations: MaxIterationsPolicy::UseAsIs,
+            iteration: 0,
+            schedule_confirmed: false,
+            rejection: None,
+            request: None,
+        }
+    }
+}
+
+impl PartialEq for Review {
+    /// Field by field; the request (which has no `PartialEq`) by its JSON form.
+    fn eq(&self, other: &Review) -> bool {
+        self.auto_accept == other.auto_accept
+            && self.max_iterations == other.max_iterations
+            && self.on_max_iterations == other.on_max_iterations
+            && self.iteration == other.iteration
+            && self.schedule_confirmed == other.schedule_confirmed
+            && self.rejection == other.rejection
+            && serde_json::to_value(&self.request).ok() == serde_json::to_value(&other.request).ok()
+    }
+}
+
+/// True for an explicit confirmation: `yes`, `y`, `ok`, `okay`, `confirm`, `confirmed`, `sure`,
+/// `确认`, `好`, `好的`, `可以`, `是`, `行`, `同意` (trimmed, case-insensitive, trailing
+/// punctuation ignored). Anything else — including `no`, `取消`, or a longer sentence — is not.
+pub fn is_confirmation(text: &str) -> bool {
+    let cleaned: String = text
+        .trim()
+        .trim_end_matches(['.', '!', '。', '！', '~', ' '])
+        .to_lowercase();
+    const WORDS: [&str; 16] = [
+        "yes",
+        "y",
+        "ok",
+        "okay",
+        "confirm",
+        "confirmed",
+        "sure",
+        "yes please",
+        "确认",
+        "好",
+        "好的",
+        "可以",
+        "是",
+        "行",
+        "同意",
+        "确定",
+    ];
+    WORDS.contains(&cleaned.as_str())
+}
+
+/// What a person says about a plan under review.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Accept it as it is.
+    Accept,
+    /// Free-text feedback: replan with it.
+    Edit(String),
+    /// A JSON Patch (RFC 6902) on the plan document, re-validated.
+    Patch(Value),
+    /// Reject it, with an optional reason.
+    Reject(Option<String>),
+    /// Answers to the plan's questions: replan with them.
+    Answer(String),
+}
+
+/// The initial state of a freshly planned outcome under `review`.
+pub fn initial_state(outcome: &Outcome, review: &Review) -> ReviewState {
+    if !outcome.plan.questions.is_empty() || outcome.status == OutcomeStatus::NeedsInput {
+        ReviewState::NeedsInput
+    } else if review.auto_accept {
+        ReviewState::Accepted
+    } else {
+        ReviewState::AwaitingReview
+    }
+}
+
+impl PlanStore {
+    /// Stores a planning outcome for review (trigger `created`): `needs_input` when it has
+    /// questions, `accepted` under `auto_accept`, else `awaiting_review`. The request is kept
+    /// for replans.
+    pub async fn submit(
+        &self,
+        outcome: &Outcome,
+        request: &PlanRequest,
+        review: Review,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let mut review = review;
+        let mut kept = request.clone();
+        kept.feedback = None;
+        review.schedule_confirmed |= request.options.allow_recurring;
+        review.request = Some(kept);
+        let state = initial_state(outcome, &review);
+        self.create(outcome.plan.clone(), state, review, actor)
+            .await
+    }
+
+    /// Applies a person's decision. `planner` is needed for `Edit` and `Answer` (they replan)
+    /// and `Patch` (validation uses its catalog).
+    pub async fn decide(
+        &self,
+        id: &str,
+        decision: Decision,
+        planner: Option<&Planner>,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        match decision {
+            Decision::Accept => self.accept(id, actor).await,
+            Decision::Reject(text) => self.reject(id, text.as_deref(), actor).await,
+            Decision::Edit(text) => {
+                let planner = need_planner(planner, "edit")?;
+                self.edit(id, &text, planner, actor).await
+            }
+            Decision::Answer(text) => {
+                let planner = need_planner(planner, "answer")?;
+                self.answer(id, &text, planner, actor).await
+            }
+            Decision::Patch(patch) => {
+                let planner = need_planner(planner, "patch")?;
+                self.patch(id, &patch, planner.catalog(), actor)
+                    .await
+                    .map(|(stored, _)| stored)
+            }
+        }
+    }
+
+    /// `awaiting_review` (or `draft`) → `accepted` (trigger `status`).
+    pub async fn accept(&self, id: &str, actor: &str) -> Result<StoredPlan> {
+        let current = self.get(id).await?;
+        require(
+            &current,
+            "accept",
+            &[ReviewState::AwaitingReview, ReviewState::Draft],
+        )?;
+        self.transition(current, ReviewState::Accepted, None, actor)
+            .await
+    }
+
+    /// → `rejected`, with the person's text or [`REJECTED_WITHOUT_TEXT`].
+    pub async fn reject(&self, id: &str, text: Option<&str>, actor: &str) -> Result<StoredPlan> {
+        let current = self.get(id).await?;
+        require(
+            &current,
+            "reject",
+            &[
+                ReviewState::AwaitingReview,
+                ReviewState::Draft,
+                ReviewState::NeedsInput,
+            ],
+        )?;
+        let reason = text
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .unwrap_or(REJECTED_WITHOUT_TEXT)
+            .to_owned();
+        self.transition(current, ReviewState::Rejected, Some(reason), actor)
+            .await
+    }
+
+    /// Free-text feedback on a plan under review: replan with the previous plan and the text
+    /// (trigger `feedback`). At `max_iterations` the policy applies instead, without a model call.
+    pub async fn edit(
+        &self,
+        id: &str,
+        feedback: &str,
+        planner: &Planner,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let current = self.get(id).await?;
+        require(
+            &current,
+            "edit",
+            &[ReviewState::AwaitingReview, ReviewState::Draft],
+        )?;
+        if feedback.trim().is_empty() {
+            return Err(StoreError::BadEdit("the feedback is empty".into()));
+        }
+        if let Some(capped) = self.cap(&current, actor).await? {
+            return Ok(capped);
+        }
+        self.replan(
+            current,
+            feedback.to_owned(),
+            false,
+            Trigger::Feedback,
+            planner,
+            actor,
+        )
+        .await
+    }
+
+    /// Answers to a plan's questions: replan with them (trigger `answer`). When a question asks
+    /// to confirm a recurring schedule and the answer is a confirmation ([`is_confirmation`]),
+    /// the replan allows recurring schedules.
+    pub async fn answer(
+        &self,
+        id: &str,
+        answers: &str,
+        planner: &Planner,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let current = self.get(id).await?;
+        require(&current, "answer", &[ReviewState::NeedsInput])?;
+        if answers.trim().is_empty() {
+            return Err(StoreError::BadEdit("the answer is empty".into()));
+        }
+        if let Some(capped) = self.cap(&current, actor).await? {
+            return Ok(capped);
+        }
+        let asks_schedule = current.plan.questions.iter().any(|q| {
+            q.argument.is_none()
+                && q.step
+                    .as_deref()
+                    .and_then(|s| current.plan.step(s))
+                    .and_then(|s| s.schedule.as_ref())
+                    .is_some_and(|s| s.is_recurring())
+        });
+        let confirmed = asks_schedule && is_confirmation(answers);
+        let mut text = String::from("Answers to the questions:\n");
+        match current.plan.questions.as_slice() {
+            [only] => text.push_str(&format!("{}: {}\n", only.text, answers.trim())),
+            questions => {
+                for question in questions {
+                    text.push_str(&format!("- {} ({})\n", question.text, question.id));
+                }
+                text.push_str(answers.trim());
+            }
+        }
+        self.replan(current, text, confirmed, Trigger::Answer, planner, actor)
+            .await
+    }
+
+    /// A structured edit: an RFC 6902 JSON Patch on the plan document (add / remove / reorder /
+    /// change steps or arguments), re-validated against `catalog` with the plan's options.
+    /// With any error-level finding nothing is stored and [`StoreError::Invalid`] carries the
+    /// diagnostics; otherwise the validated plan is the next version (trigger `human_edit`,
+    /// state `awaiting_review`) and the warnings are returned with it.
+    pub async fn patch(
+        &self,
+        id: &str,
+        patch: &Value,
+        catalog: &Catalog,
+        actor: &str,
+    ) -> Result<(StoredPlan, Vec<Diagnostic>)> {
+        let current = self.get(id).await?;
+        require(
+            &current,
+            "edit",
+            &[
+                ReviewState::AwaitingReview,
+                ReviewState::Draft,
+                ReviewState::NeedsInput,
+            ],
+        )?;
+        let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+            .map_err(|err| StoreError::BadEdit(format!("not a JSON Patch: {err}")))?;
+        let mut document = serde_json::to_value(&current.plan)
+            .map_err(|err| StoreError::BadEdit(err.to_string()))?;
+        json_patch::patch(&mut document, &operations)
+            .map_err(|err| StoreError::BadEdit(err.to_string()))?;
+        let edited: Plan = serde_json::from_value(document)
+            .map_err(|err| StoreError::BadEdit(format!("the result is not a plan: {err}")))?;
+        let options = current
+            .review
+            .request
+            .as_ref()
+            .map(|r| r.options.clone())
+            .unwrap_or_default();
+        let mut options = options;
+        options.allow_recurring |= current.review.schedule_confirmed;
+        let (mut plan, diagnostics) = validate(edited, catalog, &options);
+        if diagnostics.iter().any(Diagnostic::is_error) {
+            return Err(StoreError::Invalid { diagnostics });
+        }
+        plan.id = current.plan.id.clone();
+        ask_schedule_confirmations(&mut plan, &diagnostics);
+        let state = if plan.questions.is_empty() {
+            ReviewState::AwaitingReview
+        } else {
+            ReviewState::NeedsInput
+        };
+        let stored = self
+            .write(Change {
+                expected_version: current.version(),
+                plan,
+                state,
+                review: current.review.clone(),
+                trigger: Trigger::HumanEdit,
+                actor: actor.to_owned(),
+            })
+            .await?;
+        Ok((stored, diagnostics))
+    }
+
+    /// ValueCell's handoff: a copy of the plan under `new_id` in a new conversation, keeping the
+    /// parent's thread id (and owner); the copy records `handoff_from` in its metadata.
+    pub async fn handoff(
+        &self,
+        id: &str,
+        new_id: &str,
+        new_conversation_id: &str,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let current = self.get(id).await?;
+        let mut plan = current.plan.clone();
+        plan.id = new_id.to_owned();
+        plan.conversation_id = Some(new_conversation_id.to_owned());
+        plan.metadata
+            .insert("handoff_from".into(), Value::String(id.to_owned()));
+        if let Some(conversation) = &current.plan.conversation_id {
+            plan.metadata.insert(
+                "parent_conversation_id".into(),
+                Value::String(conversation.clone()),
+            );
+        }
+        let mut review = current.review.clone();
+        if let Some(request) = review.request.as_mut() {
+            request.conversation_id = Some(new_conversation_id.to_owned());
+        }
+        self.create(plan, current.state, review, actor).await
+    }
+
+    /// Applies the `max_iterations` policy if the cap is reached; `None` when it is not.
+    async fn cap(&self, current: &StoredPlan, actor: &str) -> Result<Option<StoredPlan>> {
+        if current.review.iteration < current.review.max_iterations {
+            return Ok(None);
+        }
+        let note = format!("max_iterations ({}) reached", current.review.max_iterations);
+        let stored = match current.review.on_max_iterations {
+            MaxIterationsPolicy::UseAsIs => {
+                let mut accepted = current.clone();
+                accepted
+                    .plan
+                    .metadata
+                    .insert("review_note".into(), Value::String(note));
+                self.transition(accepted, ReviewState::Accepted, None, actor)
+                    .await?
+            }
+            MaxIterationsPolicy::Stop => {
+                self.transition(current.clone(), ReviewState::Stopped, Some(note), actor)
+                    .await?
+            }
+        };
+        Ok(Some(stored))
+    }
+
+    async fn transition(
+        &self,
+        current: StoredPlan,
+        state: ReviewState,
+        reason: Option<String>,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let mut review = current.review.clone();
+        review.rejection = reason;
+        self.write(Change {
+            expected_version: current.version(),
+            plan: current.plan,
+            state,
+            review,
+            trigger: Trigger::Status,
+            actor: actor.to_owned(),
+        })
+        .await
+    }
+
+    async fn replan(
+        &self,
+        current: StoredPlan,
+        text: String,
+        confirm_schedule: bool,
+        trigger: Trigger,
+        planner: &Planner,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let mut review = current.review.clone();
+        review.iteration = review.iteration.saturating_add(1);
+        review.schedule_confirmed |= confirm_schedule;
+        let mut request = review
+            .request
+            .clone()
+            .unwrap_or_else(|| PlanRequest::new(current.plan.goal.clone()));
+        if request.query.trim().is_empty() {
+            request.query = current.plan.goal.clone();
+        }
+        request.owner = current.plan.owner.clone();
+        request.conversation_id = current.plan.conversation_id.clone();
+        request.thread_id = current.plan.thread_id.clone();
+        request.options.iteration = review.iteration;
+        request.options.allow_recurring |= review.schedule_confirmed;
+        request.feedback = Some(Feedback {
+            previous: Some(current.plan.clone()),
+            text: Some(text),
+            diagnostics: Vec::new(),
+            observations: Vec::new(),
+        });
+        let outcome = planner.plan(&request).await?;
+        let state = initial_state(&outcome, &review);
+        let mut plan = outcome.plan;
+        plan.id = current.plan.id.clone();
+        plan.created_at = current.plan.created_at;
+        self.write(Change {
+            expected_version: current.version(),
+            plan,
+            state,
+            review,
+            trigger,
+            actor: actor.to_owned(),
+        })
+        .await
+    }
+}
+
+/// A recurring schedule the user has not confirmed blocks its step and becomes a question, as
+/// the planner does for generated plans (ValueCell's gate holds for edits too).
+fn ask_schedule_confirmations(plan: &mut Plan, diagnostics: &[Diagnostic]) {
+    let zh = plan.locale.to_ascii_lowercase().starts_with("zh");
+    for diag in diagnostics
+        .iter()
+        .filter(|d| d.code == Code::ScheduleUnconfirmed)
+    {
+        let Some(step_id) = diag.step.clone() else {
+            continue;
+        };
+        if plan
+            .questions
+            .iter()
+            .any(|q| q.step.as_deref() == Some(&step_id) && q.argument.is_none())
+        {
+            continue;
+        }
+        let Some(step) = plan.steps.iter_mut().find(|s| s.id == step_id) else {
+            continue;
+        };
+        step.status = StepStatus::Blocked;
+        let (text, options) = if zh {
+            (
+                format!(
+                    "步骤「{}」将按计划重复执行。确认设置这个定时任务吗？",
+                    step.title
+                ),
+                vec!["确认".to_owned(), "取消".to_owned()],
+            )
+        } else {
+            (
+                format!(
+                    "Step \"{}\" will run repeatedly. Shall I set up this recurring schedule?",
+                    step.title
+                ),
+                vec!["yes".to_owned(), "no".to_owned()],
+            )
+        };
+        plan.questions.push(Question {
+            id: format!("q{}", plan.questions.len() + 1),
+            text,
+            step: Some(step_id),
+            argument: None,
+            options,
+        });
+    }
+    if !plan.questions.is_empty() {
+        plan.ready = false;
+    }
+}
+
+fn need_planner<'p>(planner: Option<&'p Planner>, operation: &str) -> Result<&'p Planner> {
+    planner.ok_or_else(|| StoreError::BadEdit(format!("`{operation}` needs a planner")))
+}
+
+fn require(current: &StoredPlan, operation: &'static str, allowed: &[ReviewState]) -> Result<()> {
+    if allowed.contains(&current.state) {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidState {
+            id: current.plan.id.clone(),
+            operation,
+            state: current.state,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confirmations() {
+        for yes in [
+            "确认",
+            "好",
+            "可以",
+            "好的",
+            "yes",
+            "OK",
+            "Confirm",
+            "ok!",
+            "确认。",
+        ] {
+            assert!(is_confirmation(yes), "{yes}");
+        }
+        for no in [
+            "no",
+            "取消",
+            "不",
+            "",
+            "maybe later",
+            "yes but change the time",
+        ] {
+            assert!(!is_confirmation(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for state in ReviewState::ALL {
+            assert_eq!(state.as_str().parse::<ReviewState>().unwrap(), state);
+        }
+        assert!("done".parse::<ReviewState>().is_err());
+    }
+}

@@ -1,0 +1,1076 @@
+//! [`PlanStore`]: connection, schema migrations, versioned writes with compare-and-swap, and the
+//! lifecycle operations of OpenManus's PlanningTool (create, update, get, list, set_active /
+//! get_active, mark_step, delete).
+//!
+//! One code path serves both backends: sqlx's `AnyPool` with `$1` placeholders and portable SQL
+//! (TEXT for JSON and RFC 3339 timestamps, BIGINT for versions).
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
+use plansmith_core::{Plan, Step, StepStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, AssertSqlSafe, Row};
+
+use crate::error::{Result, StoreError};
+use crate::review::{Review, ReviewState};
+
+/// Where a store lives: a SQLite file or a PostgreSQL URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Location {
+    /// A SQLite database file (created if missing), in WAL mode.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL (`postgres://user@host:port/db`).
+    Postgres(String),
+}
+
+impl Location {
+    /// The default: `$XDG_DATA_HOME/plansmith/plans.db`, else `~/.local/share/plansmith/plans.db`.
+    pub fn default_sqlite() -> Result<Location> {
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|home| PathBuf::from(home).join(".local/share"))
+            })
+            .ok_or_else(|| StoreError::Location {
+                location: "(default)".into(),
+                reason: "neither XDG_DATA_HOME nor HOME is set".into(),
+            })?;
+        Ok(Location::Sqlite(base.join("plansmith").join("plans.db")))
+    }
+
+    /// Which backend this location uses.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Location::Sqlite(_) => Backend::Sqlite,
+            Location::Postgres(_) => Backend::Postgres,
+        }
+    }
+}
+
+impl FromStr for Location {
+    type Err = StoreError;
+
+    /// `sqlite:PATH`, `sqlite://PATH`, `postgres://…` / `postgresql://…`, or a bare file path.
+    fn from_str(text: &str) -> Result<Location> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(StoreError::Location {
+                location: text.into(),
+                reason: "empty".into(),
+            });
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Location::Postgres(text.to_owned()));
+        }
+        if let Some(rest) = text.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            let path = path.split('?').next().unwrap_or(path);
+            if path.is_empty() {
+                return Err(StoreError::Location {
+                    location: text.into(),
+                    reason: "no file path after `sqlite:`".into(),
+                });
+            }
+            return Ok(Location::Sqlite(PathBuf::from(path)));
+        }
+        if text.contains("://") {
+            return Err(StoreError::Location {
+                location: text.into(),
+                reason: "expected sqlite:PATH or postgres://…".into(),
+            });
+        }
+        Ok(Location::Sqlite(PathBuf::from(text)))
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            Location::Postgres(url) => f.write_str(&redact_url(url)),
+        }
+    }
+}
+
+/// The URL without its password.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) => {
+            let user = user.split(':').next().unwrap_or(user);
+            format!("{scheme}://{user}@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The database behind a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// SQLite (embedded, one file, WAL).
+    Sqlite,
+    /// PostgreSQL (several nodes sharing one store).
+    Postgres,
+}
+
+/// Why a version was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// The first version.
+    Created,
+    /// The planner repaired the plan.
+    Repaired,
+    /// A person edited the plan (structured edit, or a lifecycle `update`).
+    HumanEdit,
+    /// A person's free-text feedback, replanned.
+    Feedback,
+    /// Answers to the plan's questions, replanned.
+    Answer,
+    /// A replan for another reason (execution observations).
+    Replan,
+    /// A step's status or notes changed.
+    StepUpdate,
+    /// The review state changed (accepted, rejected, stopped, handed off).
+    Status,
+}
+
+impl Trigger {
+    /// All triggers.
+    pub const ALL: [Trigger; 8] = [
+        Trigger::Created,
+        Trigger::Repaired,
+        Trigger::HumanEdit,
+        Trigger::Feedback,
+        Trigger::Answer,
+        Trigger::Replan,
+        Trigger::StepUpdate,
+        Trigger::Status,
+    ];
+
+    /// The snake_case name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Created => "created",
+            Trigger::Repaired => "repaired",
+            Trigger::HumanEdit => "human_edit",
+            Trigger::Feedback => "feedback",
+            Trigger::Answer => "answer",
+            Trigger::Replan => "replan",
+            Trigger::StepUpdate => "step_update",
+            Trigger::Status => "status",
+        }
+    }
+}
+
+impl FromStr for Trigger {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Trigger, String> {
+        Trigger::ALL
+            .into_iter()
+            .find(|t| t.as_str() == text)
+            .ok_or_else(|| format!("unknown trigger `{text}`"))
+    }
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A plan as stored: the current version of the document, its review state and settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredPlan {
+    /// The current version of the plan (`plan.version` is the store version).
+    pub plan: Plan,
+    /// Where the plan is in the human-in-the-loop state machine.
+    pub state: ReviewState,
+    /// Review settings and progress (iteration, policy, rejection reason, the planning request).
+    pub review: Review,
+    /// When the plan was first stored.
+    pub created_at: DateTime<Utc>,
+    /// When the current version was written.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl StoredPlan {
+    /// The current version number.
+    pub fn version(&self) -> u32 {
+        self.plan.version
+    }
+
+    /// Text rendering: the review state line, then [`Plan::render_text`] (progress and markers).
+    pub fn render_text(&self) -> String {
+        let mut out = self.plan.render_text();
+        out.push_str(&format!("State: {}", self.state));
+        if let Some(reason) = &self.review.rejection {
+            out.push_str(&format!(" ({reason})"));
+        }
+        out.push('\n');
+        if !self.plan.questions.is_empty() {
+            out.push_str("Questions:\n");
+            for question in &self.plan.questions {
+                out.push_str(&format!("  {}: {}\n", question.id, question.text));
+            }
+        }
+        out
+    }
+}
+
+/// One row of a plan's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    /// The plan.
+    pub plan_id: String,
+    /// This version.
+    pub version: u32,
+    /// The version it was derived from (none for the first).
+    pub parent_version: Option<u32>,
+    /// Why it was written.
+    pub trigger: Trigger,
+    /// Who wrote it (a user, a worker, `planner`).
+    pub actor: String,
+    /// When.
+    pub created_at: DateTime<Utc>,
+    /// The review state after this change.
+    pub state: ReviewState,
+    /// RFC 6902 JSON Patch from the parent document to this one (the whole document for v1).
+    pub diff: Value,
+}
+
+/// Filters and paging for [`PlanStore::list`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only plans of this owner.
+    pub owner: Option<String>,
+    /// Only plans of this conversation.
+    pub conversation_id: Option<String>,
+    /// Only plans of this thread.
+    pub thread_id: Option<String>,
+    /// Only plans in this review state.
+    pub state: Option<ReviewState>,
+    /// Page size (default 50, at most 1000).
+    pub limit: Option<u32>,
+    /// Rows to skip.
+    pub offset: u32,
+}
+
+/// One page of [`PlanStore::list`], most recently updated first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page {
+    /// The plans of this page.
+    pub plans: Vec<StoredPlan>,
+    /// How many plans match the filter in total.
+    pub total: u64,
+    /// Offset of the next page, if there is one.
+    pub next_offset: Option<u32>,
+}
+
+/// Which step [`PlanStore::mark_step`] changes: a 0-based index (OpenManus) or a step id (`s2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepKey {
+    /// 0-based position.
+    Index(usize),
+    /// Step id.
+    Id(String),
+}
+
+impl FromStr for StepKey {
+    type Err = std::convert::Infallible;
+
+    /// Digits are an index; anything else is a step id.
+    fn from_str(text: &str) -> std::result::Result<StepKey, Self::Err> {
+        let text = text.trim();
+        Ok(match text.parse::<usize>() {
+            Ok(idx) => StepKey::Index(idx),
+            Err(_) => StepKey::Id(text.to_owned()),
+        })
+    }
+}
+
+impl std::fmt::Display for StepKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepKey::Index(idx) => write!(f, "{idx}"),
+            StepKey::Id(id) => f.write_str(id),
+        }
+    }
+}
+
+/// A change to write as the next version (see [`PlanStore::write`]).
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The version the change is based on: the write fails with [`StoreError::Conflict`] unless
+    /// it is still current.
+    pub expected_version: u32,
+    /// The new document (its id must be the plan's; version fields are set by the store).
+    pub plan: Plan,
+    /// The new review state.
+    pub state: ReviewState,
+    /// The new review settings and progress.
+    pub review: Review,
+    /// Why.
+    pub trigger: Trigger,
+    /// Who.
+    pub actor: String,
+}
+
+/// The SQL schema, one migration per entry, applied in order and recorded in
+/// `plansmith_migrations`. Portable between SQLite and PostgreSQL; every statement is
+/// idempotent so two nodes starting at once cannot trip over each other.
+const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
+    1,
+    "plans, versions, active plans",
+    &[
+        "CREATE TABLE IF NOT EXISTS plans (
+            id TEXT PRIMARY KEY,
+            version BIGINT NOT NULL,
+            state TEXT NOT NULL,
+            owner TEXT,
+            conversation_id TEXT,
+            thread_id TEXT,
+            title TEXT NOT NULL,
+            document TEXT NOT NULL,
+            review TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )",
+        "CREATE INDEX IF NOT EXISTS plans_by_owner ON plans (owner, updated_at)",
+        "CREATE INDEX IF NOT EXISTS plans_by_conversation ON plans (conversation_id, updated_at)",
+        "CREATE INDEX IF NOT EXISTS plans_by_state ON plans (state, updated_at)",
+        "CREATE TABLE IF NOT EXISTS plan_versions (
+            plan_id TEXT NOT NULL,
+            version BIGINT NOT NULL,
+            parent_version BIGINT,
+            trigger_kind TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            state TEXT NOT NULL,
+            diff TEXT NOT NULL,
+            document TEXT NOT NULL,
+            PRIMARY KEY (plan_id, version)
+        )",
+        "CREATE TABLE IF NOT EXISTS active_plans (
+            conversation_id TEXT PRIMARY KEY,
+            plan_id TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )",
+    ],
+)];
+
+/// A plan store on SQLite or PostgreSQL. Cheap to clone (a connection pool).
+#[derive(Debug, Clone)]
+pub struct PlanStore {
+    pool: AnyPool,
+    location: Location,
+}
+
+const PLAN_COLUMNS: &str = "id, version, state, document, review, created_at, updated_at";
+
+impl PlanStore {
+    /// Opens (creating if needed) the store at `location` and runs the migrations.
+    ///
+    /// SQLite: the file and its directory are created; WAL journal, `synchronous=FULL`, a 5 s busy
+    /// timeout. PostgreSQL: the database must exist.
+    pub async fn open(location: &Location) -> Result<PlanStore> {
+        sqlx::any::install_default_drivers();
+        let pool = match location {
+            Location::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|err| StoreError::Location {
+                        location: location.to_string(),
+                        reason: format!("cannot create {}: {err}", dir.display()),
+                    })?;
+                }
+                let url = sqlite_url(path);
+                AnyPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            for pragma in [
+                                "PRAGMA journal_mode = WAL",
+                                "PRAGMA synchronous = FULL",
+                                "PRAGMA busy_timeout = 10000",
+                            ] {
+                                sqlx::query(pragma).execute(&mut *conn).await?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+            Location::Postgres(url) => {
+                AnyPoolOptions::new()
+                    .max_connections(8)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect(url)
+                    .await?
+            }
+        };
+        let store = PlanStore {
+            pool,
+            location: location.clone(),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Opens the store named by `text` (see [`Location::from_str`]).
+    pub async fn open_str(text: &str) -> Result<PlanStore> {
+        PlanStore::open(&text.parse()?).await
+    }
+
+    /// Where this store lives.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// Which backend this store uses.
+    pub fn backend(&self) -> Backend {
+        self.location.backend()
+    }
+
+    /// Closes the pool, waiting for connections to finish (SQLite checkpoints its WAL).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// SQLite's `PRAGMA integrity_check` (`"ok"` when sound); PostgreSQL always answers `"ok"`
+    /// (it has no single equivalent; its WAL guarantees committed transactions).
+    pub async fn integrity_check(&self) -> Result<String> {
+        match self.backend() {
+            Backend::Sqlite => {
+                let rows = sqlx::query("PRAGMA integrity_check")
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut lines = Vec::new();
+                for row in rows {
+                    lines.push(row.try_get::<String, _>(0)?);
+                }
+                Ok(lines.join("\n"))
+            }
+            Backend::Postgres => Ok("ok".into()),
+        }
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let bootstrap = "CREATE TABLE IF NOT EXISTS plansmith_migrations (
+            version BIGINT PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at TEXT NOT NULL
+        )";
+        sqlx::query(bootstrap)
+            .execute(&self.pool)
+            .await
+            .map_err(|source| StoreError::Migration { version: 0, source })?;
+        for (version, name, statements) in MIGRATIONS {
+            let applied: Option<i64> =
+                sqlx::query("SELECT version FROM plansmith_migrations WHERE version = $1")
+                    .bind(*version)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .map(|row| row.try_get::<i64, _>(0))
+                    .transpose()?;
+            if applied.is_some() {
+                continue;
+            }
+            let fail = |source| StoreError::Migration {
+                version: *version,
+                source,
+            };
+            let mut tx = self.pool.begin().await.map_err(fail)?;
+            for statement in *statements {
+                sqlx::query(AssertSqlSafe(*statement))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(fail)?;
+            }
+            sqlx::query(
+                "INSERT INTO plansmith_migrations (version, name, applied_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (version) DO NOTHING",
+            )
+            .bind(*version)
+            .bind(*name)
+            .bind(timestamp(Utc::now()))
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+            tx.commit().await.map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- lifecycle operations
+
+    /// Stores a new plan as version 1 (trigger `created`). Errors with
+    /// [`StoreError::AlreadyExists`] when the id is taken (OpenManus: "Plan already exists").
+    pub async fn create(
+        &self,
+        plan: Plan,
+        state: ReviewState,
+        review: Review,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let mut plan = plan;
+        if plan.id.trim().is_empty() {
+            return Err(StoreError::BadEdit("a plan needs a non-empty id".into()));
+        }
+        plan.version = 1;
+        plan.parent_version = None;
+        let now = Utc::now().trunc_subsecs(6);
+        let document = to_json(&plan)?;
+        let diff = serde_json::to_string(&serde_json::json!([
+            {"op": "add", "path": "", "value": serde_json::to_value(&plan).map_err(bad_json)?}
+        ]))
+        .map_err(bad_json)?;
+        let review_json = serde_json::to_string(&review).map_err(bad_json)?;
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                                document, review, created_at, updated_at)
+             VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(plan.id.clone())
+        .bind(state.as_str())
+        .bind(plan.owner.clone())
+        .bind(plan.conversation_id.clone())
+        .bind(plan.thread_id.clone())
+        .bind(plan.title.clone())
+        .bind(document.clone())
+        .bind(review_json)
+        .bind(timestamp(now))
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::AlreadyExists(plan.id));
+        }
+        insert_version(
+            &mut tx,
+            &plan,
+            Trigger::Created,
+            actor,
+            now,
+            state,
+            &diff,
+            &document,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(StoredPlan {
+            plan,
+            state,
+            review,
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    /// The current version of a plan; [`StoreError::NotFound`] if there is none.
+    pub async fn get(&self, id: &str) -> Result<StoredPlan> {
+        let sql = format!("SELECT {PLAN_COLUMNS} FROM plans WHERE id = $1");
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        decode_plan(&row)
+    }
+
+    /// One version of a plan's document.
+    pub async fn get_version(&self, id: &str, version: u32) -> Result<Plan> {
+        let row =
+            sqlx::query("SELECT document FROM plan_versions WHERE plan_id = $1 AND version = $2")
+                .bind(id.to_owned())
+                .bind(i64::from(version))
+                .fetch_optional(&self.pool)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("{id}@v{version}")))?;
+        let document: String = row.try_get("document")?;
+        from_json(id, &document)
+    }
+
+    /// Writes `change` as the next version, if `change.expected_version` is still current
+    /// (compare-and-swap): a stale writer gets [`StoreError::Conflict`], never a lost update.
+    pub async fn write(&self, change: Change) -> Result<StoredPlan> {
+        let Change {
+            expected_version,
+            mut plan,
+            state,
+            review,
+            trigger,
+            actor,
+        } = change;
+        let id = plan.id.clone();
+        let parent = self.get_version(&id, expected_version).await;
+        let parent = match parent {
+            Ok(parent) => parent,
+            Err(StoreError::NotFound(_)) => {
+                // Either the plan is gone or the expected version never existed.
+                let current = self.get(&id).await?;
+                return Err(StoreError::Conflict {
+                    id,
+                    expected: expected_version,
+                    actual: current.version(),
+                });
+            }
+            Err(err) => return Err(err),
+        };
+        let new_version = expected_version.saturating_add(1);
+        plan.version = new_version;
+        plan.parent_version = Some(expected_version);
+        let now = Utc::now().trunc_subsecs(6);
+        let before = serde_json::to_value(&parent).map_err(bad_json)?;
+        let after = serde_json::to_value(&plan).map_err(bad_json)?;
+        let diff = serde_json::to_string(&json_patch::diff(&before, &after)).map_err(bad_json)?;
+        let document = to_json(&plan)?;
+        let review_json = serde_json::to_string(&review).map_err(bad_json)?;
+        let mut tx = self.pool.begin().await?;
+        // The UPDATE comes first: on SQLite it takes the write lock before anything is read in
+        // this transaction, so a busy writer waits instead of failing with a stale snapshot.
+        let updated = sqlx::query(
+            "UPDATE plans SET version = $1, state = $2, owner = $3, conversation_id = $4,
+                              thread_id = $5, title = $6, document = $7, review = $8,
+                              updated_at = $9
+             WHERE id = $10 AND version = $11",
+        )
+        .bind(i64::from(new_version))
+        .bind(state.as_str())
+        .bind(plan.owner.clone())
+        .bind(plan.conversation_id.clone())
+        .bind(plan.thread_id.clone())
+        .bind(plan.title.clone())
+        .bind(document.clone())
+        .bind(review_json)
+        .bind(timestamp(now))
+        .bind(id.clone())
+        .bind(i64::from(expected_version))
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            tx.rollback().await?;
+            let current = self.get(&id).await?;
+            return Err(StoreError::Conflict {
+                id,
+                expected: expected_version,
+                actual: current.version(),
+            });
+        }
+        insert_version(
+            &mut tx, &plan, trigger, &actor, now, state, &diff, &document,
+        )
+        .await?;
+        let created_row = sqlx::query("SELECT created_at FROM plans WHERE id = $1")
+            .bind(id.clone())
+            .fetch_one(&mut *tx)
+            .await?;
+        let created_at = parse_time(&id, &created_row.try_get::<String, _>(0)?)?;
+        tx.commit().await?;
+        Ok(StoredPlan {
+            plan,
+            state,
+            review,
+            created_at,
+            updated_at: now,
+        })
+    }
+
+    /// OpenManus `update`: replaces title, goal and steps. A new step whose title, description
+    /// and action equal an old step's keeps that step's status, notes, result and error.
+    /// `expected_version` of `None` means "whatever is current" (still checked at write time).
+    pub async fn update(
+        &self,
+        id: &str,
+        new_plan: Plan,
+        expected_version: Option<u32>,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let current = self.get(id).await?;
+        let expected = expected_version.unwrap_or(current.version());
+        let mut plan = new_plan;
+        plan.id = current.plan.id.clone();
+        plan.created_at = current.plan.created_at;
+        carry_step_progress(&current.plan.steps, &mut plan.steps);
+        self.write(Change {
+            expected_version: expected,
+            plan,
+            state: current.state,
+            review: current.review,
+            trigger: Trigger::HumanEdit,
+            actor: actor.to_owned(),
+        })
+        .await
+    }
+
+    /// OpenManus `mark_step`: sets a step's status (by name: `completed`, …) and, if given, its
+    /// notes. Bad index → [`StoreError::InvalidStep`]; bad status → [`StoreError::InvalidStatus`].
+    pub async fn mark_step(
+        &self,
+        id: &str,
+        step: &StepKey,
+        status: Option<&str>,
+        notes: Option<&str>,
+        expected_version: Option<u32>,
+        actor: &str,
+    ) -> Result<StoredPlan> {
+        let status = status.map(parse_status).transpose()?;
+        let current = self.get(id).await?;
+        let expected = expected_version.unwrap_or(current.version());
+        let mut plan = current.plan.clone();
+        let idx = step_index(&plan.steps, step)?;
+        if let Some(target) = plan.steps.get_mut(idx) {
+            if let Some(status) = status {
+                target.status = status;
+            }
+            if let Some(notes) = notes {
+                target.notes = notes.to_owned();
+            }
+        }
+        self.write(Change {
+            expected_version: expected,
+            plan,
+            state: current.state,
+            review: current.review,
+            trigger: Trigger::StepUpdate,
+            actor: actor.to_owned(),
+        })
+        .await
+    }
+
+    /// OpenManus `list`, with filters and paging; most recently updated first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Page> {
+        let mut conditions = Vec::new();
+        let mut binds: Vec<String> = Vec::new();
+        let mut push = |column: &str, value: &str| {
+            binds.push(value.to_owned());
+            conditions.push(format!("{column} = ${}", binds.len()));
+        };
+        if let Some(owner) = &filter.owner {
+            push("owner", owner);
+        }
+        if let Some(conversation) = &filter.conversation_id {
+            push("conversation_id", conversation);
+        }
+        if let Some(thread) = &filter.thread_id {
+            push("thread_id", thread);
+        }
+        if let Some(state) = filter.state {
+            push("state", state.as_str());
+        }
+        let where_clause = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let count_sql = format!("SELECT COUNT(*) FROM plans{where_clause}");
+        let mut count = sqlx::query(AssertSqlSafe(count_sql));
+        for value in &binds {
+            count = count.bind(value.clone());
+        }
+        let total: i64 = count.fetch_one(&self.pool).await?.try_get(0)?;
+        let limit = filter.limit.unwrap_or(50).clamp(1, 1000);
+        let sql = format!(
+            "SELECT {PLAN_COLUMNS} FROM plans{where_clause} ORDER BY updated_at DESC, id
+             LIMIT {limit} OFFSET {}",
+            filter.offset
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for value in &binds {
+            query = query.bind(value.clone());
+        }
+        let rows = query.fetch_all(&self.pool).await?;
+        let plans = rows.iter().map(decode_plan).collect::<Result<Vec<_>>>()?;
+        let total = u64::try_from(total).unwrap_or(0);
+        let end = u64::from(filter.offset) + plans.len() as u64;
+        let next_offset = (end < total).then(|| u32::try_from(end).ok()).flatten();
+        Ok(Page {
+            plans,
+            total,
+            next_offset,
+        })
+    }
+
+    /// OpenManus `set_active`, per conversation: the plan must exist.
+    pub async fn set_active(&self, conversation_id: &str, plan_id: &str) -> Result<()> {
+        self.get(plan_id).await?;
+        sqlx::query(
+            "INSERT INTO active_plans (conversation_id, plan_id, updated_at) VALUES ($1, $2, $3)
+             ON CONFLICT (conversation_id) DO UPDATE SET plan_id = $2, updated_at = $3",
+        )
+        .bind(conversation_id.to_owned())
+        .bind(plan_id.to_owned())
+        .bind(timestamp(Utc::now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The active plan of a conversation; [`StoreError::NoActivePlan`] if none is set.
+    pub async fn get_active(&self, conversation_id: &str) -> Result<StoredPlan> {
+        let row = sqlx::query("SELECT plan_id FROM active_plans WHERE conversation_id = $1")
+            .bind(conversation_id.to_owned())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NoActivePlan(conversation_id.to_owned()))?;
+        let plan_id: String = row.try_get(0)?;
+        match self.get(&plan_id).await {
+            Err(StoreError::NotFound(_)) => Err(StoreError::NoActivePlan(conversation_id.into())),
+            other => other,
+        }
+    }
+
+    /// OpenManus `delete`: removes the plan, its history and any active pointer to it.
+    pub async fn delete(&self, id: &str) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let deleted = sqlx::query("DELETE FROM plans WHERE id = $1")
+            .bind(id.to_owned())
+            .execute(&mut *tx)
+            .await?;
+        if deleted.rows_affected() == 0 {
+            return Err(StoreError::NotFound(id.to_owned()));
+        }
+        sqlx::query("DELETE FROM plan_versions WHERE plan_id = $1")
+            .bind(id.to_owned())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM active_plans WHERE plan_id = $1")
+            .bind(id.to_owned())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every version of a plan, oldest first.
+    pub async fn history(&self, id: &str) -> Result<Vec<VersionRecord>> {
+        let rows = sqlx::query(
+            "SELECT plan_id, version, parent_version, trigger_kind, actor, created_at, state, diff
+             FROM plan_versions WHERE plan_id = $1 ORDER BY version",
+        )
+        .bind(id.to_owned())
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.is_empty() {
+            return Err(StoreError::NotFound(id.to_owned()));
+        }
+        rows.iter().map(|row| decode_version(id, row)).collect()
+    }
+}
+
+/// The step `key` names, as an index.
+fn step_index(steps: &[Step], key: &StepKey) -> Result<usize> {
+    let invalid = || StoreError::InvalidStep {
+        given: key.to_string(),
+        max: match steps.len() {
+            0 => "none".into(),
+            n => (n - 1).to_string(),
+        },
+    };
+    match key {
+        StepKey::Index(idx) if *idx < steps.len() => Ok(*idx),
+        StepKey::Index(_) => Err(invalid()),
+        StepKey::Id(id) => steps.iter().position(|s| &s.id == id).ok_or_else(invalid),
+    }
+}
+
+/// A status by name (OpenManus's names plus ours: `not_started`, `in_progress`, `completed`,
+/// `blocked`, `failed`, `skipped`).
+pub fn parse_status(text: &str) -> Result<StepStatus> {
+    text.trim()
+        .parse::<StepStatus>()
+        .map_err(|_| StoreError::InvalidStatus {
+            given: text.to_owned(),
+            valid: StepStatus::ALL
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Copies status, notes, result and error from old steps to new steps with the same content.
+pub fn carry_step_progress(old: &[Step], new: &mut [Step]) {
+    let mut used = vec![false; old.len()];
+    for step in new.iter_mut() {
+        let same = old.iter().enumerate().find(|(idx, prev)| {
+            !used[*idx]
+                && prev.title == step.title
+                && prev.description == step.description
+                && prev.action == step.action
+        });
+        if let Some((idx, prev)) = same {
+            used[idx] = true;
+            step.status = prev.status;
+            step.notes = prev.notes.clone();
+            step.result = prev.result.clone();
+            step.error = prev.error.clone();
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn insert_version(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    plan: &Plan,
+    trigger: Trigger,
+    actor: &str,
+    at: DateTime<Utc>,
+    state: ReviewState,
+    diff: &str,
+    document: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind, actor,
+                                    created_at, state, diff, document)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(plan.id.clone())
+    .bind(i64::from(plan.version))
+    .bind(plan.parent_version.map(i64::from))
+    .bind(trigger.as_str())
+    .bind(actor.to_owned())
+    .bind(timestamp(at))
+    .bind(state.as_str())
+    .bind(diff.to_owned())
+    .bind(document.to_owned())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn sqlite_url(path: &Path) -> String {
+    format!("sqlite://{}?mode=rwc", path.display())
+}
+
+/// Fixed-width RFC 3339 (microseconds, `Z`), so text order is time order.
+fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn parse_time(id: &str, text: &str) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|err| StoreError::Corrupt {
+            id: id.to_owned(),
+            reason: format!("bad timestamp `{text}`: {err}"),
+        })
+}
+
+fn to_json(plan: &Plan) -> Result<String> {
+    serde_json::to_string(plan).map_err(bad_json)
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(id: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|err| StoreError::Corrupt {
+        id: id.to_owned(),
+        reason: err.to_string(),
+    })
+}
+
+fn bad_json(err: serde_json::Error) -> StoreError {
+    StoreError::BadEdit(format!("cannot encode the plan: {err}"))
+}
+
+fn to_u32(id: &str, value: i64) -> Result<u32> {
+    u32::try_from(value).map_err(|_| StoreError::Corrupt {
+        id: id.to_owned(),
+        reason: format!("version {value} out of range"),
+    })
+}
+
+fn decode_plan(row: &AnyRow) -> Result<StoredPlan> {
+    let id: String = row.try_get("id")?;
+    let version = to_u32(&id, row.try_get("version")?)?;
+    let state_text: String = row.try_get("state")?;
+    let state = state_text
+        .parse::<ReviewState>()
+        .map_err(|reason| StoreError::Corrupt {
+            id: id.clone(),
+            reason,
+        })?;
+    let mut plan: Plan = from_json(&id, &row.try_get::<String, _>("document")?)?;
+    plan.version = version;
+    let review: Review = from_json(&id, &row.try_get::<String, _>("review")?)?;
+    let created_at = parse_time(&id, &row.try_get::<String, _>("created_at")?)?;
+    let updated_at = parse_time(&id, &row.try_get::<String, _>("updated_at")?)?;
+    Ok(StoredPlan {
+        plan,
+        state,
+        review,
+        created_at,
+        updated_at,
+    })
+}
+
+fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
+    let parent: Option<i64> = row.try_get("parent_version")?;
+    let trigger_text: String = row.try_get("trigger_kind")?;
+    let state_text: String = row.try_get("state")?;
+    let corrupt = |reason: String| StoreError::Corrupt {
+        id: id.to_owned(),
+        reason,
+    };
+    Ok(VersionRecord {
+        plan_id: row.try_get("plan_id")?,
+        version: to_u32(id, row.try_get("version")?)?,
+        parent_version: parent.map(|p| to_u32(id, p)).transpose()?,
+        trigger: trigger_text.parse().map_err(corrupt)?,
+        actor: row.try_get("actor")?,
+        created_at: parse_time(id, &row.try_get::<String, _>("created_at")?)?,
+        state: state_text.parse().map_err(corrupt)?,
+        diff: from_json(id, &row.try_get::<String, _>("diff")?)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse() {
+        let cases = [
+            ("sqlite:/tmp/a.db", Location::Sqlite("/tmp/a.db".into())),
+            ("sqlite:///tmp/a.db", Location::Sqlite("/tmp/a.db".into())),
+            ("sqlite:rel.db?mode=rwc", Location::Sqlite("rel.db".into())),
+            ("plans.db", Location::Sqlite("plans.db".into())),
+            (
+                "postgres://u:p@127.0.0.1:5433/db",
+                Location::Postgres("postgres://u:p@127.0.0.1:5433/db".into()),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(text.parse::<Location>().unwrap(), want, "{text}");
+        }
+        for bad in ["", "sqlite:", "mysql://x"] {
+            assert!(bad.parse::<Location>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            Location::Postgres("postgres://u:secret@h/db".into()).to_string(),
+            "postgres://u@h/db"
+        );
+    }
+
+    #[test]
+    fn step_keys_and_statuses() {
+        assert_eq!("2".parse::<StepKey>().unwrap(), StepKey::Index(2));
+        assert_eq!("s2".parse::<StepKey>().unwrap(), StepKey::Id("s2".into()));
+        let err = parse_status("done").unwrap_err().to_string();
+        assert!(err.contains("valid statuses are: not_started"), "{err}");
+    }
+}

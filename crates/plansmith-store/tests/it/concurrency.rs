@@ -1,0 +1,153 @@
+//! Compare-and-swap under contention, on both backends.
+
+use std::collections::BTreeSet;
+
+use plansmith_core::{Action, Plan, Step, StepStatus};
+use plansmith_store::{PlanStore, Review, ReviewState, StepKey, StoreError};
+
+use crate::support::{TestDb, both_backends};
+
+const N_WRITERS: usize = 24;
+
+async fn plan_with_steps(store: &PlanStore, id: &str) {
+    let mut plan = Plan::new(id, "many workers");
+    for idx in 0..N_WRITERS {
+        plan.steps.push(Step::new(
+            format!("s{}", idx + 1),
+            format!("step {idx}"),
+            Action::Reply {
+                text: format!("{idx}"),
+            },
+        ));
+    }
+    store
+        .create(plan, ReviewState::Accepted, Review::default(), "setup")
+        .await
+        .unwrap();
+}
+
+/// Every task marks its own step, retrying on conflict: all land, none is lost, and the
+/// versions they got are distinct and form the history 1..=N+1.
+async fn workers_retrying_on_conflict(db: TestDb) {
+    let store = db.store.clone();
+    plan_with_steps(&store, "busy").await;
+    let mut tasks = Vec::new();
+    for idx in 0..N_WRITERS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conflicts = 0u32;
+            loop {
+                let seen = store.get("busy").await.unwrap().version();
+                let result = store
+                    .mark_step(
+                        "busy",
+                        &StepKey::Index(idx),
+                        Some("completed"),
+                        Some(&format!("worker {idx}")),
+                        Some(seen),
+                        &format!("worker-{idx}"),
+                    )
+                    .await;
+                match result {
+                    Ok(stored) => return (stored.version(), conflicts),
+                    Err(StoreError::Conflict {
+                        expected, actual, ..
+                    }) => {
+                        assert!(actual > expected, "a conflict means someone moved ahead");
+                        conflicts += 1;
+                    }
+                    Err(other) => panic!("worker {idx}: neither landed nor conflicted: {other}"),
+                }
+            }
+        }));
+    }
+    let mut versions = BTreeSet::new();
+    let mut n_conflicts = 0;
+    for task in tasks {
+        let (version, conflicts) = task.await.unwrap();
+        assert!(
+            versions.insert(version),
+            "two writers got version {version}"
+        );
+        n_conflicts += conflicts;
+    }
+    let expected: BTreeSet<u32> = (2..=(N_WRITERS as u32 + 1)).collect();
+    assert_eq!(versions, expected);
+    let final_plan = store.get("busy").await.unwrap();
+    assert_eq!(final_plan.version(), N_WRITERS as u32 + 1);
+    for (idx, step) in final_plan.plan.steps.iter().enumerate() {
+        assert_eq!(step.status, StepStatus::Completed, "step {idx} lost");
+        assert_eq!(step.notes, format!("worker {idx}"), "step {idx} notes lost");
+    }
+    let history = store.history("busy").await.unwrap();
+    assert_eq!(history.len(), N_WRITERS + 1);
+    for pair in history.windows(2) {
+        assert_eq!(pair[1].version, pair[0].version + 1);
+        assert_eq!(pair[1].parent_version, Some(pair[0].version));
+        assert_eq!(pair[1].trigger, plansmith_store::Trigger::StepUpdate);
+        // Each step update changed exactly one step: its status and notes.
+        let ops = pair[1].diff.as_array().unwrap();
+        let touched: BTreeSet<&str> = ops
+            .iter()
+            .filter_map(|op| op["path"].as_str())
+            .filter(|p| p.starts_with("/steps/"))
+            .map(|p| p.split('/').nth(2).unwrap())
+            .collect();
+        assert_eq!(touched.len(), 1, "diff {:?}", pair[1].diff);
+    }
+    eprintln!(
+        "{:?}: {N_WRITERS} writers, {n_conflicts} conflicts retried",
+        store.backend()
+    );
+}
+
+/// All tasks write on the same version they all read: exactly one lands, every other gets a
+/// conflict naming the version that won.
+async fn stale_writers_conflict(db: TestDb) {
+    let store = db.store.clone();
+    plan_with_steps(&store, "race").await;
+    let mut tasks = Vec::new();
+    for idx in 0..N_WRITERS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .mark_step(
+                    "race",
+                    &StepKey::Index(idx),
+                    Some("in_progress"),
+                    None,
+                    Some(1),
+                    "racer",
+                )
+                .await
+        }));
+    }
+    let mut landed = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(stored) => {
+                assert_eq!(stored.version(), 2);
+                landed += 1;
+            }
+            Err(StoreError::Conflict {
+                expected: 1,
+                actual: 2,
+                ..
+            }) => {}
+            Err(other) => panic!("neither landed nor conflicted: {other}"),
+        }
+    }
+    assert_eq!(landed, 1);
+    let stored = store.get("race").await.unwrap();
+    assert_eq!(stored.version(), 2);
+    let n_in_progress = stored
+        .plan
+        .steps
+        .iter()
+        .filter(|s| s.status == StepStatus::InProgress)
+        .count();
+    assert_eq!(n_in_progress, 1, "exactly the winner's change is stored");
+}
+
+both_backends!(retrying_writers, super::workers_retrying_on_conflict);
+both_backends!(stale_writers, super::stale_writers_conflict);

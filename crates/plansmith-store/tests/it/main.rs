@@ -1,0 +1,15 @@
+//! plansmith-store integration tests: every suite runs on SQLite and on PostgreSQL
+//! (`PLANSMITH_TEST_POSTGRES_URL`; under `CI=true` its absence fails the PostgreSQL half).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// Test databases and the `both_backends!` macro.
+mod support;
+
+/// Lifecycle (OpenManus PlanningTool) and human-in-the-loop scenario tables, `tests/data/*.json`.
+mod scenarios;
+
+/// Many writers on one plan: each write lands or conflicts, versions strictly increase.
+mod concurrency;
+
+/// A writer killed with SIGKILL mid-stream loses no acknowledged write.
+mod crash;

@@ -1,0 +1,450 @@
+//! Data-driven lifecycle and human-in-the-loop scenarios (`tests/data/*.json`), run on both
+//! backends. Each scenario is a request, scripted model turns (the only mock: the LLM
+//! boundary), review settings, and a list of operations with what must hold after each.
+//!
+//! Operations (`"do"`): `submit`, `accept`, `edit` (`text`), `patch` (`patch`), `reject`
+//! (`text`?), `answer` (`text`), `create` (`plan`), `update` (`plan`), `get`, `mark` (`step`,
+//! `status`?, `notes`?, `expected`?), `list` (`filter`), `set_active` / `get_active`
+//! (`conversation`), `delete`, `handoff` (`new_id`, `conversation`), `reopen` (close and open
+//! the store again: state must survive a restart), `use` (`id`: the plan later operations use).
+//!
+//! Expectations (`"expect"`, all optional): `error` (substring of the error), `state`,
+//! `version`, `trigger` (of the newest history row), `n_versions`, `rejection`, `iteration`,
+//! `n_steps`, `step_titles`, `statuses` ({step id: status}), `notes` ({step id: notes}),
+//! `n_questions`, `schedule_confirmed`, `model_calls` (requests the scripted model got so far),
+//! `last_prompt_contains`, `render_contains`, `owner`, `conversation_id`, `thread_id`,
+//! `metadata` ({key: value}), `list_ids` (for `list`), `list_total`, `next_offset`,
+//! `warnings` (codes of the diagnostics a patch returned).
+
+use std::sync::Arc;
+
+use plansmith_core::{Catalog, PlanRequest, Planner, ScriptedModel};
+use plansmith_store::{ListFilter, PlanStore, Review, StepKey, StoredPlan};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::support::{TestDb, both_backends, root};
+
+#[derive(Debug, Deserialize)]
+struct Scenario {
+    name: String,
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    agents: bool,
+    #[serde(default)]
+    request: Option<PlanRequest>,
+    #[serde(default)]
+    review: Option<Review>,
+    /// Scripted model replies: a string, or a JSON value sent as its text.
+    #[serde(default)]
+    turns: Vec<Value>,
+    ops: Vec<Op>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Op {
+    #[serde(rename = "do")]
+    action: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    patch: Option<Value>,
+    #[serde(default)]
+    plan: Option<Value>,
+    #[serde(default)]
+    step: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    notes: Option<String>,
+    #[serde(default)]
+    expected: Option<u32>,
+    #[serde(default)]
+    conversation: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    new_id: Option<String>,
+    #[serde(default)]
+    filter: Option<Value>,
+    #[serde(default)]
+    expect: Value,
+}
+
+fn load(file: &str) -> Vec<Scenario> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn catalog(agents: bool) -> Catalog {
+    let read = |name: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples").join(name)).unwrap())
+            .unwrap()
+    };
+    let catalog = Catalog::from_json(&read("tools.json")).unwrap();
+    if agents {
+        let cards = Catalog::agents_from_json(&read("agents.json")).unwrap();
+        catalog.with_agents(cards).unwrap()
+    } else {
+        catalog
+    }
+}
+
+/// What one operation produced.
+enum Produced {
+    Plan(Box<StoredPlan>, Vec<String>),
+    List(plansmith_store::Page),
+    Done,
+}
+
+async fn run_file(mut db: TestDb, file: &str) {
+    let scenarios = load(file);
+    assert!(!scenarios.is_empty(), "{file} has no scenarios");
+    for scenario in scenarios {
+        db = run_scenario(db, &scenario).await;
+    }
+}
+
+async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
+    let turns = scenario.turns.iter().map(|turn| match turn {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    });
+    let model = Arc::new(ScriptedModel::new(turns));
+    let planner = Planner::new(catalog(scenario.agents), model.clone());
+    let request = scenario
+        .request
+        .clone()
+        .unwrap_or_else(|| PlanRequest::new("unused"));
+    let review = scenario.review.clone().unwrap_or_default();
+    let mut current: Option<String> = None;
+    for (idx, op) in scenario.ops.iter().enumerate() {
+        let at = format!(
+            "{} ({}) op {idx} `{}`",
+            scenario.name, scenario.source, op.action
+        );
+        let id = op
+            .id
+            .clone()
+            .or_else(|| current.clone())
+            .unwrap_or_default();
+        let actor = "tester";
+        let store: &PlanStore = &db.store;
+        let result: Result<Produced, plansmith_store::StoreError> = match op.action.as_str() {
+            "submit" => {
+                let outcome = planner.plan(&request).await.unwrap();
+                store
+                    .submit(&outcome, &request, review.clone(), actor)
+                    .await
+                    .map(|p| Produced::Plan(Box::new(p), vec![]))
+            }
+            "accept" => store
+                .accept(&id, actor)
+                .await
+                .map(|p| Produced::Plan(Box::new(p), vec![])),
+            "reject" => store
+                .reject(&id, op.text.as_deref(), actor)
+                .await
+                .map(|p| Produced::Plan(Box::new(p), vec![])),
+            "edit" => store
+                .edit(&id, op.text.as_deref().unwrap_or(""), &planner, actor)
+                .await
+                .map(|p| Produced::Plan(Box::new(p), vec![])),
+            "answer" => store
+                .answer(&id, op.text.as_deref().unwrap_or(""), &planner, actor)
+                .await
+                .map(|p| Produced::Plan(Box::new(p), vec![])),
+            "patch" => store
+                .patch(&id, op.patch.as_ref().unwrap(), planner.catalog(), actor)
+                .await
+                .map(|(p, diags)| {
+                    let codes = diags.iter().map(|d| d.code.as_str().to_owned()).collect();
+                    Produced::Plan(Box::new(p), codes)
+                }),
+            "create" => {
+                let mut plan_json = op.plan.clone().unwrap();
+                fill_plan_defaults(&mut plan_json);
+                let plan = serde_json::from_value(plan_json).unwrap();
+                store
+                    .create(
+                        plan,
+                        plansmith_store::ReviewState::Draft,
+                        review.clone(),
+                        actor,
+                    )
+                    .await
+                    .map(|p| Produced::Plan(Box::new(p), vec![]))
+            }
+            "update" => {
+                let mut plan_json = op.plan.clone().unwrap();
+                fill_plan_defaults(&mut plan_json);
+                let plan = serde_json::from_value(plan_json).unwrap();
+                store
+                    .update(&id, plan, op.expected, actor)
+                    .await
+                    .map(|p| Produced::Plan(Box::new(p), vec![]))
+            }
+            "get" => store
+                .get(&id)
+                .await
+                .map(|p| Produced::Plan(Box::new(p), vec![])),
+            "mark" => {
+                let key: StepKey = op.step.as_deref().unwrap_or("0").parse().unwrap();
+                store
+                    .mark_step(
+                        &id,
+                        &key,
+                        op.status.as_deref(),
+                        op.notes.as_deref(),
+                        op.expected,
+                        actor,
+                    )
+                    .await
+                    .map(|p| Produced::Plan(Box::new(p), vec![]))
+            }
+            "list" => {
+                let f = op.filter.clone().unwrap_or(json!({}));
+                let filter = ListFilter {
+                    owner: f["owner"].as_str().map(str::to_owned),
+                    conversation_id: f["conversation_id"].as_str().map(str::to_owned),
+                    thread_id: f["thread_id"].as_str().map(str::to_owned),
+                    state: f["state"].as_str().map(|s| s.parse().unwrap()),
+                    limit: f["limit"].as_u64().map(|n| n as u32),
+                    offset: f["offset"].as_u64().unwrap_or(0) as u32,
+                };
+                store.list(&filter).await.map(Produced::List)
+            }
+            "set_active" => store
+                .set_active(op.conversation.as_deref().unwrap(), &id)
+                .await
+                .map(|()| Produced::Done),
+            "get_active" => store
+                .get_active(op.conversation.as_deref().unwrap())
+                .await
+                .map(|p| Produced::Plan(Box::new(p), vec![])),
+            "delete" => store.delete(&id).await.map(|()| Produced::Done),
+            "handoff" => store
+                .handoff(
+                    &id,
+                    op.new_id.as_deref().unwrap(),
+                    op.conversation.as_deref().unwrap(),
+                    actor,
+                )
+                .await
+                .map(|p| Produced::Plan(Box::new(p), vec![])),
+            "reopen" => {
+                db.reopen().await;
+                Ok(Produced::Done)
+            }
+            "use" => Ok(Produced::Done),
+            other => panic!("{at}: unknown operation `{other}`"),
+        };
+        let expect = op.expect.as_object().cloned().unwrap_or_default();
+        let produced = match (result, expect.get("error")) {
+            (Err(err), Some(want)) => {
+                let want = want.as_str().unwrap();
+                let text = err.to_string();
+                assert!(text.contains(want), "{at}: error `{text}` lacks `{want}`");
+                continue;
+            }
+            (Err(err), None) => panic!("{at}: unexpected error: {err}"),
+            (Ok(_), Some(want)) => panic!("{at}: expected an error containing {want}"),
+            (Ok(produced), None) => produced,
+        };
+        if let Produced::Plan(stored, _) = &produced {
+            // The plan this scenario works on: the first one it made, or the one named by `use`.
+            if current.is_none() || op.action == "use" {
+                current = Some(stored.plan.id.clone());
+            }
+        }
+        if op.action == "use" {
+            current = op.id.clone();
+        }
+        let stored = match produced {
+            Produced::Plan(stored, warnings) => {
+                if let Some(want) = expect.get("warnings") {
+                    assert_eq!(&json!(warnings), want, "{at}: warnings");
+                }
+                Some(*stored)
+            }
+            Produced::List(page) => {
+                let ids: Vec<&str> = page.plans.iter().map(|p| p.plan.id.as_str()).collect();
+                if let Some(want) = expect.get("list_ids") {
+                    assert_eq!(&json!(ids), want, "{at}: list ids");
+                }
+                if let Some(want) = expect.get("list_total") {
+                    assert_eq!(&json!(page.total), want, "{at}: list total");
+                }
+                if let Some(want) = expect.get("next_offset") {
+                    assert_eq!(&json!(page.next_offset), want, "{at}: next offset");
+                }
+                None
+            }
+            Produced::Done => None,
+        };
+        // Everything else is checked against the store, not the returned value: it must be what
+        // a reader (or a restarted process) sees.
+        let needs_reload = expect.keys().any(|k| {
+            !matches!(
+                k.as_str(),
+                "warnings"
+                    | "list_ids"
+                    | "list_total"
+                    | "next_offset"
+                    | "model_calls"
+                    | "last_prompt_contains"
+            )
+        });
+        if let Some(want) = expect.get("model_calls") {
+            assert_eq!(&json!(model.requests().len()), want, "{at}: model calls");
+        }
+        if let Some(want) = expect.get("last_prompt_contains") {
+            let requests = model.requests();
+            let last = requests.last().unwrap();
+            let prompt: String = last
+                .messages
+                .iter()
+                .map(|m| m.content.clone())
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(
+                prompt.contains(want.as_str().unwrap()),
+                "{at}: last prompt lacks {want}:\n{prompt}"
+            );
+        }
+        if !needs_reload {
+            continue;
+        }
+        let target = stored
+            .as_ref()
+            .map(|s| s.plan.id.clone())
+            .unwrap_or_else(|| id.clone());
+        let fresh = db.store.get(&target).await.unwrap();
+        if let Some(stored) = &stored {
+            assert_eq!(
+                stored, &fresh,
+                "{at}: returned plan differs from the stored one"
+            );
+        }
+        check_plan(&at, &db.store, &fresh, &expect).await;
+    }
+    assert_eq!(
+        model.remaining(),
+        0,
+        "{}: unused scripted turns",
+        scenario.name
+    );
+    db
+}
+
+async fn check_plan(
+    at: &str,
+    store: &PlanStore,
+    fresh: &StoredPlan,
+    expect: &serde_json::Map<String, Value>,
+) {
+    let plan = &fresh.plan;
+    let history = store.history(&plan.id).await.unwrap();
+    // Versions are 1..=n, each the child of the one before.
+    for (idx, record) in history.iter().enumerate() {
+        assert_eq!(record.version as usize, idx + 1, "{at}: history order");
+        assert_eq!(
+            record.parent_version,
+            (idx > 0).then_some(idx as u32),
+            "{at}: parent"
+        );
+    }
+    assert_eq!(history.last().unwrap().version, plan.version, "{at}: head");
+    for (key, want) in expect {
+        let got: Value = match key.as_str() {
+            "state" => json!(fresh.state.as_str()),
+            "version" => json!(plan.version),
+            "trigger" => json!(history.last().unwrap().trigger.as_str()),
+            "n_versions" => json!(history.len()),
+            "rejection" => json!(fresh.review.rejection),
+            "iteration" => json!(fresh.review.iteration),
+            "n_steps" => json!(plan.steps.len()),
+            "step_titles" => json!(plan.steps.iter().map(|s| &s.title).collect::<Vec<_>>()),
+            "statuses" => json!(
+                plan.steps
+                    .iter()
+                    .map(|s| (s.id.clone(), json!(s.status.as_str())))
+                    .collect::<serde_json::Map<_, _>>()
+            ),
+            "notes" => json!(
+                plan.steps
+                    .iter()
+                    .filter(|s| !s.notes.is_empty())
+                    .map(|s| (s.id.clone(), json!(s.notes)))
+                    .collect::<serde_json::Map<_, _>>()
+            ),
+            "n_questions" => json!(plan.questions.len()),
+            "schedule_confirmed" => json!(fresh.review.schedule_confirmed),
+            "owner" => json!(plan.owner),
+            "conversation_id" => json!(plan.conversation_id),
+            "thread_id" => json!(plan.thread_id),
+            "title" => json!(plan.title),
+            "metadata" => {
+                for (mk, mv) in want.as_object().unwrap() {
+                    assert_eq!(plan.metadata.get(mk), Some(mv), "{at}: metadata {mk}");
+                }
+                continue;
+            }
+            "render_contains" => {
+                let text = fresh.render_text();
+                for needle in want.as_array().unwrap() {
+                    let needle = needle.as_str().unwrap();
+                    assert!(
+                        text.contains(needle),
+                        "{at}: render lacks {needle:?}:\n{text}"
+                    );
+                }
+                continue;
+            }
+            "warnings"
+            | "list_ids"
+            | "list_total"
+            | "next_offset"
+            | "model_calls"
+            | "last_prompt_contains" => continue,
+            other => panic!("{at}: unknown expectation `{other}`"),
+        };
+        assert_eq!(&got, want, "{at}: {key}");
+    }
+}
+
+/// Lets table plans omit the fields every plan has.
+fn fill_plan_defaults(plan: &mut Value) {
+    let object = plan.as_object_mut().unwrap();
+    object.entry("version").or_insert(json!(1));
+    object.entry("goal").or_insert(json!("goal"));
+    object.entry("title").or_insert(json!(""));
+    object.entry("locale").or_insert(json!("en-US"));
+    object.entry("ready").or_insert(json!(true));
+    object
+        .entry("created_at")
+        .or_insert(json!("2026-11-22T10:00:00Z"));
+    if let Some(steps) = object.get_mut("steps").and_then(Value::as_array_mut) {
+        for (idx, step) in steps.iter_mut().enumerate() {
+            let step = step.as_object_mut().unwrap();
+            step.entry("id").or_insert(json!(format!("s{}", idx + 1)));
+            let title = step.get("title").cloned().unwrap_or(json!("step"));
+            step.entry("action")
+                .or_insert(json!({"type": "reply", "text": title}));
+        }
+    }
+}
+
+async fn openmanus_lifecycle(db: TestDb) {
+    run_file(db, "lifecycle.json").await;
+}
+async fn review_loops(db: TestDb) {
+    run_file(db, "hitl.json").await;
+}
+
+both_backends!(lifecycle_table, super::openmanus_lifecycle);
+both_backends!(hitl_table, super::review_loops);

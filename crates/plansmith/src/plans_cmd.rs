@@ -1,0 +1,584 @@
+//! `plansmith plans …` (the stored plans: list, show, history, accept, reject, edit, answer,
+//! mark, delete) and the `--save` / `--review` handling of `plansmith plan`.
+//!
+//! The store is `--store sqlite:PATH | postgres://…`, else `PLANSMITH_STORE`, else SQLite in
+//! the data directory (`$XDG_DATA_HOME/plansmith/plans.db` or
+//! `~/.local/share/plansmith/plans.db`).
+//!
+//! Exit codes, besides the common ones of `main.rs`: 4 when the plan (or the conversation's
+//! active plan) does not exist, 5 on a conflict: the plan changed since the given
+//! `--expected-version`, its id is taken, or its review state does not allow the operation
+//! (accepting an accepted plan). After `plan --review` the code is 0 for an accepted plan,
+//! 1 for a rejected or stopped one, 10 when the review was left open (quit or end of input).
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand};
+use plansmith_core::{Outcome, PlanError, PlanRequest, Planner, Templates};
+use plansmith_store::{
+    ListFilter, Location, MaxIterationsPolicy, PlanStore, Review, ReviewState, StepKey, StoreError,
+    StoredPlan,
+};
+
+use crate::{CliError, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_MODEL, EXIT_NEEDS_INPUT, EXIT_OK};
+
+/// Exit code when the plan does not exist.
+pub const EXIT_NOT_FOUND: u8 = 4;
+/// Exit code for a conflict (stale version, taken id, or a state that forbids the operation).
+pub const EXIT_CONFLICT: u8 = 5;
+
+/// Where the store is (shared by `plans` and `plan --save`).
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Plan store: `sqlite:PATH`, `postgres://…`, or a file path (default: SQLite in the data
+    /// directory).
+    #[arg(long, env = "PLANSMITH_STORE", global = true)]
+    pub store: Option<String>,
+    /// Who makes the change, recorded in the plan's history.
+    #[arg(long, env = "PLANSMITH_ACTOR", global = true, default_value = "cli")]
+    pub actor: String,
+}
+
+/// `plan` flags for storing and reviewing what was planned.
+#[derive(Debug, Clone, Args)]
+pub struct SaveArgs {
+    /// Store the plan (see `plansmith plans`); its id is printed on stderr.
+    #[arg(long)]
+    pub save: bool,
+    /// Review the plan in the terminal: accept, edit with feedback, answer questions, reject
+    /// (implies --save). Reads the replies from stdin, one per line.
+    #[arg(long)]
+    pub review: bool,
+    /// Accept the plan without review (questions still wait for answers).
+    #[arg(long)]
+    pub auto_accept: bool,
+    /// Review rounds (edits, answers) before the plan is used as is (or stopped, with
+    /// --stop-at-max-iterations).
+    #[arg(long, default_value_t = 3)]
+    pub max_iterations: u32,
+    /// At --max-iterations, stop instead of using the plan as is.
+    #[arg(long)]
+    pub stop_at_max_iterations: bool,
+    /// Plan store: `sqlite:PATH`, `postgres://…` (default: SQLite in the data directory).
+    #[arg(long = "store", env = "PLANSMITH_STORE")]
+    pub store: Option<String>,
+}
+
+/// Arguments of `plansmith plans`.
+#[derive(Debug, Args)]
+pub struct PlansArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(subcommand)]
+    command: PlansCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum PlansCommand {
+    /// List stored plans, most recently changed first.
+    List {
+        /// Only this owner's plans.
+        #[arg(long)]
+        owner: Option<String>,
+        /// Only this conversation's plans.
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Only this thread's plans.
+        #[arg(long)]
+        thread: Option<String>,
+        /// Only plans in this state (draft, awaiting_review, needs_input, accepted, rejected,
+        /// stopped).
+        #[arg(long)]
+        state: Option<String>,
+        /// Page size.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Rows to skip.
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a plan with its progress.
+    Show {
+        /// Plan id.
+        id: String,
+        /// Show this version instead of the current one.
+        #[arg(long)]
+        version: Option<u32>,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The versions of a plan: trigger, actor, time, and the JSON diff.
+    History {
+        /// Plan id.
+        id: String,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Accept a plan under review.
+    Accept {
+        /// Plan id.
+        id: String,
+    },
+    /// Reject a plan (no text: "plan rejected by user").
+    Reject {
+        /// Plan id.
+        id: String,
+        /// Why.
+        text: Option<String>,
+    },
+    /// Edit a plan: free-text feedback (replanned by the model), or a JSON Patch (--patch).
+    Edit {
+        /// Plan id.
+        id: String,
+        /// Feedback for the planner.
+        text: Option<String>,
+        /// RFC 6902 JSON Patch on the plan document: JSON text or @FILE. Re-validated.
+        #[arg(long, conflicts_with = "text")]
+        patch: Option<String>,
+        #[command(flatten)]
+        planner: PlannerArgs,
+    },
+    /// Answer a plan's questions (replanned by the model).
+    Answer {
+        /// Plan id.
+        id: String,
+        /// The answers.
+        text: String,
+        #[command(flatten)]
+        planner: PlannerArgs,
+    },
+    /// Set a step's status and notes (step: 0-based index or step id).
+    Mark {
+        /// Plan id.
+        id: String,
+        /// Step: 0-based index or id (`s2`).
+        step: String,
+        /// New status: not_started, in_progress, completed, blocked, failed, skipped.
+        #[arg(long)]
+        status: Option<String>,
+        /// Notes.
+        #[arg(long)]
+        notes: Option<String>,
+        /// Fail with exit 5 unless the plan is still at this version.
+        #[arg(long)]
+        expected_version: Option<u32>,
+    },
+    /// Delete a plan and its history.
+    Delete {
+        /// Plan id.
+        id: String,
+    },
+}
+
+/// What a replanning command needs: the catalog and the model.
+#[derive(Debug, Args)]
+struct PlannerArgs {
+    /// Tool catalog.
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// Agent cards.
+    #[arg(long)]
+    agents: Option<PathBuf>,
+    /// Directory of templates overriding the built-in ones.
+    #[arg(long)]
+    templates: Option<PathBuf>,
+    /// The model (as for `plan`).
+    #[arg(long, env = "PLANSMITH_MODEL")]
+    model: Option<String>,
+}
+
+impl PlannerArgs {
+    fn planner(&self) -> Result<Planner, CliError> {
+        let catalog = crate::plan_cmd::load_catalog(self.tools.as_deref(), self.agents.as_deref())?;
+        let model = crate::model::load(self.model.as_deref())?;
+        let mut planner = Planner::new(catalog, model);
+        if let Some(dir) = &self.templates {
+            planner =
+                planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
+        }
+        Ok(planner)
+    }
+
+    fn catalog_planner(&self) -> Result<Planner, CliError> {
+        // Validation needs only the catalog; no model is loaded for a JSON Patch.
+        let catalog = crate::plan_cmd::load_catalog(self.tools.as_deref(), self.agents.as_deref())?;
+        let model = Arc::new(plansmith_core::ScriptedModel::new(Vec::<String>::new()));
+        Ok(Planner::new(catalog, model))
+    }
+}
+
+/// Maps a store error to its exit code.
+pub fn store_error(err: StoreError) -> CliError {
+    let code = match &err {
+        StoreError::NotFound(_) | StoreError::NoActivePlan(_) => EXIT_NOT_FOUND,
+        StoreError::Conflict { .. }
+        | StoreError::AlreadyExists(_)
+        | StoreError::InvalidState { .. } => EXIT_CONFLICT,
+        StoreError::InvalidStep { .. }
+        | StoreError::InvalidStatus { .. }
+        | StoreError::Invalid { .. }
+        | StoreError::BadEdit(_)
+        | StoreError::Location { .. } => EXIT_BAD_INPUT,
+        StoreError::Planning(PlanError::Model { .. }) => EXIT_MODEL,
+        _ => EXIT_FAILED,
+    };
+    let error = match err {
+        StoreError::Invalid { diagnostics } => {
+            let lines: Vec<String> = diagnostics.iter().map(|d| format!("  {d}")).collect();
+            anyhow!("the edited plan is invalid:\n{}", lines.join("\n"))
+        }
+        other => anyhow::Error::new(other),
+    };
+    CliError { code, error }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(CliError::failed)
+}
+
+fn location(store: Option<&str>) -> Result<Location, CliError> {
+    match store.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(text) => text.parse().map_err(store_error),
+        None => Location::default_sqlite().map_err(store_error),
+    }
+}
+
+async fn open(store: Option<&str>) -> Result<PlanStore, CliError> {
+    let location = location(store)?;
+    PlanStore::open(&location)
+        .await
+        .map_err(store_error)
+        .map_err(|e| CliError {
+            code: e.code,
+            error: e
+                .error
+                .context(format!("cannot open the plan store {location}")),
+        })
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).map_err(CliError::failed)?;
+    println!("{text}");
+    Ok(())
+}
+
+/// Runs `plansmith plans …`.
+pub fn run(args: PlansArgs) -> Result<u8, CliError> {
+    let runtime = runtime()?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
+    let store = open(args.store.store.as_deref()).await?;
+    let actor = args.store.actor.as_str();
+    let result = match args.command {
+        PlansCommand::List {
+            owner,
+            conversation,
+            thread,
+            state,
+            limit,
+            offset,
+            json,
+        } => {
+            let state = state
+                .map(|s| s.parse::<ReviewState>())
+                .transpose()
+                .map_err(|e| CliError::input(anyhow!(e)))?;
+            let page = store
+                .list(&ListFilter {
+                    owner,
+                    conversation_id: conversation,
+                    thread_id: thread,
+                    state,
+                    limit: Some(limit),
+                    offset,
+                })
+                .await
+                .map_err(store_error)?;
+            if json {
+                print_json(&page)?;
+            } else {
+                for stored in &page.plans {
+                    let plan = &stored.plan;
+                    let done = plan
+                        .steps
+                        .iter()
+                        .filter(|s| s.status == plansmith_core::StepStatus::Completed)
+                        .count();
+                    println!(
+                        "{}  v{}  {:<15}  {}/{} done  {}  {}",
+                        plan.id,
+                        plan.version,
+                        stored.state.as_str(),
+                        done,
+                        plan.steps.len(),
+                        stored.updated_at.format("%Y-%m-%d %H:%M"),
+                        plan.title
+                    );
+                }
+                let shown = page.plans.len();
+                eprintln!(
+                    "{shown} of {} plan(s){}",
+                    page.total,
+                    page.next_offset
+                        .map(|o| format!("; next page: --offset {o}"))
+                        .unwrap_or_default()
+                );
+            }
+            Ok(EXIT_OK)
+        }
+        PlansCommand::Show { id, version, json } => {
+            match version {
+                Some(version) => {
+                    let plan = store.get_version(&id, version).await.map_err(store_error)?;
+                    if json {
+                        print_json(&plan)?;
+                    } else {
+                        print!("{}", plan.render_text());
+                    }
+                }
+                None => {
+                    let stored = store.get(&id).await.map_err(store_error)?;
+                    if json {
+                        print_json(&stored)?;
+                    } else {
+                        print!("{}", stored.render_text());
+                    }
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        PlansCommand::History { id, json } => {
+            let history = store.history(&id).await.map_err(store_error)?;
+            if json {
+                print_json(&history)?;
+            } else {
+                for record in &history {
+                    let n_ops = record.diff.as_array().map_or(0, Vec::len);
+                    println!(
+                        "v{:<3} {:<12} {:<15} {:<10} {}  {n_ops} change(s)",
+                        record.version,
+                        record.trigger.as_str(),
+                        record.state.as_str(),
+                        record.actor,
+                        record.created_at.format("%Y-%m-%d %H:%M:%S"),
+                    );
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        PlansCommand::Accept { id } => show_result(store.accept(&id, actor).await),
+        PlansCommand::Reject { id, text } => {
+            show_result(store.reject(&id, text.as_deref(), actor).await)
+        }
+        PlansCommand::Edit {
+            id,
+            text,
+            patch,
+            planner,
+        } => match (text, patch) {
+            (_, Some(patch)) => {
+                let patch_text = match patch.strip_prefix('@') {
+                    Some(path) => std::fs::read_to_string(path)
+                        .with_context(|| format!("cannot read {path}"))
+                        .map_err(CliError::input)?,
+                    None => patch,
+                };
+                let patch: serde_json::Value = serde_json::from_str(&patch_text)
+                    .context("the patch is not JSON")
+                    .map_err(CliError::input)?;
+                let planner = planner.catalog_planner()?;
+                let (stored, diagnostics) = store
+                    .patch(&id, &patch, planner.catalog(), actor)
+                    .await
+                    .map_err(store_error)?;
+                for diag in diagnostics {
+                    eprintln!("  {diag}");
+                }
+                print!("{}", stored.render_text());
+                Ok(EXIT_OK)
+            }
+            (Some(text), None) => {
+                let planner = planner.planner()?;
+                show_result(store.edit(&id, &text, &planner, actor).await)
+            }
+            (None, None) => Err(CliError::input(anyhow!(
+                "give feedback text or --patch JSON"
+            ))),
+        },
+        PlansCommand::Answer { id, text, planner } => {
+            let planner = planner.planner()?;
+            show_result(store.answer(&id, &text, &planner, actor).await)
+        }
+        PlansCommand::Mark {
+            id,
+            step,
+            status,
+            notes,
+            expected_version,
+        } => {
+            let key: StepKey = step.parse().unwrap_or(StepKey::Id(step));
+            show_result(
+                store
+                    .mark_step(
+                        &id,
+                        &key,
+                        status.as_deref(),
+                        notes.as_deref(),
+                        expected_version,
+                        actor,
+                    )
+                    .await,
+            )
+        }
+        PlansCommand::Delete { id } => {
+            store.delete(&id).await.map_err(store_error)?;
+            println!("deleted {id}");
+            Ok(EXIT_OK)
+        }
+    };
+    store.close().await;
+    result
+}
+
+fn show_result(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {
+    let stored = result.map_err(store_error)?;
+    print!("{}", stored.render_text());
+    Ok(EXIT_OK)
+}
+
+/// After `plansmith plan`: stores the outcome (`--save`) and runs the terminal review
+/// (`--review`). Returns the exit code to use; `code` is the one planning gave.
+pub fn after_plan(
+    args: &SaveArgs,
+    planner: &Planner,
+    request: &PlanRequest,
+    outcome: &Outcome,
+    code: u8,
+) -> Result<u8, CliError> {
+    if !args.save && !args.review {
+        return Ok(code);
+    }
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let store = open(args.store.as_deref()).await?;
+        let review = Review {
+            auto_accept: args.auto_accept,
+            max_iterations: args.max_iterations,
+            on_max_iterations: if args.stop_at_max_iterations {
+                MaxIterationsPolicy::Stop
+            } else {
+                MaxIterationsPolicy::UseAsIs
+            },
+            ..Review::default()
+        };
+        let actor = std::env::var("PLANSMITH_ACTOR").unwrap_or_else(|_| "cli".into());
+        let stored = store
+            .submit(outcome, request, review, &actor)
+            .await
+            .map_err(store_error)?;
+        eprintln!(
+            "saved plan {} (v{}, {}) in {}",
+            stored.plan.id,
+            stored.version(),
+            stored.state,
+            store.location()
+        );
+        let result = if args.review {
+            review_loop(&store, planner, stored, &actor).await
+        } else {
+            Ok(code)
+        };
+        store.close().await;
+        result
+    })
+}
+
+/// The interactive review: shows the plan, reads one reply per line from stdin.
+async fn review_loop(
+    store: &PlanStore,
+    planner: &Planner,
+    mut stored: StoredPlan,
+    actor: &str,
+) -> Result<u8, CliError> {
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        match stored.state {
+            ReviewState::Accepted => {
+                println!("{}", stored.render_text().trim_end());
+                return Ok(EXIT_OK);
+            }
+            ReviewState::Rejected | ReviewState::Stopped => {
+                println!("{}", stored.render_text().trim_end());
+                return Ok(EXIT_FAILED);
+            }
+            _ => {}
+        }
+        println!("{}", stored.render_text().trim_end());
+        let prompt = if stored.state == ReviewState::NeedsInput {
+            "Answer the questions (or: reject [why] / quit):"
+        } else {
+            "accept / edit <feedback> / reject [why] / quit:"
+        };
+        println!("{prompt}");
+        std::io::stdout().flush().map_err(CliError::failed)?;
+        let Some(line) = lines.next() else {
+            eprintln!(
+                "end of input: plan {} left {}",
+                stored.plan.id, stored.state
+            );
+            return Ok(EXIT_NEEDS_INPUT);
+        };
+        let line = line.map_err(CliError::failed)?;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (word, rest) = match line.split_once(char::is_whitespace) {
+            Some((word, rest)) => (word.to_lowercase(), rest.trim()),
+            None => (line.to_lowercase(), ""),
+        };
+        let result = match (word.as_str(), stored.state) {
+            ("q" | "quit" | "exit", _) => {
+                eprintln!("plan {} left {}", stored.plan.id, stored.state);
+                return Ok(EXIT_NEEDS_INPUT);
+            }
+            ("r" | "reject", _) => {
+                store
+                    .reject(&stored.plan.id, Some(rest).filter(|r| !r.is_empty()), actor)
+                    .await
+            }
+            ("answer", _) => store.answer(&stored.plan.id, rest, planner, actor).await,
+            (_, ReviewState::NeedsInput) => {
+                store.answer(&stored.plan.id, line, planner, actor).await
+            }
+            ("a" | "accept" | "y" | "yes", _) => store.accept(&stored.plan.id, actor).await,
+            ("e" | "edit", _) => store.edit(&stored.plan.id, rest, planner, actor).await,
+            // Anything else is feedback for the planner.
+            _ => store.edit(&stored.plan.id, line, planner, actor).await,
+        };
+        match result {
+            Ok(next) => stored = next,
+            Err(
+                err @ (StoreError::BadEdit(_)
+                | StoreError::InvalidState { .. }
+                | StoreError::Invalid { .. }),
+            ) => eprintln!("{err}"),
+            Err(err) => return Err(store_error(err)),
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! `plansmith plans …`, `plan --save` and `plan --review` on a real store (SQLite in a
+//! temporary directory; PostgreSQL too when `PLANSMITH_TEST_POSTGRES_URL` is set).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use super::{assert_exit, root, text};
+
+const WEATHER_QUERY: &str = "What's the weather in Paris? Email it to bob@example.com";
+
+/// Runs plansmith against `store`, feeding `stdin`.
+fn run(store: &str, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .env("PLANSMITH_STORE", store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A scripted-model file replaying `turns`.
+fn script(dir: &Path, name: &str, turns: &[serde_json::Value]) -> String {
+    let texts: Vec<String> = turns.iter().map(|t| t.to_string()).collect();
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::json!({ "turns": texts }).to_string()).unwrap();
+    format!("scripted:{}", path.display())
+}
+
+fn weather_v2() -> serde_json::Value {
+    serde_json::json!({"title": "Paris weather to Bob, searched", "steps": [
+        {"id": "s1", "type": "tool", "title": "Search the forecast", "name": "search_web", "arguments": {"query": "Paris forecast"}},
+        {"id": "s2", "type": "tool", "title": "Get the weather in Paris", "name": "get_weather", "arguments": {"city": "Paris"}},
+        {"id": "s3", "type": "reply", "title": "Tell the user", "text": "Done.", "depends_on": ["s1", "s2"]}]})
+}
+
+fn weather_v1() -> serde_json::Value {
+    let text = std::fs::read_to_string(root().join("examples/replies/weather-email.json")).unwrap();
+    let script: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reply = script["turns"][0].as_str().unwrap();
+    let json = reply
+        .trim()
+        .trim_start_matches("```json")
+        .trim_end_matches("```");
+    serde_json::from_str(json).unwrap()
+}
+
+fn digest() -> serde_json::Value {
+    serde_json::json!({"adequate": true, "reason": "A daily digest.", "title": "NVDA daily digest", "tasks": [
+        {"title": "NVDA news digest", "query": "Summarise today's news about NVIDIA.", "agent_name": "NewsAgent",
+         "pattern": "recurring", "schedule_config": {"daily_time": "09:00"}}]})
+}
+
+/// The plan id from `saved plan ID (…)` on stderr.
+fn saved_id(output: &Output) -> String {
+    let stderr = text(&output.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("saved plan "))
+        .unwrap_or_else(|| panic!("no `saved plan` line in\n{stderr}"));
+    line["saved plan ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn lifecycle_on(store: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(dir.path(), "w.json", &[weather_v1()]);
+    let saved = run(
+        store,
+        &[
+            "plan",
+            WEATHER_QUERY,
+            "--tools",
+            "examples/tools.json",
+            "--model",
+            &model,
+            "--save",
+        ],
+        "",
+    );
+    assert_exit(&saved, 0);
+    let id = saved_id(&saved);
+    assert!(
+        text(&saved.stderr).contains("(v1, awaiting_review)"),
+        "{}",
+        text(&saved.stderr)
+    );
+
+    let listed = run(store, &["plans", "list", "--json"], "");
+    assert_exit(&listed, 0);
+    let page: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert!(
+        page["plans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["plan"]["id"] == id.as_str()),
+        "{page}"
+    );
+    let human = run(store, &["plans", "list", "--state", "awaiting_review"], "");
+    assert_exit(&human, 0);
+    assert!(text(&human.stdout).contains(&id));
+
+    let shown = run(store, &["plans", "show", &id], "");
+    assert_exit(&shown, 0);
+    assert!(
+        text(&shown.stdout).contains("Progress: 0/3 (0.0%)"),
+        "{}",
+        text(&shown.stdout)
+    );
+
+    let marked = run(
+        store,
+        &[
+            "plans",
+            "mark",
+            &id,
+            "0",
+            "--status",
+            "completed",
+            "--notes",
+            "sunny",
+        ],
+        "",
+    );
+    assert_exit(&marked, 0);
+    let out = text(&marked.stdout);
+    assert!(
+        out.contains("Progress: 1/3 (33.3%)") && out.contains("[✓] Get the weather in Paris"),
+        "{out}"
+    );
+    assert!(out.contains("Notes: sunny"), "{out}");
+
+    let bad_index = run(
+        store,
+        &["plans", "mark", &id, "9", "--status", "completed"],
+        "",
+    );
+    assert_exit(&bad_index, 2);
+    assert!(text(&bad_index.stderr).contains("valid indices range from 0 to 2"));
+    let bad_status = run(store, &["plans", "mark", &id, "s2", "--status", "done"], "");
+    assert_exit(&bad_status, 2);
+    assert!(text(&bad_status.stderr).contains("valid statuses are"));
+    let stale = run(
+        store,
+        &[
+            "plans",
+            "mark",
+            &id,
+            "s2",
+            "--status",
+            "in_progress",
+            "--expected-version",
+            "1",
+        ],
+        "",
+    );
+    assert_exit(&stale, 5);
+    assert!(
+        text(&stale.stderr).contains("is at version 2, not 1"),
+        "{}",
+        text(&stale.stderr)
+    );
+
+    let patched = run(
+        store,
+        &[
+            "plans",
+            "edit",
+            &id,
+            "--tools",
+            "examples/tools.json",
+            "--patch",
+            r#"[{"op": "replace", "path": "/steps/0/action/arguments/city", "value": "Lyon"}]"#,
+        ],
+        "",
+    );
+    assert_exit(&patched, 0);
+    let invalid = run(
+        store,
+        &[
+            "plans",
+            "edit",
+            &id,
+            "--tools",
+            "examples/tools.json",
+            "--patch",
+            r#"[{"op": "replace", "path": "/steps/0/action/arguments/unit", "value": "kelvin"}]"#,
+        ],
+        "",
+    );
+    assert_exit(&invalid, 2);
+    assert!(
+        text(&invalid.stderr).contains("the edited plan is invalid"),
+        "{}",
+        text(&invalid.stderr)
+    );
+
+    let accepted = run(store, &["plans", "accept", &id], "");
+    assert_exit(&accepted, 0);
+    assert!(text(&accepted.stdout).contains("State: accepted"));
+    let again = run(store, &["plans", "accept", &id], "");
+    assert_exit(&again, 5);
+
+    let history = run(store, &["plans", "history", &id], "");
+    assert_exit(&history, 0);
+    let out = text(&history.stdout);
+    for needle in [
+        "v1   created",
+        "v2   step_update",
+        "v3   human_edit",
+        "v4   status",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+
+    assert_exit(&run(store, &["plans", "delete", &id], ""), 0);
+    assert_exit(&run(store, &["plans", "show", &id], ""), 4);
+    assert_exit(&run(store, &["plans", "delete", &id], ""), 4);
+}
+
+#[test]
+fn plans_lifecycle_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    lifecycle_on(&store);
+}
+
+#[test]
+fn plans_lifecycle_on_postgres() {
+    let Some(base) = std::env::var("PLANSMITH_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "PLANSMITH_TEST_POSTGRES_URL is not set under CI=true: the PostgreSQL CLI test must run"
+        );
+        eprintln!(
+            "NOTE: PostgreSQL half of plans_lifecycle_on_postgres NOT RUN: set PLANSMITH_TEST_POSTGRES_URL"
+        );
+        return;
+    };
+    // A fresh database for this run (psql comes with the server the CI hook starts).
+    let name = format!("plansmith_cli_{}", std::process::id());
+    let created = Command::new("psql")
+        .args([base.as_str(), "-qc", &format!("CREATE DATABASE {name}")])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let (scheme, rest) = base.split_once("://").unwrap();
+    let authority = rest.split(['/', '?']).next().unwrap();
+    lifecycle_on(&format!("{scheme}://{authority}/{name}"));
+}
+
+#[test]
+fn review_edit_then_accept_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let model = script(dir.path(), "w.json", &[weather_v1(), weather_v2()]);
+    let output = run(
+        &store,
+        &[
+            "plan",
+            WEATHER_QUERY,
+            "--tools",
+            "examples/tools.json",
+            "--model",
+            &model,
+            "--review",
+        ],
+        "edit Search the web for the forecast first\naccept\n",
+    );
+    assert_exit(&output, 0);
+    let out = text(&output.stdout);
+    assert!(
+        out.contains("accept / edit <feedback> / reject [why] / quit:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Paris weather to Bob, searched") && out.contains("State: accepted"),
+        "{out}"
+    );
+    let id = saved_id(&output);
+    let history = run(&store, &["plans", "history", &id, "--json"], "");
+    let records: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
+    let triggers: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["trigger"].as_str().unwrap())
+        .collect();
+    assert_eq!(triggers, ["created", "feedback", "status"]);
+}
+
+#[test]
+fn review_reject_without_text_and_end_of_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let model = script(dir.path(), "w.json", &[weather_v1()]);
+    let args = [
+        "plan",
+        WEATHER_QUERY,
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        &model,
+        "--review",
+    ];
+    let rejected = run(&store, &args, "reject\n");
+    assert_exit(&rejected, 1);
+    assert!(text(&rejected.stdout).contains("State: rejected (plan rejected by user)"));
+    let model = script(dir.path(), "w2.json", &[weather_v1()]);
+    let args = [
+        "plan",
+        WEATHER_QUERY,
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        &model,
+        "--review",
+    ];
+    let left_open = run(&store, &args, "");
+    assert_exit(&left_open, 10);
+    let id = saved_id(&left_open);
+    let shown = run(&store, &["plans", "show", &id], "");
+    assert!(text(&shown.stdout).contains("State: awaiting_review"));
+}
+
+#[test]
+fn recurring_schedule_waits_for_confirmation_in_chinese() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let model = script(dir.path(), "d.json", &[digest()]);
+    let saved = run(
+        &store,
+        &[
+            "plan",
+            "每天早上9点给我NVDA新闻摘要",
+            "--agents",
+            "examples/agents.json",
+            "--shape",
+            "agent_tasks",
+            "--locale",
+            "zh-CN",
+            "--model",
+            &model,
+            "--save",
+        ],
+        "",
+    );
+    assert_exit(&saved, 10);
+    let id = saved_id(&saved);
+    assert!(text(&saved.stderr).contains("needs_input"));
+    let accept = run(&store, &["plans", "accept", &id], "");
+    assert_exit(&accept, 5);
+    let model = script(dir.path(), "d2.json", &[digest()]);
+    let answered = run(
+        &store,
+        &[
+            "plans",
+            "answer",
+            &id,
+            "确认",
+            "--agents",
+            "examples/agents.json",
+            "--model",
+            &model,
+        ],
+        "",
+    );
+    assert_exit(&answered, 0);
+    assert!(
+        text(&answered.stdout).contains("State: awaiting_review"),
+        "{}",
+        text(&answered.stdout)
+    );
+    let shown = run(&store, &["plans", "show", &id, "--json"], "");
+    let stored: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(stored["review"]["schedule_confirmed"], true);
+    assert_eq!(stored["plan"]["steps"][0]["schedule"]["type"], "daily");
+}
+
+#[test]
+fn bad_store_location_is_bad_input() {
+    let output = run("mysql://nope", &["plans", "list"], "");
+    assert_exit(&output, 2);
+    assert!(text(&output.stderr).contains("bad store location"));
+}
