@@ -117,6 +117,12 @@ pub(crate) fn is_refusal(strategy: Strategy, status: u16, body: &str) -> bool {
     words.iter().any(|w| body.contains(w))
 }
 
+/// True when a 400/422 says the server does not know `stream_options` (older OpenAI-compatible
+/// servers validate fields strictly); the request is sent again without it.
+pub(crate) fn rejects_stream_options(status: u16, body: &str) -> bool {
+    matches!(status, 400 | 422) && body.to_ascii_lowercase().contains("stream_options")
+}
+
 /// What a client's server refused so far (remembered for later calls).
 #[derive(Debug, Default)]
 pub(crate) struct Refusals(Mutex<Vec<Strategy>>);

@@ -5,6 +5,7 @@
 //! reasons accepted, `content` as a string or a list of parts, tool-call `arguments` as a string
 //! or an object, `reasoning_content` / `reasoning` kept out of the plan text).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use plansmith_core::llm::ToolCall;
@@ -28,6 +29,9 @@ pub struct OpenAiClient {
     transport: Transport,
     refused: Refusals,
     usage: Arc<Mutex<Usage>>,
+    /// The server rejected `stream_options` once (older compatible servers do); later streams
+    /// go without it (and without usage in the stream, when the server does not send it).
+    no_stream_options: AtomicBool,
 }
 
 impl OpenAiClient {
@@ -38,6 +42,7 @@ impl OpenAiClient {
             config,
             refused: Refusals::default(),
             usage: Arc::new(Mutex::new(Usage::default())),
+            no_stream_options: AtomicBool::new(false),
         })
     }
 
@@ -104,7 +109,9 @@ impl OpenAiClient {
         body[cap_key] = json!(request.max_tokens);
         if stream {
             body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
+            if !self.no_stream_options.load(Ordering::Relaxed) {
+                body["stream_options"] = json!({"include_usage": true});
+            }
         }
         match (strategy, target) {
             (Strategy::JsonSchema | Strategy::Grammar, Some(target)) => {
@@ -129,8 +136,15 @@ impl OpenAiClient {
                         "parameters": *target.schema,
                     }
                 }]);
-                body["tool_choice"] =
-                    json!({"type": "function", "function": {"name": target.tool_name}});
+                // One tool is offered, so "required" forces exactly that call. OpenAI's named
+                // form is the documented one for OpenAI itself; compatible servers differ on it
+                // (llama.cpp's server reads only a string and silently treats the object as
+                // "auto", so the model may answer in prose), while "required" is understood.
+                body["tool_choice"] = if self.config.provider == Provider::OpenAi {
+                    json!({"type": "function", "function": {"name": target.tool_name}})
+                } else {
+                    json!("required")
+                };
             }
             (Strategy::JsonMode, _) => body["response_format"] = json!({"type": "json_object"}),
             _ => {}
@@ -152,13 +166,27 @@ impl OpenAiClient {
             &self.refused.list(),
         );
         let mut last_refusal = None;
-        for strategy in ladder {
+        let mut ladder = ladder.into_iter().peekable();
+        while let Some(&strategy) = ladder.peek() {
             let body = self.body(request, strategy, target.as_ref(), stream);
             match self
                 .transport
                 .post(&self.url(), &self.headers(), &body, stream)
                 .await
             {
+                Err(Failure::Status {
+                    status, body: text, ..
+                }) if body.get("stream_options").is_some()
+                    && negotiate::rejects_stream_options(status, &text) =>
+                {
+                    // Same strategy again, without the option.
+                    tracing::info!(
+                        model = %self.config.model,
+                        status,
+                        "the server refused stream_options; streaming without usage reports"
+                    );
+                    self.no_stream_options.store(true, Ordering::Relaxed);
+                }
                 Ok(reply) => {
                     let target = matches!(strategy, Strategy::JsonSchema | Strategy::ToolCalling)
                         .then(|| target.clone())
@@ -179,6 +207,7 @@ impl OpenAiClient {
                         "HTTP {status}: {}",
                         self.transport.redact(&quote(&body))
                     ));
+                    ladder.next();
                 }
                 Err(failure) => return Err(self.transport.to_error(&failure)),
             }

@@ -250,9 +250,7 @@ async fn rejected_response_format_falls_back_to_tools_then_json_mode_and_is_reme
         .mount(&server)
         .await;
     Mock::given(method("POST"))
-        .and(body_partial_json(
-            json!({"tool_choice": {"type": "function"}}),
-        ))
+        .and(body_partial_json(json!({"tool_choice": "required"})))
         .respond_with(ResponseTemplate::new(400).set_body_json(
             json!({"error": {"message": "tool_choice is not supported for this model"}}),
         ))
@@ -299,9 +297,7 @@ async fn rejected_response_format_falls_back_to_a_tool_call() {
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "planning", "arguments": PLAN}}]}, "finish_reason": "tool_calls"}]
     });
     Mock::given(method("POST"))
-        .and(body_partial_json(
-            json!({"tool_choice": {"type": "function", "function": {"name": "planning"}}}),
-        ))
+        .and(body_partial_json(json!({"tool_choice": "required"})))
         .respond_with(json_reply(tool_reply))
         .mount(&server)
         .await;
@@ -363,6 +359,44 @@ async fn truncated_sse_stream_is_an_error_not_a_short_plan() {
         "{err}"
     );
     assert_eq!(n_tokens, 1);
+}
+
+#[tokio::test]
+async fn rejected_stream_options_is_dropped_and_the_stream_goes_on() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(body_partial_json(
+            json!({"stream_options": {"include_usage": true}}),
+        ))
+        .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {
+            "message": "Unrecognized request argument supplied: stream_options"}})))
+        .mount(&server)
+        .await;
+    let chunk = json!({"choices": [{"index": 0, "delta": {"content": PLAN}}]});
+    let sse = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let model = client(&server.uri());
+    let planner = Planner::new(catalog(), model.clone());
+    let mut on_event = |_: PlanEvent| {};
+    let outcome = bounded(planner.plan_with_events(&PlanRequest::new("Weather?"), &mut on_event))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, OutcomeStatus::Ready);
+    assert_eq!(outcome.diagnostics.strategy, Some(Strategy::JsonSchema));
+    assert!(model.refused().is_empty(), "{:?}", model.refused());
+    let sent = bodies(&server).await;
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert!(sent[0].get("stream_options").is_some());
+    assert!(sent[1].get("stream_options").is_none());
+    assert_eq!(sent[1]["response_format"]["type"], "json_schema");
+    // Remembered: the next stream goes without it at once.
+    bounded(planner.plan_with_events(&PlanRequest::new("Weather?"), &mut on_event))
+        .await
+        .unwrap();
+    assert_eq!(bodies(&server).await.len(), 3);
 }
 
 /// A raw TCP server: connection `i` gets `script(i)`; `None` resets the connection.

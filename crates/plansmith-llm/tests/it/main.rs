@@ -5,4 +5,5 @@
 
 mod cassettes;
 mod faults;
+mod real_server;
 mod support;
