@@ -60,6 +60,9 @@ pub enum Code {
     MaxStepsExceeded,
     /// A step was removed because it stayed invalid after repair.
     StepDropped,
+    /// A step repeated an earlier one exactly (same action, arguments, dependencies and
+    /// schedule) and was merged into it.
+    DuplicateStep,
     /// Something was fixed automatically (a missing field inferred, a near-miss name).
     AutoFixed,
     /// A step needs approval by policy (e.g. a destructive tool).
@@ -92,6 +95,7 @@ impl Code {
             Code::ScheduleUnconfirmed => "schedule_unconfirmed",
             Code::MaxStepsExceeded => "max_steps_exceeded",
             Code::StepDropped => "step_dropped",
+            Code::DuplicateStep => "duplicate_step",
             Code::AutoFixed => "auto_fixed",
             Code::ApprovalRequired => "approval_required",
             Code::ModelError => "model_error",

@@ -39,6 +39,7 @@ pub fn validate(
     if !check_graph(&mut plan, &mut diags) {
         return (plan, diags);
     }
+    merge_duplicates(&mut plan, &mut diags);
     enforce_max_steps(&mut plan, options.max_steps, &mut diags);
     for idx in 0..plan.steps.len() {
         check_action(&mut plan, idx, catalog, &mut diags);
@@ -195,6 +196,85 @@ fn topological_order(steps: &[Step]) -> Result<Vec<usize>, Vec<String>> {
 }
 
 /// Cuts the plan to `max_steps`, keeping the first steps and the closing reply.
+/// Merges a step that repeats an earlier one exactly (a small model's frequent glitch: the
+/// same call twice) into the first: dependents and `$ref`s are pointed at the kept step.
+/// Replies are left alone (two identical replies are harmless and rare).
+fn merge_duplicates(plan: &mut Plan, diags: &mut Vec<Diagnostic>) {
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    let mut kept: Vec<Step> = Vec::with_capacity(plan.steps.len());
+    for mut step in plan.steps.drain(..) {
+        rename_deps(&mut step, &renamed);
+        let original = (!matches!(step.action, Action::Reply { .. }))
+            .then(|| {
+                kept.iter().find(|k| {
+                    k.action == step.action
+                        && k.schedule == step.schedule
+                        && same_set(&k.depends_on, &step.depends_on)
+                })
+            })
+            .flatten();
+        match original {
+            Some(original) => {
+                diags.push(
+                    Diagnostic::warning(
+                        Code::DuplicateStep,
+                        "/steps",
+                        format!(
+                            "step `{}` repeated step `{}` exactly and was merged into it",
+                            step.id, original.id
+                        ),
+                    )
+                    .with_step(step.id.clone()),
+                );
+                renamed.insert(step.id, original.id.clone());
+            }
+            None => kept.push(step),
+        }
+    }
+    plan.steps = kept;
+}
+
+fn same_set(a: &[String], b: &[String]) -> bool {
+    a.len() == b.len() && a.iter().all(|x| b.contains(x))
+}
+
+/// Points `step`'s dependencies and `$ref`s at the steps that duplicates were merged into.
+fn rename_deps(step: &mut Step, renamed: &HashMap<String, String>) {
+    if renamed.is_empty() {
+        return;
+    }
+    let mut deps: Vec<String> = Vec::with_capacity(step.depends_on.len());
+    for dep in step.depends_on.drain(..) {
+        let dep = renamed.get(&dep).cloned().unwrap_or(dep);
+        if !deps.contains(&dep) {
+            deps.push(dep);
+        }
+    }
+    step.depends_on = deps;
+    if let Action::Tool { arguments, .. } = &mut step.action {
+        arguments.values_mut().for_each(|v| rename_refs(v, renamed));
+    }
+}
+
+fn rename_refs(value: &mut Value, renamed: &HashMap<String, String>) {
+    match value {
+        Value::Object(map) => {
+            if map.len() == 1
+                && let Some(Value::String(path)) = map.get_mut("$ref")
+            {
+                let head = path.split(['.', '[']).next().unwrap_or_default().to_owned();
+                if let Some(to) = renamed.get(&head) {
+                    *path = format!("{to}{}", &path[head.len()..]);
+                }
+                return;
+            }
+            map.values_mut().for_each(|v| rename_refs(v, renamed));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rename_refs(v, renamed)),
+        _ => {}
+    }
+}
+
 fn enforce_max_steps(plan: &mut Plan, max_steps: usize, diags: &mut Vec<Diagnostic>) {
     let max_steps = max_steps.max(1);
     if plan.steps.len() <= max_steps {
