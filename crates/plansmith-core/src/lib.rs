@@ -78,6 +78,7 @@
 
 pub mod catalog;
 pub mod diagnostic;
+pub mod export;
 pub mod llm;
 pub mod parse;
 pub mod pipeline;

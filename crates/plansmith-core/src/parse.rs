@@ -1033,7 +1033,8 @@ fn recognise_object(
                 && items.iter().all(|item| {
                     item.get("type").is_none()
                         && (item.get("step_type").is_some()
-                            || item.get("need_web_search").is_some())
+                            || item.get("need_web_search").is_some()
+                            || item.get("need_search").is_some())
                 }))
         {
             SourceShape::DeerFlow
@@ -1236,7 +1237,11 @@ fn convert_step(
     let args_value = ARGUMENT_KEYS.iter().find_map(|key| obj.get(*key));
     let agent = str_field(&obj, AGENT_KEYS).map(|(_, agent)| agent.to_owned());
     let kind = str_field(&obj, KIND_KEYS).map(|(_, kind)| kind.to_owned());
-    let need_web_search = obj.get("need_web_search").and_then(as_bool);
+    // deer-flow renamed `need_web_search` to `need_search`; both are read.
+    let need_web_search = obj
+        .get("need_web_search")
+        .or_else(|| obj.get("need_search"))
+        .and_then(as_bool);
     let text = str_field(&obj, TEXT_KEYS).map(|(_, text)| text.to_owned());
     let description =
         str_field(&obj, &["description", "desc", "details"]).map(|(_, d)| d.to_owned());

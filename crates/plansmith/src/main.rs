@@ -26,6 +26,7 @@ mod models_cmd;
 mod plan_cmd;
 mod plans_cmd;
 mod tools_cmd;
+mod validate_cmd;
 
 /// Exit code for a ready plan or another success.
 pub const EXIT_OK: u8 = 0;
@@ -83,6 +84,8 @@ struct Cli {
 enum Command {
     /// Plan a request against a tool catalog.
     Plan(Box<plan_cmd::PlanArgs>),
+    /// Validate a plan file in any accepted shape against a catalog; print it in any shape.
+    Validate(validate_cmd::ValidateArgs),
     /// Stored plans: list, show, history, accept, reject, edit, answer, mark, delete.
     Plans(plans_cmd::PlansArgs),
     /// Inspect tool catalogs.
@@ -184,6 +187,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
+        Command::Validate(args) => validate_cmd::run(args),
         Command::Models(ModelsCommand::List { json }) => models_cmd::list(json),
         Command::Models(ModelsCommand::Pull { name }) => models_cmd::pull(name.as_deref()),
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),

@@ -68,6 +68,10 @@ pub struct PlanArgs {
     /// Print the whole outcome (status, plan, diagnostics) as JSON.
     #[arg(long, conflicts_with = "json")]
     outcome_json: bool,
+    /// Print the plan as JSON in a replaced system's shape: plansmith, sage, deerflow,
+    /// valuecell, openmanus, nl2sql (what the shape cannot hold is listed on stderr).
+    #[arg(long, conflicts_with_all = ["json", "outcome_json"])]
+    format: Option<plansmith_core::export::SeedFormat>,
     /// Print every diagnostic, not just a summary.
     #[arg(long, short)]
     verbose: bool,
@@ -207,6 +211,11 @@ fn print_outcome(outcome: &Outcome, args: &PlanArgs) -> Result<u8, CliError> {
     if args.outcome_json {
         let text = serde_json::to_string_pretty(outcome).map_err(CliError::failed)?;
         println!("{text}");
+        return Ok(code);
+    }
+    if let Some(format) = args.format {
+        crate::validate_cmd::print_rendered(&outcome.plan, format)?;
+        eprintln!("{}", summary_line(outcome));
         return Ok(code);
     }
     if args.json {

@@ -3,6 +3,8 @@
 
 /// The plan document contract (snapshots).
 mod contract;
+/// Seed-shape export and round trips.
+mod export;
 /// Parse + validate never panic (property tests).
 mod fuzz;
 /// The parse case table.

@@ -326,3 +326,78 @@ fn eval_retrieval_writes_ranked_lists() {
         text(&output.stdout)
     );
 }
+
+#[test]
+fn plan_format_renders_a_seed_shape_and_reports_what_it_cannot_hold() {
+    let mut args = WEATHER.to_vec();
+    args.extend(["--format", "sage"]);
+    let output = plansmith(&args);
+    assert_exit(&output, 0);
+    let sage: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(sage[0]["name"], "get_weather");
+    assert_eq!(sage[1]["args"]["to"], "bob@example.com");
+    // deer-flow plans hold research/processing steps only: the two tool steps are named.
+    let mut args = WEATHER.to_vec();
+    args.extend(["--format", "deerflow"]);
+    let output = plansmith(&args);
+    assert_exit(&output, 0);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("not in the deerflow shape: step `s1`"),
+        "{stderr}"
+    );
+    let output = plansmith(&["plan", "x", "--format", "langgraph"]);
+    assert_exit(&output, 2);
+    assert!(text(&output.stderr).contains("unknown plan format `langgraph`"));
+}
+
+#[test]
+fn validate_reads_seed_shapes_and_names_every_problem() {
+    let output = plansmith(&[
+        "validate",
+        "examples/plans/sage.json",
+        "--tools",
+        "examples/tools.json",
+        "--format",
+        "nl2sql",
+    ]);
+    assert_exit(&output, 0);
+    let nl2sql: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(nl2sql["execution_plan"][1]["tool_to_use"], "send_email");
+    assert!(text(&output.stderr).contains("valid · read as sage · 2 step(s)"));
+
+    // Against no catalog the tools are unknown; a broken argument is named by pointer.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.json");
+    std::fs::write(
+        &broken,
+        r#"[{"name": "send_email", "args": {"to": "not-an-email", "subject": "W", "body": "b"}}]"#,
+    )
+    .unwrap();
+    let output = plansmith(&[
+        "validate",
+        broken.to_str().unwrap(),
+        "--tools",
+        "examples/tools.json",
+        "--json",
+    ]);
+    assert_exit(&output, 1);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["valid"], false);
+    assert_eq!(report["shape"], "sage");
+    let pointers: Vec<&str> = report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["pointer"].as_str())
+        .collect();
+    assert!(
+        pointers.contains(&"/steps/0/action/arguments/to"),
+        "{pointers:?}"
+    );
+
+    std::fs::write(&broken, r#"{"x": 1}"#).unwrap();
+    let output = plansmith(&["validate", broken.to_str().unwrap()]);
+    assert_exit(&output, 2);
+    assert!(text(&output.stderr).contains("is not a plan in any accepted shape"));
+}
