@@ -22,6 +22,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod eval;
 mod model;
+#[cfg(feature = "local")]
 mod models_cmd;
 mod plan_cmd;
 mod plans_cmd;
@@ -95,10 +96,12 @@ enum Command {
     #[command(subcommand)]
     Eval(EvalCommand),
     /// Local models: list the pinned ones, pull one.
+    #[cfg(feature = "local")]
     #[command(subcommand)]
     Models(ModelsCommand),
 }
 
+#[cfg(feature = "local")]
 #[derive(Debug, Subcommand)]
 enum ModelsCommand {
     /// List the pinned local models and whether they are installed.
@@ -188,7 +191,9 @@ fn main() -> ExitCode {
         Command::Plans(args) => plans_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
         Command::Validate(args) => validate_cmd::run(args),
+        #[cfg(feature = "local")]
         Command::Models(ModelsCommand::List { json }) => models_cmd::list(json),
+        #[cfg(feature = "local")]
         Command::Models(ModelsCommand::Pull { name }) => models_cmd::pull(name.as_deref()),
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
         Command::Eval(EvalCommand::Plan(args)) => model::load_with(args.model.as_deref(), args.unconstrained)

