@@ -38,6 +38,8 @@ pub enum Code {
     UnknownTool,
     /// An agent step names an agent that is not available.
     UnknownAgent,
+    /// The optional triage call gave no usable decision; the request was planned.
+    TriageFailed,
     /// A required argument is missing.
     MissingArgument,
     /// An argument the tool does not accept.
@@ -84,6 +86,7 @@ impl Code {
             Code::DuplicateStepId => "duplicate_step_id",
             Code::UnknownTool => "unknown_tool",
             Code::UnknownAgent => "unknown_agent",
+            Code::TriageFailed => "triage_failed",
             Code::MissingArgument => "missing_argument",
             Code::UnknownArgument => "unknown_argument",
             Code::InvalidArgument => "invalid_argument",

@@ -73,6 +73,10 @@ pub enum Triage {
     Passthrough,
     /// The target agent does not exist: guidance, without a model call.
     UnknownAgent,
+    /// The triage call answered the request directly (one reply step).
+    Answered,
+    /// The triage call handed the whole request to a named agent (one agent task).
+    HandedOff,
 }
 
 /// One generation and what came of it.
@@ -124,6 +128,9 @@ pub struct Diagnostics {
     pub strategy: Option<Strategy>,
     /// How the request was routed.
     pub triage: Triage,
+    /// The triage call's reason for its decision (with `options.triage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triage_reason: Option<String>,
     /// Tools shown to the model.
     pub selected_tools: Vec<String>,
     /// Every generation.
@@ -327,6 +334,14 @@ impl Planner {
         let stage = Instant::now();
         let agents: Vec<&AgentCard> = self.catalog.agents().iter().collect();
         let context = prompt_context(request, &selected, &agents, now);
+        if request.options.triage
+            && let Some(mut outcome) = self
+                .model_triage(request, &context, &plan_id, now, &mut diagnostics)
+                .await?
+        {
+            outcome.diagnostics.timings.total_us = micros(started);
+            return Ok(outcome);
+        }
         let system = self.templates.system(request.options.shape, &context)?;
         let user = self.templates.user(&context)?;
         let mut base_messages = vec![Message::system(system)];
@@ -602,6 +617,156 @@ impl Planner {
             step: Box::new(step.clone()),
             diagnostics,
         });
+    }
+
+    /// The optional triage call (ValueCell's super-agent): answer directly, hand the request to
+    /// an agent, or plan. Anything unusable — a model error, malformed output, an unknown agent —
+    /// is a `triage_failed` warning and the request is planned.
+    async fn model_triage(
+        &self,
+        request: &PlanRequest,
+        context: &PromptContext,
+        plan_id: &str,
+        now: DateTime<Utc>,
+        diagnostics: &mut Diagnostics,
+    ) -> Result<Option<Outcome>, PlanError> {
+        let agent_names: Vec<&str> = self
+            .catalog
+            .agents()
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect();
+        let decisions: &[&str] = if agent_names.is_empty() {
+            &["answer", "plan"]
+        } else {
+            &["answer", "handoff", "plan"]
+        };
+        let mut properties = json!({
+            "decision": {"type": "string", "enum": decisions},
+            "reason": {"type": "string", "maxLength": 300},
+            "reply": {"type": "string", "maxLength": request.options.max_string_length},
+        });
+        if !agent_names.is_empty() {
+            properties["agent"] = json!({"type": "string", "enum": agent_names});
+        }
+        let schema = Arc::new(json!({
+            "type": "object",
+            "properties": properties,
+            "required": ["decision", "reason"],
+            "additionalProperties": false,
+        }));
+        let constraint = match Strategy::negotiate(self.model.capabilities()) {
+            Strategy::Grammar | Strategy::JsonSchema => Some(OutputConstraint::JsonSchema {
+                name: "triage".into(),
+                schema,
+                strict: false,
+            }),
+            Strategy::ToolCalling => Some(OutputConstraint::ToolCall {
+                name: "route".into(),
+                description: "Decide how to serve the request.".into(),
+                parameters: schema,
+            }),
+            Strategy::JsonMode => Some(OutputConstraint::JsonObject),
+            Strategy::PromptOnly => None,
+        };
+        let mut messages = vec![Message::system(self.templates.triage(context)?)];
+        messages.extend(request.history.iter().cloned());
+        messages.push(Message::user(request.query.clone()));
+        let call = CompletionRequest {
+            messages,
+            constraint,
+            max_tokens: request.options.max_tokens,
+            temperature: 0.0,
+        };
+        let failed = |diagnostics: &mut Diagnostics, why: String| {
+            diagnostics.findings.push(Diagnostic::warning(
+                Code::TriageFailed,
+                "/triage",
+                format!("triage gave no usable decision ({why}); the request was planned"),
+            ));
+            Ok(None)
+        };
+        let completion = match self.model.complete(call).await {
+            Ok(completion) => completion,
+            Err(err) => return failed(diagnostics, format!("model error: {err}")),
+        };
+        diagnostics.usage += completion.usage;
+        let raw = match completion.tool_calls.first() {
+            Some(call) if completion.text.trim().is_empty() => call.arguments.clone(),
+            _ => completion.text.clone(),
+        };
+        let value = match crate::parse::extract_json(&raw) {
+            Ok((value, _)) => value,
+            Err(err) => return failed(diagnostics, err.to_string()),
+        };
+        let field = |key: &str| {
+            value
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        };
+        let reason = field("reason").map(str::to_owned);
+        let mut plan = new_plan(plan_id, request, now);
+        plan.title = short_description(&request.query, 60);
+        match field("decision").map(str::to_ascii_lowercase).as_deref() {
+            Some("plan") => {
+                diagnostics.triage_reason = reason;
+                Ok(None)
+            }
+            Some("answer") => {
+                let Some(reply) = field("reply") else {
+                    return failed(diagnostics, "`answer` without a `reply`".into());
+                };
+                plan.steps.push(Step::new(
+                    "s1",
+                    "Answer",
+                    Action::Reply {
+                        text: reply.to_owned(),
+                    },
+                ));
+                diagnostics.triage = Triage::Answered;
+                diagnostics.triage_reason = reason;
+                Ok(Some(Outcome {
+                    status: OutcomeStatus::Ready,
+                    plan,
+                    diagnostics: diagnostics.clone(),
+                }))
+            }
+            Some("handoff") => {
+                let named = field("agent").unwrap_or_default();
+                let Some(card) = self.catalog.agent(named) else {
+                    let why = if named.is_empty() {
+                        "`handoff` without an `agent`".to_owned()
+                    } else {
+                        format!("`handoff` to `{named}`, which is not an available agent")
+                    };
+                    return failed(diagnostics, why);
+                };
+                plan.steps.push(Step::new(
+                    "s1",
+                    format!("{}: {}", card.name, short_description(&request.query, 60)),
+                    Action::Agent {
+                        agent: card.name.clone(),
+                        query: request.query.clone(),
+                    },
+                ));
+                diagnostics.triage = Triage::HandedOff;
+                diagnostics.triage_reason = reason;
+                Ok(Some(Outcome {
+                    status: OutcomeStatus::Ready,
+                    plan,
+                    diagnostics: diagnostics.clone(),
+                }))
+            }
+            other => failed(
+                diagnostics,
+                match other {
+                    Some(decision) => format!("unknown decision `{decision}`"),
+                    None => "no `decision`".to_owned(),
+                },
+            ),
+        }
     }
 
     /// Passthrough agents and unknown target agents are handled without a model call.

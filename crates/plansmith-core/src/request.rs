@@ -168,6 +168,9 @@ pub struct PlanOptions {
     pub max_string_length: u32,
     /// Token cap for one generation.
     pub max_tokens: u32,
+    /// Ask the model first whether to answer directly, hand the request to a named agent, or
+    /// plan (ValueCell's super-agent); the decision and its reason go into the diagnostics.
+    pub triage: bool,
 }
 
 impl Default for PlanOptions {
@@ -183,6 +186,7 @@ impl Default for PlanOptions {
             allow_recurring: false,
             max_string_length: crate::schema::DEFAULT_TEXT_MAX,
             max_tokens: 2048,
+            triage: false,
         }
     }
 }

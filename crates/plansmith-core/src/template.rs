@@ -2,7 +2,7 @@
 //! template, built in and overridable from a directory.
 //!
 //! Template names: `tool_steps.system.j2`, `research.system.j2`, `agent_tasks.system.j2`,
-//! `user.j2`, `repair.j2`. A user directory holding a file of one of these names replaces the
+//! `user.j2`, `repair.j2`, `triage.system.j2` (the optional routing call before planning). A user directory holding a file of one of these names replaces the
 //! built-in one; other files there are ignored. The context each template sees is
 //! [`PromptContext`] (and [`RepairContext`] for `repair.j2`).
 
@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::request::Shape;
 
-const BUILTIN: [(&str, &str); 5] = [
+const BUILTIN: [(&str, &str); 6] = [
     (
         "tool_steps.system.j2",
         include_str!("../templates/tool_steps.system.j2"),
@@ -28,6 +28,10 @@ const BUILTIN: [(&str, &str); 5] = [
     ),
     ("user.j2", include_str!("../templates/user.j2")),
     ("repair.j2", include_str!("../templates/repair.j2")),
+    (
+        "triage.system.j2",
+        include_str!("../templates/triage.system.j2"),
+    ),
 ];
 
 /// Errors from loading or rendering templates.
@@ -194,6 +198,11 @@ impl Templates {
     /// The user message.
     pub fn user(&self, context: &PromptContext) -> Result<String, TemplateError> {
         self.render("user.j2", context)
+    }
+
+    /// The system prompt of the optional triage call (answer / hand off / plan).
+    pub fn triage(&self, context: &PromptContext) -> Result<String, TemplateError> {
+        self.render("triage.system.j2", context)
     }
 
     /// The repair message.

@@ -55,6 +55,9 @@ pub struct PlanArgs {
     /// The user confirmed recurring schedules.
     #[arg(long)]
     allow_recurring: bool,
+    /// Ask the model first whether to answer directly, hand off to an agent, or plan.
+    #[arg(long)]
+    triage: bool,
     /// Directory of templates overriding the built-in ones (same file names).
     #[arg(long)]
     templates: Option<PathBuf>,
@@ -197,6 +200,7 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
         shape,
         fallback,
         allow_recurring: args.allow_recurring,
+        triage: args.triage,
         ..PlanOptions::default()
     };
     Ok(request)

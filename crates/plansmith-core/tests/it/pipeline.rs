@@ -47,6 +47,7 @@ struct Expect {
     constraint: Option<String>,
     selected_tools: Option<Vec<String>>,
     triage: Option<Triage>,
+    triage_reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -301,6 +302,12 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
         fail(format!(
             "selected {:?}, expected {selected:?}",
             outcome.diagnostics.selected_tools
+        ));
+    }
+    if expect.triage_reason.is_some() && outcome.diagnostics.triage_reason != expect.triage_reason {
+        fail(format!(
+            "triage reason {:?}, expected {:?}",
+            outcome.diagnostics.triage_reason, expect.triage_reason
         ));
     }
     if let Some(triage) = expect.triage
