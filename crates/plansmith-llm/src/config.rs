@@ -110,10 +110,18 @@ pub struct ClientConfig {
 pub enum ConfigError {
     /// A required variable is unset.
     #[error("{0} is not set")]
-    MissingEnv(&'static str),
+    MissingEnv(String),
     /// The HTTP client could not be built.
     #[error("cannot build the model client: {0}")]
     Client(String),
+    /// A config-file setting has a value a client cannot use.
+    #[error("invalid setting `{key}`: {reason}")]
+    BadSetting {
+        /// The setting, e.g. `providers.openai.request_timeout_secs`.
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// A spec could not be read.
     #[error("invalid model spec `{spec}`: {reason}")]
     BadSpec {
@@ -161,21 +169,35 @@ impl ClientConfig {
         model: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ClientConfig, ConfigError> {
-        let key = env("OPENAI_API_KEY")
+        ClientConfig::openai_with(model, env, &ProviderSettings::default())
+    }
+
+    /// `openai:MODEL` with config-file `settings` under the environment: the key from
+    /// `settings.api_key_env` (default `OPENAI_API_KEY`, required), the base URL from
+    /// `OPENAI_BASE_URL`, else `settings.base_url`, else OpenAI's.
+    pub fn openai_with(
+        model: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        settings: &ProviderSettings,
+    ) -> Result<ClientConfig, ConfigError> {
+        settings.check("providers.openai")?;
+        let key_var = settings.key_variable("OPENAI_API_KEY");
+        let key = env(key_var)
             .filter(|k| !k.trim().is_empty())
-            .ok_or(ConfigError::MissingEnv("OPENAI_API_KEY"))?;
+            .ok_or_else(|| ConfigError::MissingEnv(key_var.to_owned()))?;
         let base = env("OPENAI_BASE_URL")
             .filter(|b| !b.trim().is_empty())
+            .or_else(|| settings.base_url.clone())
             .unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
         let provider = if base.trim_end_matches('/') == OPENAI_BASE_URL {
             Provider::OpenAi
         } else {
             Provider::OpenAiCompatible
         };
-        Ok(
-            ClientConfig::new(provider, base, non_empty_model(model, "openai:MODEL")?)
-                .with_api_key(key),
-        )
+        let mut config = ClientConfig::new(provider, base, non_empty_model(model, "openai:MODEL")?)
+            .with_api_key(key);
+        settings.apply(&mut config);
+        Ok(config)
     }
 
     /// `openai-compatible:URL#MODEL`: the key from `OPENAI_API_KEY` when set (local servers
@@ -184,6 +206,17 @@ impl ClientConfig {
         rest: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ClientConfig, ConfigError> {
+        ClientConfig::openai_compatible_with(rest, env, &ProviderSettings::default())
+    }
+
+    /// `openai-compatible:URL#MODEL` with config-file `settings` (the URL of the spec wins over
+    /// `settings.base_url`; the key, optional, from `settings.api_key_env` or `OPENAI_API_KEY`).
+    pub fn openai_compatible_with(
+        rest: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        settings: &ProviderSettings,
+    ) -> Result<ClientConfig, ConfigError> {
+        settings.check("providers.openai")?;
         let (url, model) = rest.rsplit_once('#').ok_or_else(|| ConfigError::BadSpec {
             spec: rest.to_owned(),
             reason: "expected openai-compatible:URL#MODEL".into(),
@@ -199,9 +232,10 @@ impl ClientConfig {
             url,
             non_empty_model(model, "openai-compatible:URL#MODEL")?,
         );
-        if let Some(key) = env("OPENAI_API_KEY") {
+        if let Some(key) = env(settings.key_variable("OPENAI_API_KEY")) {
             config = config.with_api_key(key);
         }
+        settings.apply(&mut config);
         Ok(config)
     }
 
@@ -210,18 +244,149 @@ impl ClientConfig {
         model: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ClientConfig, ConfigError> {
-        let key = env("ANTHROPIC_API_KEY")
+        ClientConfig::anthropic_with(model, env, &ProviderSettings::default())
+    }
+
+    /// `anthropic:MODEL` with config-file `settings` under the environment (as
+    /// [`ClientConfig::openai_with`]).
+    pub fn anthropic_with(
+        model: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        settings: &ProviderSettings,
+    ) -> Result<ClientConfig, ConfigError> {
+        settings.check("providers.anthropic")?;
+        let key_var = settings.key_variable("ANTHROPIC_API_KEY");
+        let key = env(key_var)
             .filter(|k| !k.trim().is_empty())
-            .ok_or(ConfigError::MissingEnv("ANTHROPIC_API_KEY"))?;
+            .ok_or_else(|| ConfigError::MissingEnv(key_var.to_owned()))?;
         let base = env("ANTHROPIC_BASE_URL")
             .filter(|b| !b.trim().is_empty())
+            .or_else(|| settings.base_url.clone())
             .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
-        Ok(ClientConfig::new(
+        let mut config = ClientConfig::new(
             Provider::Anthropic,
             base,
             non_empty_model(model, "anthropic:MODEL")?,
         )
-        .with_api_key(key))
+        .with_api_key(key);
+        settings.apply(&mut config);
+        Ok(config)
+    }
+}
+
+/// One provider's settings from a config file (`[providers.openai]`, `[providers.anthropic]`).
+///
+/// Every field is optional; a set field replaces the built-in default, and the environment
+/// (`OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL`, the key variable) and the `--model` spec override the
+/// file. Keys are never read from the file: `api_key_env` names the variable that holds one.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// Base URL used when the environment does not set one.
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (default `OPENAI_API_KEY` /
+    /// `ANTHROPIC_API_KEY`).
+    pub api_key_env: Option<String>,
+    /// Seconds to establish a connection.
+    pub connect_timeout_secs: Option<f64>,
+    /// Seconds for one whole try (request, reply and body).
+    pub request_timeout_secs: Option<f64>,
+    /// Retries after the first try.
+    pub max_retries: Option<u32>,
+    /// Ask for OpenAI's strict JSON Schema subset.
+    pub strict: Option<bool>,
+    /// The structured-output strategies to offer, best first (`json_schema`, `tool_calling`,
+    /// `json_mode`, `prompt_only`); the client still falls back past ones the server refuses.
+    pub strategies: Option<Vec<plansmith_core::Strategy>>,
+}
+
+/// Provider settings of a config file's `[providers]` table.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderTable {
+    /// `openai:` and `openai-compatible:` models.
+    #[serde(default)]
+    pub openai: ProviderSettings,
+    /// `anthropic:` models.
+    #[serde(default)]
+    pub anthropic: ProviderSettings,
+}
+
+impl ProviderSettings {
+    /// Checks values a client cannot use (non-positive or non-finite timeouts, a base URL that is
+    /// not http(s), an empty key variable name); `table` names the section in the message.
+    pub fn check(&self, table: &str) -> Result<(), ConfigError> {
+        let bad = |field: &str, reason: &str| ConfigError::BadSetting {
+            key: format!("{table}.{field}"),
+            reason: reason.to_owned(),
+        };
+        for (field, value) in [
+            ("connect_timeout_secs", self.connect_timeout_secs),
+            ("request_timeout_secs", self.request_timeout_secs),
+        ] {
+            if let Some(secs) = value
+                && !(secs.is_finite() && secs > 0.0 && secs < 86_400.0)
+            {
+                return Err(bad(
+                    field,
+                    "must be a number of seconds above 0 and below a day",
+                ));
+            }
+        }
+        if let Some(url) = &self.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(bad("base_url", "must start with http:// or https://"));
+        }
+        if let Some(name) = &self.api_key_env
+            && name.trim().is_empty()
+        {
+            return Err(bad("api_key_env", "must name an environment variable"));
+        }
+        if let Some(list) = &self.strategies
+            && list.is_empty()
+        {
+            return Err(bad("strategies", "must list at least one strategy"));
+        }
+        Ok(())
+    }
+
+    /// The variable holding the key: `api_key_env`, else `default`.
+    pub fn key_variable<'a>(&'a self, default: &'a str) -> &'a str {
+        self.api_key_env
+            .as_deref()
+            .map(str::trim)
+            .unwrap_or(default)
+    }
+
+    /// Applies timeouts, retries, strictness and strategies onto `config`.
+    pub fn apply(&self, config: &mut ClientConfig) {
+        if let Some(secs) = self.connect_timeout_secs {
+            config.connect_timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(secs) = self.request_timeout_secs {
+            config.request_timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(retries) = self.max_retries {
+            config.retry.max_retries = retries;
+        }
+        if let Some(strict) = self.strict {
+            config.strict = strict;
+        }
+        if let Some(list) = &self.strategies {
+            let mut caps = Capabilities::default();
+            for strategy in list {
+                match strategy {
+                    plansmith_core::Strategy::JsonSchema | plansmith_core::Strategy::Grammar => {
+                        caps.json_schema = true
+                    }
+                    plansmith_core::Strategy::ToolCalling => caps.tool_calling = true,
+                    plansmith_core::Strategy::JsonMode => caps.json_mode = true,
+                    plansmith_core::Strategy::PromptOnly => {}
+                }
+            }
+            config.capabilities = Some(caps);
+        }
     }
 }
 
@@ -287,8 +452,107 @@ mod tests {
         assert!(ClientConfig::openai_compatible_from_spec("http://x/v1", &env).is_err());
         assert_eq!(
             ClientConfig::anthropic_from_env("claude", &env).unwrap_err(),
-            ConfigError::MissingEnv("ANTHROPIC_API_KEY")
+            ConfigError::MissingEnv("ANTHROPIC_API_KEY".into())
         );
         assert!(ClientConfig::openai_from_env("", &env).is_err());
+    }
+
+    #[test]
+    fn file_settings_sit_under_the_environment() {
+        let settings = ProviderSettings {
+            base_url: Some("http://127.0.0.1:9000/v1".into()),
+            api_key_env: Some("MY_GATEWAY_KEY".into()),
+            connect_timeout_secs: Some(2.5),
+            request_timeout_secs: Some(30.0),
+            max_retries: Some(0),
+            strict: Some(false),
+            strategies: Some(vec![
+                plansmith_core::Strategy::ToolCalling,
+                plansmith_core::Strategy::JsonMode,
+            ]),
+        };
+        let env = |name: &str| (name == "MY_GATEWAY_KEY").then(|| "gw-1".to_owned());
+        let config = ClientConfig::openai_with("m", &env, &settings).unwrap();
+        assert_eq!(config.base_url, "http://127.0.0.1:9000/v1");
+        assert_eq!(config.provider, Provider::OpenAiCompatible);
+        assert_eq!(config.api_key.as_ref().unwrap().expose(), "gw-1");
+        assert_eq!(config.connect_timeout, Duration::from_millis(2500));
+        assert_eq!(config.request_timeout, Duration::from_secs(30));
+        assert_eq!(config.retry.max_retries, 0);
+        assert!(!config.strict);
+        assert_eq!(
+            config.capabilities,
+            Some(Capabilities {
+                tool_calling: true,
+                json_mode: true,
+                ..Capabilities::default()
+            })
+        );
+        // The environment wins over the file; the file's key variable is the one read.
+        let env = |name: &str| match name {
+            "OPENAI_BASE_URL" => Some("http://10.0.0.1/v1".to_owned()),
+            "OPENAI_API_KEY" => Some("sk-ignored".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            ClientConfig::openai_with("m", &env, &settings).unwrap_err(),
+            ConfigError::MissingEnv("MY_GATEWAY_KEY".into())
+        );
+        let plain = ProviderSettings::default();
+        let config = ClientConfig::openai_with("m", &env, &plain).unwrap();
+        assert_eq!(config.base_url, "http://10.0.0.1/v1");
+        // The spec's URL wins over the file's for openai-compatible.
+        let config =
+            ClientConfig::openai_compatible_with("http://127.0.0.1:1/v1#q", &env, &settings)
+                .unwrap();
+        assert_eq!(config.base_url, "http://127.0.0.1:1/v1");
+        assert!(config.api_key.is_none(), "MY_GATEWAY_KEY is unset");
+    }
+
+    #[test]
+    fn unusable_settings_are_named() {
+        let env = |_: &str| Some("k".to_owned());
+        for (settings, key) in [
+            (
+                ProviderSettings {
+                    request_timeout_secs: Some(0.0),
+                    ..ProviderSettings::default()
+                },
+                "providers.anthropic.request_timeout_secs",
+            ),
+            (
+                ProviderSettings {
+                    connect_timeout_secs: Some(f64::NAN),
+                    ..ProviderSettings::default()
+                },
+                "providers.anthropic.connect_timeout_secs",
+            ),
+            (
+                ProviderSettings {
+                    base_url: Some("ftp://x".into()),
+                    ..ProviderSettings::default()
+                },
+                "providers.anthropic.base_url",
+            ),
+            (
+                ProviderSettings {
+                    api_key_env: Some(" ".into()),
+                    ..ProviderSettings::default()
+                },
+                "providers.anthropic.api_key_env",
+            ),
+            (
+                ProviderSettings {
+                    strategies: Some(vec![]),
+                    ..ProviderSettings::default()
+                },
+                "providers.anthropic.strategies",
+            ),
+        ] {
+            match ClientConfig::anthropic_with("claude", &env, &settings) {
+                Err(ConfigError::BadSetting { key: got, .. }) => assert_eq!(got, key),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
     }
 }

@@ -50,7 +50,9 @@ pub mod strict;
 use std::sync::Arc;
 
 pub use anthropic::AnthropicClient;
-pub use config::{ClientConfig, ConfigError, Provider, RetryPolicy, Secret};
+pub use config::{
+    ClientConfig, ConfigError, Provider, ProviderSettings, ProviderTable, RetryPolicy, Secret,
+};
 pub use http::{backoff, parse_retry_after};
 pub use openai::OpenAiClient;
 use plansmith_core::LanguageModel;
@@ -66,18 +68,37 @@ pub fn from_spec(
     rest: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<Arc<dyn LanguageModel>>, ConfigError> {
+    from_spec_with(kind, rest, env, &ProviderTable::default())
+}
+
+/// Like [`from_spec`], with a config file's `[providers]` settings under the environment.
+pub fn from_spec_with(
+    kind: &str,
+    rest: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    providers: &ProviderTable,
+) -> Result<Option<Arc<dyn LanguageModel>>, ConfigError> {
     let client_error = |err: plansmith_core::LlmError| ConfigError::Client(err.to_string());
     let model: Arc<dyn LanguageModel> = match kind {
         "openai" => Arc::new(
-            OpenAiClient::new(ClientConfig::openai_from_env(rest, env)?).map_err(client_error)?,
+            OpenAiClient::new(ClientConfig::openai_with(rest, env, &providers.openai)?)
+                .map_err(client_error)?,
         ),
         "openai-compatible" => Arc::new(
-            OpenAiClient::new(ClientConfig::openai_compatible_from_spec(rest, env)?)
-                .map_err(client_error)?,
+            OpenAiClient::new(ClientConfig::openai_compatible_with(
+                rest,
+                env,
+                &providers.openai,
+            )?)
+            .map_err(client_error)?,
         ),
         "anthropic" => Arc::new(
-            AnthropicClient::new(ClientConfig::anthropic_from_env(rest, env)?)
-                .map_err(client_error)?,
+            AnthropicClient::new(ClientConfig::anthropic_with(
+                rest,
+                env,
+                &providers.anthropic,
+            )?)
+            .map_err(client_error)?,
         ),
         _ => return Ok(None),
     };

@@ -20,6 +20,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod config;
 mod eval;
 mod model;
 #[cfg(feature = "local")]
@@ -77,6 +78,10 @@ impl CliError {
 #[derive(Debug, Parser)]
 #[command(name = "plansmith", version, about, long_about = None)]
 struct Cli {
+    /// Config file (TOML: default model, store, provider settings); default
+    /// `$XDG_CONFIG_HOME/plansmith/config.toml` when it exists.
+    #[arg(long, global = true, env = "PLANSMITH_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -186,7 +191,28 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = match cli.command {
+    let result = match config::init(cli.config.as_deref()) {
+        Err(err) => Err(err),
+        Ok(()) => dispatch(cli.command),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(CliError { code, error }) => {
+            let broken_pipe = error
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+            if broken_pipe {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Runs one command.
+fn dispatch(command: Command) -> Result<u8, CliError> {
+    match command {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
@@ -232,19 +258,6 @@ fn main() -> ExitCode {
                     EXIT_OK
                 })
                 .map_err(CliError::input)
-        }
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(CliError { code, error }) => {
-            let broken_pipe = error
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
-            if broken_pipe {
-                return ExitCode::SUCCESS;
-            }
-            eprintln!("error: {error:#}");
-            ExitCode::from(code)
         }
     }
 }

@@ -31,8 +31,8 @@ use crate::CliError;
 /// The model kinds this build knows, for error messages.
 const KINDS: &str = "local, local:NAME, local:PATH.gguf, scripted:FILE, openai:MODEL, openai-compatible:URL#MODEL, anthropic:MODEL";
 
-/// Builds the model named by `spec` (from `--model` or `PLANSMITH_MODEL`); no spec means the
-/// embedded default model.
+/// Builds the model named by `spec` (from `--model` or `PLANSMITH_MODEL`), else the config
+/// file's `model`, else the embedded default model.
 pub fn load(spec: Option<&str>) -> Result<Arc<dyn LanguageModel>, CliError> {
     load_with(spec, false)
 }
@@ -42,9 +42,11 @@ pub fn load_with(
     spec: Option<&str>,
     unconstrained: bool,
 ) -> Result<Arc<dyn LanguageModel>, CliError> {
+    let file = crate::config::current();
     let spec = spec
         .map(str::trim)
         .filter(|s| !s.is_empty())
+        .or(file.model.as_deref().map(str::trim))
         .unwrap_or("local");
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     match kind {
@@ -62,11 +64,14 @@ pub fn load_with(
                  choose a remote model with --model (supported: {KINDS})"
             )))
         }
-        "openai" | "openai-compatible" | "anthropic" => {
-            plansmith_llm::from_spec(kind, rest, &plansmith_llm::config::process_env)
-                .map_err(CliError::model)?
-                .ok_or_else(|| CliError::model(anyhow!("unknown model kind `{kind}`")))
-        }
+        "openai" | "openai-compatible" | "anthropic" => plansmith_llm::from_spec_with(
+            kind,
+            rest,
+            &plansmith_llm::config::process_env,
+            &file.providers,
+        )
+        .map_err(CliError::model)?
+        .ok_or_else(|| CliError::model(anyhow!("unknown model kind `{kind}`"))),
         other => Err(CliError::model(anyhow!(
             "unknown model kind `{other}` in `{spec}`; supported: {KINDS}"
         ))),

@@ -249,6 +249,10 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 fn location(store: Option<&str>) -> Result<Location, CliError> {
+    let store = store
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .or(crate::config::current().store.as_deref());
     match store.map(str::trim).filter(|s| !s.is_empty()) {
         Some(text) => text.parse().map_err(store_error),
         None => Location::default_sqlite().map_err(store_error),

@@ -146,6 +146,7 @@ fn exit_codes_for_needs_input_and_fallback() {
     );
 }
 
+#[cfg(feature = "local")]
 #[test]
 fn a_failed_model_download_is_exit_3_and_leaves_no_partial_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -166,7 +167,10 @@ fn a_failed_model_download_is_exit_3_and_leaves_no_partial_files() {
     assert!(stderr.contains("PLANSMITH_PYTHON"), "{stderr}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "partial files left behind: {left:?}");
+}
 
+#[test]
+fn unknown_model_specs_are_named() {
     let output = plansmith(&["plan", "hi", "--model", "gpt:4"]);
     assert_exit(&output, 3);
     assert!(

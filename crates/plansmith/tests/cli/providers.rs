@@ -106,3 +106,114 @@ fn missing_keys_are_exit_3_and_named() {
         );
     }
 }
+
+const TOOL_CALL_REPLY: &str = r#"{"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "planning", "arguments": "{\"title\": \"Weather\", \"steps\": [{\"id\": \"s1\", \"type\": \"tool\", \"title\": \"Weather\", \"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}"}}]}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}"#;
+
+/// The config file (issue 4): the default model, the base URL, the key variable, and the
+/// strategies offered all come from the file; the request that reaches the server shows them.
+#[test]
+fn the_config_file_chooses_model_endpoint_key_and_strategy() {
+    let (url, bodies) = one_shot_server(TOOL_CALL_REPLY);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("plansmith.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model = \"openai:tiny-model\"\n\n[providers.openai]\nbase_url = \"{url}/v1\"\n\
+             api_key_env = \"GATEWAY_KEY\"\nstrategies = [\"tool_calling\", \"json_mode\"]\n\
+             max_retries = 0\n"
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args([
+            "plan",
+            "Weather in Paris?",
+            "--tools",
+            "examples/tools.json",
+            "--outcome-json",
+            "--config",
+        ])
+        .arg(&config)
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env("GATEWAY_KEY", "gw-secret-98765")
+        .output()
+        .unwrap();
+    assert_exit(&output, 0);
+    let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(outcome["status"], "ready", "{outcome:#}");
+    assert_eq!(outcome["diagnostics"]["strategy"], "tool_calling");
+    let sent: serde_json::Value = serde_json::from_str(&bodies.recv().unwrap()).unwrap();
+    assert_eq!(sent["model"], "tiny-model");
+    assert!(sent.get("response_format").is_none(), "{sent:#}");
+    assert_eq!(sent["tools"][0]["function"]["name"], "planning");
+    assert!(!text(&output.stdout).contains("gw-secret-98765"));
+    assert!(!text(&output.stderr).contains("gw-secret-98765"));
+}
+
+#[test]
+fn config_file_mistakes_are_exit_2_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[providers.openai]\napi_key = \"sk-1\"\n").unwrap();
+    for (file, needle) in [
+        (&missing, "cannot read the config file"),
+        (&bad, "api_key_env"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+            .args(["plan", "hi", "--tools", "examples/tools.json", "--config"])
+            .arg(file)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert_exit(&output, 2);
+        assert!(
+            text(&output.stderr).contains(needle),
+            "{}",
+            text(&output.stderr)
+        );
+    }
+}
+
+/// Without `--config`, `$XDG_CONFIG_HOME/plansmith/config.toml` is read when it exists, and
+/// `PLANSMITH_MODEL` (the environment) wins over the file's `model`.
+#[test]
+fn the_default_config_file_is_found_and_the_environment_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("plansmith")).unwrap();
+    std::fs::write(
+        dir.path().join("plansmith/config.toml"),
+        "model = \"scripted:examples/replies/weather-email.json\"\n",
+    )
+    .unwrap();
+    let plan = |env_model: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
+        command
+            .args([
+                "plan",
+                "What's the weather in Paris? Email it to bob@example.com",
+                "--tools",
+                "examples/tools.json",
+                "--outcome-json",
+            ])
+            .current_dir(root())
+            .env_remove("PLANSMITH_CONFIG")
+            .env("XDG_CONFIG_HOME", dir.path());
+        match env_model {
+            Some(model) => command.env("PLANSMITH_MODEL", model),
+            None => command.env_remove("PLANSMITH_MODEL"),
+        };
+        command.output().unwrap()
+    };
+    let output = plan(None);
+    assert_exit(&output, 0);
+    let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(outcome["status"], "ready");
+    let output = plan(Some("gpt:4"));
+    assert_exit(&output, 3);
+    assert!(text(&output.stderr).contains("unknown model kind `gpt`"));
+}
