@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::config::ClientConfig;
 use crate::http::{Failure, Reply, Transport, quote};
 use crate::negotiate::{self, Refusals, Target};
+use crate::refs;
 use crate::sse::{self, Accumulate};
 
 /// The API version header sent with every request.
@@ -122,7 +123,7 @@ impl AnthropicClient {
             body["tools"] = json!([{
                 "name": target.tool_name,
                 "description": target.description,
-                "input_schema": *target.schema,
+                "input_schema": refs::to_wire(&target.schema),
             }]);
             body["tool_choice"] = json!({"type": "tool", "name": target.tool_name});
         }
@@ -265,7 +266,9 @@ fn parse_reply(bytes: &[u8], strategy: Strategy) -> Result<Completion, LlmError>
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned(),
-                arguments: block.get("input").map(Value::to_string).unwrap_or_default(),
+                arguments: refs::restore_text(
+                    &block.get("input").map(Value::to_string).unwrap_or_default(),
+                ),
             }),
             // `thinking` / `redacted_thinking` and anything newer stay out of the plan text.
             _ => {}
@@ -413,7 +416,7 @@ impl Accumulate for Accumulator {
                     arguments: if arguments.trim().is_empty() {
                         "{}".into()
                     } else {
-                        arguments
+                        refs::restore_text(&arguments)
                     },
                 })
                 .collect(),

@@ -79,6 +79,18 @@ pub enum Provider {
     Anthropic,
 }
 
+/// How a forced `planning` tool call is asked for (OpenAI-compatible servers differ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// `{"type": "function", "function": {"name": …}}`: OpenAI's documented form; what
+    /// llama-cpp-python's server needs (it answers `"required"` with a bare HTTP 500).
+    Named,
+    /// `"required"`: llama.cpp's own server reads only a string and treats the named object as
+    /// `"auto"`; with one tool offered, `"required"` forces exactly that call.
+    Required,
+}
+
 /// Everything a client needs.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -102,6 +114,8 @@ pub struct ClientConfig {
     pub capabilities: Option<Capabilities>,
     /// Ask for OpenAI's strict JSON Schema subset (the plan schema is transformed to fit).
     pub strict: bool,
+    /// How to force the tool call; `None`: named for OpenAI, `"required"` for compatible servers.
+    pub tool_choice: Option<ToolChoice>,
 }
 
 /// Errors building a configuration.
@@ -154,6 +168,7 @@ impl ClientConfig {
             retry: RetryPolicy::default(),
             capabilities: None,
             strict: true,
+            tool_choice: None,
         }
     }
 
@@ -298,6 +313,8 @@ pub struct ProviderSettings {
     /// The structured-output strategies to offer, best first (`json_schema`, `tool_calling`,
     /// `json_mode`, `prompt_only`); the client still falls back past ones the server refuses.
     pub strategies: Option<Vec<plansmith_core::Strategy>>,
+    /// How a forced tool call is asked for: `named` or `required` (see [`ToolChoice`]).
+    pub tool_choice: Option<ToolChoice>,
 }
 
 /// Provider settings of a config file's `[providers]` table.
@@ -372,6 +389,9 @@ impl ProviderSettings {
         }
         if let Some(strict) = self.strict {
             config.strict = strict;
+        }
+        if let Some(choice) = self.tool_choice {
+            config.tool_choice = Some(choice);
         }
         if let Some(list) = &self.strategies {
             let mut caps = Capabilities::default();
@@ -470,6 +490,7 @@ mod tests {
                 plansmith_core::Strategy::ToolCalling,
                 plansmith_core::Strategy::JsonMode,
             ]),
+            tool_choice: Some(ToolChoice::Named),
         };
         let env = |name: &str| (name == "MY_GATEWAY_KEY").then(|| "gw-1".to_owned());
         let config = ClientConfig::openai_with("m", &env, &settings).unwrap();
@@ -480,6 +501,7 @@ mod tests {
         assert_eq!(config.request_timeout, Duration::from_secs(30));
         assert_eq!(config.retry.max_retries, 0);
         assert!(!config.strict);
+        assert_eq!(config.tool_choice, Some(ToolChoice::Named));
         assert_eq!(
             config.capabilities,
             Some(Capabilities {

@@ -31,7 +31,11 @@ pub(crate) enum Failure {
 impl Failure {
     fn retryable(&self) -> bool {
         match self {
-            Failure::Status { status, .. } => *status == 429 || *status == 408 || *status >= 500,
+            Failure::Status { status, body, .. } => {
+                *status == 429
+                    || *status == 408
+                    || (*status >= 500 && !crate::negotiate::is_validation_error(body))
+            }
             Failure::Connection(_) | Failure::Timeout => true,
         }
     }

@@ -44,6 +44,7 @@ pub mod config;
 mod http;
 pub mod negotiate;
 pub mod openai;
+pub mod refs;
 mod sse;
 pub mod strict;
 
@@ -52,6 +53,7 @@ use std::sync::Arc;
 pub use anthropic::AnthropicClient;
 pub use config::{
     ClientConfig, ConfigError, Provider, ProviderSettings, ProviderTable, RetryPolicy, Secret,
+    ToolChoice,
 };
 pub use http::{backoff, parse_retry_after};
 pub use openai::OpenAiClient;

@@ -94,9 +94,12 @@ pub(crate) fn ladder(
 /// name the feature: OpenAI (`Invalid schema for response_format`), vLLM and llama.cpp
 /// (`response_format` / `json_schema` / `grammar`), Ollama (`does not support tools`), DeepSeek
 /// (`does not support Function Calling`, `This response_format type is unavailable now`), Groq
-/// (`json mode … tool`), Anthropic (`tool_choice` with thinking).
+/// (`json mode … tool`), Anthropic (`tool_choice` with thinking). A 500 qualifies too when its
+/// body is a request-validation report ([`is_validation_error`]): llama-cpp-python's server
+/// answers an unknown `response_format` type that way.
 pub(crate) fn is_refusal(strategy: Strategy, status: u16, body: &str) -> bool {
-    if !matches!(status, 400 | 422 | 501) {
+    let validation_500 = status == 500 && is_validation_error(body);
+    if !(matches!(status, 400 | 422 | 501) || validation_500) {
         return false;
     }
     let body = body.to_ascii_lowercase();
@@ -115,6 +118,16 @@ pub(crate) fn is_refusal(strategy: Strategy, status: u16, body: &str) -> bool {
         Strategy::PromptOnly => &[],
     };
     words.iter().any(|w| body.contains(w))
+}
+
+/// True when an error body is a request-validation report rather than a server fault, however
+/// the server labels it: llama-cpp-python's server (FastAPI/pydantic) answers a `response_format`
+/// it does not know with HTTP 500 and `1 validation error: {'type': 'literal_error', 'loc':
+/// ('body', 'response_format', 'type'), …}`. Such a reply is the same on every try, so it is not
+/// retried.
+pub(crate) fn is_validation_error(body: &str) -> bool {
+    let body = body.to_ascii_lowercase();
+    body.contains("validation error") && (body.contains("'loc'") || body.contains("\"loc\""))
 }
 
 /// True when a 400/422 says the server does not know `stream_options` (older OpenAI-compatible
@@ -231,6 +244,14 @@ mod tests {
         ));
         assert!(!is_refusal(Strategy::JsonSchema, 500, "response_format"));
         assert!(!is_refusal(Strategy::PromptOnly, 400, "tool"));
+        // llama-cpp-python's server: a validation report sent as HTTP 500 (recorded reply).
+        let llama_cpp_python = r#"{"error":{"message":"1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}\n\n  File \"/venv/lib/python3.11/site-packages/llama_cpp/server/app.py\", line 376, in create_chat_completion\n    POST /v1/chat/completions","type":"internal_server_error","param":null,"code":null}}"#;
+        assert!(is_validation_error(llama_cpp_python));
+        assert!(is_refusal(Strategy::JsonSchema, 500, llama_cpp_python));
+        // An ordinary 500 is a fault to retry, not a refusal.
+        let plain_500 = r#"{"error":{"message":"","type":"internal_server_error"}}"#;
+        assert!(!is_validation_error(plain_500));
+        assert!(!is_refusal(Strategy::ToolCalling, 500, plain_500));
     }
 
     #[test]

@@ -16,11 +16,11 @@ use plansmith_core::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::config::{ClientConfig, Provider};
+use crate::config::{ClientConfig, Provider, ToolChoice};
 use crate::http::{Failure, Reply, Transport, quote};
 use crate::negotiate::{self, Refusals, Target};
 use crate::sse::{self, Accumulate};
-use crate::strict;
+use crate::{refs, strict};
 
 /// A chat-completions client.
 #[derive(Debug)]
@@ -115,12 +115,13 @@ impl OpenAiClient {
         }
         match (strategy, target) {
             (Strategy::JsonSchema | Strategy::Grammar, Some(target)) => {
+                let wire = refs::to_wire(&target.schema);
                 let strict_schema = (target.strict && self.config.strict)
-                    .then(|| strict::to_strict(&target.schema))
+                    .then(|| strict::to_strict(&wire))
                     .flatten();
                 let (schema, strict) = match strict_schema {
                     Some(schema) => (schema, true),
-                    None => ((*target.schema).clone(), false),
+                    None => (wire, false),
                 };
                 body["response_format"] = json!({
                     "type": "json_schema",
@@ -133,17 +134,25 @@ impl OpenAiClient {
                     "function": {
                         "name": target.tool_name,
                         "description": target.description,
-                        "parameters": *target.schema,
+                        "parameters": refs::to_wire(&target.schema),
                     }
                 }]);
                 // One tool is offered, so "required" forces exactly that call. OpenAI's named
                 // form is the documented one for OpenAI itself; compatible servers differ on it
                 // (llama.cpp's server reads only a string and silently treats the object as
-                // "auto", so the model may answer in prose), while "required" is understood.
-                body["tool_choice"] = if self.config.provider == Provider::OpenAi {
-                    json!({"type": "function", "function": {"name": target.tool_name}})
-                } else {
-                    json!("required")
+                // "auto"; llama-cpp-python's needs the object), so it is configurable.
+                let choice = self
+                    .config
+                    .tool_choice
+                    .unwrap_or(match self.config.provider {
+                        Provider::OpenAi => ToolChoice::Named,
+                        _ => ToolChoice::Required,
+                    });
+                body["tool_choice"] = match choice {
+                    ToolChoice::Named => {
+                        json!({"type": "function", "function": {"name": target.tool_name}})
+                    }
+                    ToolChoice::Required => json!("required"),
                 };
             }
             (Strategy::JsonMode, _) => body["response_format"] = json!({"type": "json_object"}),
@@ -425,7 +434,7 @@ fn parse_reply(
         .filter_map(|call| call.function)
         .map(|f| ToolCall {
             name: f.name.unwrap_or_default(),
-            arguments: arguments_text(f.arguments.as_ref()),
+            arguments: refs::restore_text(&arguments_text(f.arguments.as_ref())),
         })
         .collect();
     if strategy == Strategy::JsonSchema {
@@ -443,8 +452,9 @@ fn parse_reply(
 /// Drops the nulls a strict reply wrote for absent optional fields (text that is not plain
 /// JSON is left to the core parser).
 fn map_back(text: &str, target: Option<&Target>) -> String {
+    let text = refs::restore_text(text);
     let Some(target) = target.filter(|t| t.strict) else {
-        return text.to_owned();
+        return text;
     };
     match serde_json::from_str::<Value>(text.trim()) {
         Ok(mut value) => {
@@ -563,7 +573,10 @@ impl Accumulate for Accumulator {
             tool_calls: self
                 .calls
                 .drain(..)
-                .map(|(name, arguments)| ToolCall { name, arguments })
+                .map(|(name, arguments)| ToolCall {
+                    name,
+                    arguments: refs::restore_text(&arguments),
+                })
                 .collect(),
             usage: self.usage,
             finish: negotiate::finish_reason(self.finish.as_deref()),

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`) into a
+# project-local virtual environment, built from the pinned, sha256-verified sdist (its llama.cpp
+# is compiled here: a few minutes on 2 cores). Used by the providers' end-to-end test of
+# tool calling against a real server on loopback (llama.cpp's own server does not constrain a
+# forced tool call; llama-cpp-python's `chatml-function-calling` format does).
+#
+#   scripts/llama-cpp-python.sh      # prints the venv's python
+#
+# Idempotent: a finished install is reused. Output: $PLANSMITH_TOOLS_DIR (default target/tools).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=0.3.36
+sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
+out="$root/llama-cpp-python-$version"
+if [ -x "$out/bin/python" ] && "$out/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
+  echo "$out/bin/python"
+  exit 0
+fi
+command -v cmake >/dev/null 2>&1 || bash scripts/setup.sh >&2
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/plansmith-llama-cpp-python.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+python="${PLANSMITH_PYTHON:-python3}"
+"$python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+  "llama-cpp-python==$version" -d "$work" >&2
+sdist="$work/llama_cpp_python-$version.tar.gz"
+echo "$sha256  $sdist" | sha256sum --check --quiet - || {
+  echo "llama-cpp-python: sha256 mismatch for llama-cpp-python $version" >&2
+  exit 1
+}
+# Built in place (a venv records its path); a failed install is removed, so a later run starts
+# clean and the check at the top never accepts half an install.
+rm -rf "$out"
+"$python" -m venv "$out" >&2
+echo "llama-cpp-python: building llama-cpp-python $version (a few minutes)" >&2
+CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF" \
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+  "$out/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
+  "$sdist[server]" >"$work/pip.log" 2>&1 || {
+  tail -60 "$work/pip.log" >&2
+  rm -rf "$out"
+  exit 1
+}
+"$out/bin/python" -c "import llama_cpp.server" || {
+  echo "llama-cpp-python: the installed server does not import" >&2
+  rm -rf "$out"
+  exit 1
+}
+echo "$out/bin/python"
