@@ -79,6 +79,7 @@
 pub mod catalog;
 pub mod diagnostic;
 pub mod export;
+pub mod investigate;
 pub mod llm;
 pub mod parse;
 pub mod pipeline;
@@ -94,6 +95,7 @@ pub use catalog::{
     AgentCard, AgentSkill, Catalog, CatalogError, CatalogProblem, Tool, ToolAnnotations,
 };
 pub use diagnostic::{Code, Diagnostic, Severity};
+pub use investigate::{Finding, Investigation, Investigator, ScriptedInvestigator};
 pub use llm::{
     Capabilities, Completion, CompletionRequest, LanguageModel, LlmError, Message,
     OutputConstraint, Role, ScriptedModel, Strategy, Usage,

@@ -4,7 +4,7 @@
 //! carry [`Diagnostics`].
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::{AgentCard, Catalog, CatalogTool, Tool};
 use crate::diagnostic::{Code, Diagnostic, Severity};
+use crate::investigate::{self, Finding, Investigation, Investigator};
 use crate::llm::{
     Completion, CompletionRequest, FinishReason, LanguageModel, LlmError, Message,
     OutputConstraint, Strategy, StreamEvent, Usage,
@@ -131,6 +132,9 @@ pub struct Diagnostics {
     /// The triage call's reason for its decision (with `options.triage`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triage_reason: Option<String>,
+    /// What background investigation found (with `options.investigate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub investigation: Option<Investigation>,
     /// Tools shown to the model.
     pub selected_tools: Vec<String>,
     /// Every generation.
@@ -231,6 +235,7 @@ pub struct Planner {
     retriever: Arc<dyn Retriever>,
     templates: Arc<Templates>,
     model: Arc<dyn LanguageModel>,
+    investigator: Option<Arc<dyn Investigator>>,
 }
 
 impl std::fmt::Debug for Planner {
@@ -259,7 +264,14 @@ impl Planner {
             retriever,
             templates: Arc::new(Templates::builtin()),
             model,
+            investigator: None,
         }
+    }
+
+    /// Uses this background investigator when a request asks for investigation.
+    pub fn with_investigator(mut self, investigator: Arc<dyn Investigator>) -> Planner {
+        self.investigator = Some(investigator);
+        self
     }
 
     /// Uses these templates.
@@ -331,9 +343,19 @@ impl Planner {
         diagnostics.selected_tools = selected.iter().map(|t| t.tool.name.clone()).collect();
         diagnostics.timings.select_us = micros(stage);
 
+        let findings = if request.options.investigate {
+            self.investigate(request, &mut diagnostics).await
+        } else {
+            Vec::new()
+        };
+
         let stage = Instant::now();
         let agents: Vec<&AgentCard> = self.catalog.agents().iter().collect();
-        let context = prompt_context(request, &selected, &agents, now);
+        let mut context = prompt_context(request, &selected, &agents, now);
+        context.findings = findings
+            .iter()
+            .map(|f| format!("[{}] {}", f.source, f.text))
+            .collect();
         if request.options.triage
             && let Some(mut outcome) = self
                 .model_triage(request, &context, &plan_id, now, &mut diagnostics)
@@ -617,6 +639,54 @@ impl Planner {
             step: Box::new(step.clone()),
             diagnostics,
         });
+    }
+
+    /// Background investigation: runs the investigator within the request's budget and returns
+    /// the trimmed findings. Nothing here fails the plan: no investigator, an error or a late
+    /// answer is an `investigation_failed` warning and no findings.
+    async fn investigate(
+        &self,
+        request: &PlanRequest,
+        diagnostics: &mut Diagnostics,
+    ) -> Vec<Finding> {
+        let budget = Duration::from_millis(request.options.investigation_budget_ms);
+        let started = Instant::now();
+        let mut report = Investigation::default();
+        let answer = match &self.investigator {
+            None => Err("no investigator is configured".to_owned()),
+            Some(investigator) => {
+                report.investigator = investigator.name();
+                investigator.investigate(&request.query, budget).await
+            }
+        };
+        let elapsed = started.elapsed();
+        report.elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        let answer = match answer {
+            Ok(_) if elapsed > budget => Err(format!(
+                "the answer came after {} ms, past the {} ms budget",
+                report.elapsed_ms,
+                budget.as_millis()
+            )),
+            other => other,
+        };
+        match answer {
+            Ok(found) => {
+                let (kept, cut) = investigate::trim(found, request.options.max_findings_chars);
+                report.findings = kept;
+                report.trimmed_chars = cut;
+            }
+            Err(why) => {
+                diagnostics.findings.push(Diagnostic::warning(
+                    Code::InvestigationFailed,
+                    "/investigation",
+                    format!("background investigation failed ({why}); planned without it"),
+                ));
+                report.error = Some(why);
+            }
+        }
+        let findings = report.findings.clone();
+        diagnostics.investigation = Some(report);
+        findings
     }
 
     /// The optional triage call (ValueCell's super-agent): answer directly, hand the request to
@@ -1337,6 +1407,7 @@ fn prompt_context(
             })
             .collect(),
         context: request.context.clone(),
+        findings: Vec::new(),
         feedback: request.feedback.as_ref().map(|feedback| FeedbackView {
             previous: feedback.previous.as_ref().map(flat_plan_json),
             text: feedback.text.clone(),

@@ -171,6 +171,13 @@ pub struct PlanOptions {
     /// Ask the model first whether to answer directly, hand the request to a named agent, or
     /// plan (ValueCell's super-agent); the decision and its reason go into the diagnostics.
     pub triage: bool,
+    /// Run the planner's background investigator with the query first and put what it finds
+    /// into the planning context (see [`crate::investigate`]).
+    pub investigate: bool,
+    /// Time the investigator may take, in milliseconds.
+    pub investigation_budget_ms: u64,
+    /// Characters of findings that go into the prompt (the rest is cut).
+    pub max_findings_chars: usize,
 }
 
 impl Default for PlanOptions {
@@ -187,6 +194,9 @@ impl Default for PlanOptions {
             max_string_length: crate::schema::DEFAULT_TEXT_MAX,
             max_tokens: 2048,
             triage: false,
+            investigate: false,
+            investigation_budget_ms: 10_000,
+            max_findings_chars: 4_000,
         }
     }
 }

@@ -119,6 +119,8 @@ pub struct PromptContext {
     pub agents: Vec<AgentView>,
     /// Background context.
     pub context: Vec<String>,
+    /// Background investigation findings (trimmed), rendered as `[source] text`.
+    pub findings: Vec<String>,
     /// Feedback for replanning.
     pub feedback: Option<FeedbackView>,
 }
@@ -319,6 +321,7 @@ mod tests {
             }],
             agents: vec![],
             context: vec!["The user lives in Lyon.".into()],
+            findings: vec!["[web_search] Paris: 12 °C, light rain".into()],
             feedback: Some(FeedbackView {
                 text: Some("add a step".into()),
                 ..FeedbackView::default()
@@ -347,6 +350,7 @@ mod tests {
         let user = templates.user(&ctx).unwrap();
         assert!(
             user.contains("Lyon")
+                && user.contains("- [web_search] Paris: 12 °C, light rain")
                 && user.contains("add a step")
                 && user.ends_with("Weather in Paris?"),
             "{user}"

@@ -22,6 +22,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod config;
 mod eval;
+mod investigate_cmd;
 mod model;
 #[cfg(feature = "local")]
 mod models_cmd;

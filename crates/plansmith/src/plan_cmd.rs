@@ -58,6 +58,17 @@ pub struct PlanArgs {
     /// Ask the model first whether to answer directly, hand off to an agent, or plan.
     #[arg(long)]
     triage: bool,
+    /// Background investigation before planning: a shell command that gets the query on stdin
+    /// (and in `PLANSMITH_QUERY`) and prints findings (JSON `[{"source","text"}]` or plain text).
+    /// If it fails or runs out of time, planning goes on without it (a warning says so).
+    #[arg(long, value_name = "CMD")]
+    investigate: Option<String>,
+    /// Time the investigation may take, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    investigate_timeout: u64,
+    /// Characters of findings put into the prompt.
+    #[arg(long, value_name = "N", default_value_t = 4_000)]
+    max_findings_chars: usize,
     /// Directory of templates overriding the built-in ones (same file names).
     #[arg(long)]
     templates: Option<PathBuf>,
@@ -90,6 +101,11 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     let mut planner = Planner::new(catalog, model);
     if let Some(dir) = &args.templates {
         planner = planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
+    }
+    if let Some(command) = &args.investigate {
+        planner = planner.with_investigator(std::sync::Arc::new(
+            crate::investigate_cmd::CommandInvestigator::new(command.clone()),
+        ));
     }
     let request = build_request(&args)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -201,6 +217,9 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
         fallback,
         allow_recurring: args.allow_recurring,
         triage: args.triage,
+        investigate: args.investigate.is_some(),
+        investigation_budget_ms: args.investigate_timeout,
+        max_findings_chars: args.max_findings_chars,
         ..PlanOptions::default()
     };
     Ok(request)
@@ -341,6 +360,26 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
         .iter()
         .filter(|d| verbose || d.severity >= Severity::Warning)
         .collect();
+    if let Some(investigation) = &outcome.diagnostics.investigation {
+        match &investigation.error {
+            None => {
+                out.push_str(&format!(
+                    "Background investigation ({}, {} ms):\n",
+                    investigation.investigator, investigation.elapsed_ms
+                ));
+                for finding in &investigation.findings {
+                    out.push_str(&format!("  [{}] {}\n", finding.source, finding.text));
+                }
+                if investigation.trimmed_chars > 0 {
+                    out.push_str(&format!(
+                        "  ({} characters cut to fit the prompt)\n",
+                        investigation.trimmed_chars
+                    ));
+                }
+            }
+            Some(_) => {} // Shown as an `investigation_failed` diagnostic below.
+        }
+    }
     if !shown.is_empty() {
         out.push_str("Diagnostics:\n");
         for diag in shown {

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use plansmith_core::llm::Script;
 use plansmith_core::pipeline::Triage;
 use plansmith_core::{
-    Catalog, CompletionRequest, OutcomeStatus, PlanRequest, Planner, ScriptedModel, Step,
+    Catalog, CompletionRequest, Finding, OutcomeStatus, PlanRequest, Planner, ScriptedInvestigator,
+    ScriptedModel, Step,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -23,7 +24,19 @@ struct Scenario {
     agents: bool,
     request: PlanRequest,
     script: Script,
+    /// Answers of a scripted background investigator, one per call: `{"findings": […]}` or
+    /// `{"error": "…"}`. Absent: the planner has no investigator.
+    #[serde(default)]
+    investigation: Option<Vec<InvestigationAnswer>>,
     expect: Expect,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvestigationAnswer {
+    #[serde(default)]
+    findings: Vec<Finding>,
+    error: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -48,6 +61,9 @@ struct Expect {
     selected_tools: Option<Vec<String>>,
     triage: Option<Triage>,
     triage_reason: Option<String>,
+    /// Findings that went into the prompt (after trimming), as `[source] text`.
+    investigated: Option<Vec<String>>,
+    investigation_error_contains: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,7 +140,17 @@ fn constraint_kind(request: &CompletionRequest) -> String {
 
 fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
     let model = Arc::new(ScriptedModel::from_script(scenario.script.clone()));
-    let planner = Planner::new(test_catalog(scenario.agents), model.clone());
+    let mut planner = Planner::new(test_catalog(scenario.agents), model.clone());
+    if let Some(answers) = &scenario.investigation {
+        let answers = answers
+            .iter()
+            .map(|a| match &a.error {
+                Some(error) => Err(error.clone()),
+                None => Ok(a.findings.clone()),
+            })
+            .collect();
+        planner = planner.with_investigator(Arc::new(ScriptedInvestigator::new(answers)));
+    }
     let result = futures::executor::block_on(planner.plan(&scenario.request));
     let expect = &scenario.expect;
     let requests = model.requests();
@@ -318,11 +344,91 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
             outcome.diagnostics.triage
         ));
     }
+    let investigation = outcome.diagnostics.investigation.as_ref();
+    if let Some(expected) = &expect.investigated {
+        let got: Vec<String> = investigation
+            .map(|i| {
+                i.findings
+                    .iter()
+                    .map(|f| format!("[{}] {}", f.source, f.text))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if &got != expected {
+            fail(format!("investigated {got:?}, expected {expected:?}"));
+        }
+    }
+    if let Some(needle) = &expect.investigation_error_contains {
+        let error = investigation
+            .and_then(|i| i.error.clone())
+            .unwrap_or_default();
+        if !error.contains(needle.as_str()) {
+            fail(format!("investigation error {error:?} lacks {needle:?}"));
+        }
+    }
     if failures.is_empty() {
         Ok(())
     } else {
         Err(failures)
     }
+}
+
+/// An investigator that answers after the budget: its findings are dropped with a warning and
+/// the plan is made without them.
+#[test]
+fn a_late_investigation_is_dropped_and_planning_goes_on() {
+    struct Slow;
+    impl plansmith_core::Investigator for Slow {
+        fn name(&self) -> String {
+            "slow".into()
+        }
+        fn investigate<'a>(
+            &'a self,
+            _query: &'a str,
+            _budget: std::time::Duration,
+        ) -> plansmith_core::llm::BoxFuture<'a, Result<Vec<Finding>, String>> {
+            Box::pin(async {
+                std::thread::sleep(std::time::Duration::from_millis(60));
+                Ok(vec![Finding {
+                    source: "slow".into(),
+                    text: "stale".into(),
+                }])
+            })
+        }
+    }
+    let reply = r#"{"thought": "t", "title": "Reply", "steps": [{"id": "s1", "type": "reply", "text": "ok"}]}"#;
+    let model = Arc::new(ScriptedModel::from_script(
+        serde_json::from_value(json!({"turns": [reply]})).unwrap(),
+    ));
+    let planner =
+        Planner::new(test_catalog(false), model.clone()).with_investigator(Arc::new(Slow));
+    let mut request = PlanRequest::new("Say ok");
+    request.options.investigate = true;
+    request.options.investigation_budget_ms = 10;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    assert_eq!(outcome.status, OutcomeStatus::Ready);
+    let investigation = outcome.diagnostics.investigation.unwrap();
+    assert!(investigation.findings.is_empty());
+    assert!(
+        investigation
+            .error
+            .unwrap()
+            .contains("past the 10 ms budget"),
+        "late answers are named as such"
+    );
+    assert!(
+        outcome
+            .diagnostics
+            .findings
+            .iter()
+            .any(|d| d.code.as_str() == "investigation_failed")
+    );
+    let prompt: String = model.requests()[0]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
+    assert!(!prompt.contains("stale"), "{prompt}");
 }
 
 #[test]

@@ -414,3 +414,58 @@ fn validate_reads_seed_shapes_and_names_every_problem() {
     assert_exit(&output, 2);
     assert!(text(&output.stderr).contains("is not a plan in any accepted shape"));
 }
+
+/// Background investigation (issue 9): the command's findings are shown and reach the prompt;
+/// a command that hangs is stopped at the budget and planning goes on with a warning.
+#[test]
+fn background_investigation_by_a_command() {
+    let output = plansmith(&[
+        "plan",
+        "Research the European EV market",
+        "--shape",
+        "research",
+        "--investigate",
+        "examples/investigate/ev-market.sh",
+        "--model",
+        "scripted:examples/replies/research-investigated.json",
+        "--outcome-json",
+    ]);
+    assert_exit(&output, 0);
+    let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let investigation = &outcome["diagnostics"]["investigation"];
+    assert_eq!(
+        investigation["investigator"],
+        "command:examples/investigate/ev-market.sh"
+    );
+    assert_eq!(investigation["findings"].as_array().unwrap().len(), 2);
+    assert!(
+        investigation["findings"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("(query: Research the European EV market)"),
+        "the query reached the command: {investigation}"
+    );
+    assert_eq!(outcome["plan"]["steps"].as_array().unwrap().len(), 3);
+
+    let started = std::time::Instant::now();
+    let output = plansmith(&[
+        "plan",
+        "Research the European EV market",
+        "--shape",
+        "research",
+        "--investigate",
+        "sleep 20",
+        "--investigate-timeout",
+        "300",
+        "--model",
+        "scripted:examples/replies/research-investigated.json",
+    ]);
+    assert_exit(&output, 0);
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let shown = text(&output.stdout);
+    assert!(
+        shown.contains("warning[investigation_failed]")
+            && shown.contains("did not finish within 300 ms"),
+        "{shown}"
+    );
+}
