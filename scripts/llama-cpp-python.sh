@@ -11,8 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version=0.3.36
-sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+version=0.3.36 # the sdist pinned in scripts/llama-sdist.sh
 root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
 out="$root/llama-cpp-python-$version"
 if [ -x "$out/bin/python" ] && "$out/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
@@ -23,14 +22,8 @@ command -v cmake >/dev/null 2>&1 || bash scripts/setup.sh >&2
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/plansmith-llama-cpp-python.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+sdist=$(bash scripts/llama-sdist.sh "$work")
 python="${PLANSMITH_PYTHON:-python3}"
-"$python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
-  "llama-cpp-python==$version" -d "$work" >&2
-sdist="$work/llama_cpp_python-$version.tar.gz"
-echo "$sha256  $sdist" | sha256sum --check --quiet - || {
-  echo "llama-cpp-python: sha256 mismatch for llama-cpp-python $version" >&2
-  exit 1
-}
 # Built in place (a venv records its path); a failed install is removed, so a later run starts
 # clean and the check at the top never accepts half an install.
 rm -rf "$out"

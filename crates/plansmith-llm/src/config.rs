@@ -196,14 +196,8 @@ impl ClientConfig {
         settings: &ProviderSettings,
     ) -> Result<ClientConfig, ConfigError> {
         settings.check("providers.openai")?;
-        let key_var = settings.key_variable("OPENAI_API_KEY");
-        let key = env(key_var)
-            .filter(|k| !k.trim().is_empty())
-            .ok_or_else(|| ConfigError::MissingEnv(key_var.to_owned()))?;
-        let base = env("OPENAI_BASE_URL")
-            .filter(|b| !b.trim().is_empty())
-            .or_else(|| settings.base_url.clone())
-            .unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
+        let (key, base) = settings.key_and_base(env, "OPENAI_API_KEY", "OPENAI_BASE_URL")?;
+        let base = base.unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
         let provider = if base.trim_end_matches('/') == OPENAI_BASE_URL {
             Provider::OpenAi
         } else {
@@ -270,14 +264,8 @@ impl ClientConfig {
         settings: &ProviderSettings,
     ) -> Result<ClientConfig, ConfigError> {
         settings.check("providers.anthropic")?;
-        let key_var = settings.key_variable("ANTHROPIC_API_KEY");
-        let key = env(key_var)
-            .filter(|k| !k.trim().is_empty())
-            .ok_or_else(|| ConfigError::MissingEnv(key_var.to_owned()))?;
-        let base = env("ANTHROPIC_BASE_URL")
-            .filter(|b| !b.trim().is_empty())
-            .or_else(|| settings.base_url.clone())
-            .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
+        let (key, base) = settings.key_and_base(env, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")?;
+        let base = base.unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
         let mut config = ClientConfig::new(
             Provider::Anthropic,
             base,
@@ -374,6 +362,24 @@ impl ProviderSettings {
             .as_deref()
             .map(str::trim)
             .unwrap_or(default)
+    }
+
+    /// The API key (required) from the key variable, and the base URL from `base_env`, else
+    /// the file's `base_url`.
+    fn key_and_base(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        default_key_env: &str,
+        base_env: &str,
+    ) -> Result<(String, Option<String>), ConfigError> {
+        let key_var = self.key_variable(default_key_env);
+        let key = env(key_var)
+            .filter(|k| !k.trim().is_empty())
+            .ok_or_else(|| ConfigError::MissingEnv(key_var.to_owned()))?;
+        let base = env(base_env)
+            .filter(|b| !b.trim().is_empty())
+            .or_else(|| self.base_url.clone());
+        Ok((key, base))
     }
 
     /// Applies timeouts, retries, strictness and strategies onto `config`.

@@ -361,23 +361,21 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
         .filter(|d| verbose || d.severity >= Severity::Warning)
         .collect();
     if let Some(investigation) = &outcome.diagnostics.investigation {
-        match &investigation.error {
-            None => {
-                out.push_str(&format!(
-                    "Background investigation ({}, {} ms):\n",
-                    investigation.investigator, investigation.elapsed_ms
-                ));
-                for finding in &investigation.findings {
-                    out.push_str(&format!("  [{}] {}\n", finding.source, finding.text));
-                }
-                if investigation.trimmed_chars > 0 {
-                    out.push_str(&format!(
-                        "  ({} characters cut to fit the prompt)\n",
-                        investigation.trimmed_chars
-                    ));
-                }
+        // A failed investigation shows as its `investigation_failed` diagnostic below.
+        if investigation.error.is_none() {
+            out.push_str(&format!(
+                "Background investigation ({}, {} ms):\n",
+                investigation.investigator, investigation.elapsed_ms
+            ));
+            for finding in &investigation.findings {
+                out.push_str(&format!("  [{}] {}\n", finding.source, finding.text));
             }
-            Some(_) => {} // Shown as an `investigation_failed` diagnostic below.
+            if investigation.trimmed_chars > 0 {
+                out.push_str(&format!(
+                    "  ({} characters cut to fit the prompt)\n",
+                    investigation.trimmed_chars
+                ));
+            }
         }
     }
     if !shown.is_empty() {
