@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api;
+mod browser;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,7 +24,8 @@ pub struct Server {
     _dir: tempfile::TempDir,
 }
 
-fn root() -> PathBuf {
+/// The workspace root.
+pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
