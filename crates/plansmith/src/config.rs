@@ -21,6 +21,10 @@
 //!
 //! [providers.anthropic]
 //! request_timeout_secs = 90
+//!
+//! [server]                             # plansmith serve
+//! addr = "127.0.0.1:8080"
+//! tokens = { "tok-alice" = "alice" }   # API token -> owner
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -43,6 +47,10 @@ pub struct FileConfig {
     /// Provider client settings.
     #[serde(default)]
     pub providers: ProviderTable,
+    /// `plansmith serve` settings (`[server]`: addr, tools, agents, tokens, rate_limit,
+    /// max_body_bytes, timeout_secs; read by `serve_cmd`).
+    #[serde(default)]
+    pub server: Option<toml::Table>,
     /// Where the settings came from (`None`: no file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -90,7 +98,8 @@ pub fn read(path: &Path) -> Result<FileConfig, CliError> {
     Ok(config)
 }
 
-fn parse(text: &str) -> anyhow::Result<FileConfig> {
+/// Parses and checks a config file's text.
+pub fn parse(text: &str) -> anyhow::Result<FileConfig> {
     let config: FileConfig = toml::from_str(text).map_err(|err| {
         let message = err.to_string();
         if message.contains("api_key`") && !message.contains("api_key_env") {

@@ -28,6 +28,7 @@ mod model;
 mod models_cmd;
 mod plan_cmd;
 mod plans_cmd;
+mod serve_cmd;
 mod tools_cmd;
 mod validate_cmd;
 
@@ -95,6 +96,8 @@ enum Command {
     Validate(validate_cmd::ValidateArgs),
     /// Stored plans: list, show, history, accept, reject, edit, answer, mark, delete.
     Plans(plans_cmd::PlansArgs),
+    /// Serve the HTTP API, live events and the review page.
+    Serve(serve_cmd::ServeArgs),
     /// Inspect tool catalogs.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -216,6 +219,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
     match command {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
         Command::Validate(args) => validate_cmd::run(args),
         #[cfg(feature = "local")]

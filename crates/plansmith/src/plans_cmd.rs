@@ -259,7 +259,7 @@ fn location(store: Option<&str>) -> Result<Location, CliError> {
     }
 }
 
-async fn open(store: Option<&str>) -> Result<PlanStore, CliError> {
+pub(crate) async fn open(store: Option<&str>) -> Result<PlanStore, CliError> {
     let location = location(store)?;
     PlanStore::open(&location)
         .await

@@ -1,0 +1,159 @@
+//! The one table of error codes at the HTTP edge (STYLE §2): code → HTTP status → JSON body
+//! `{code, message, details}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use plansmith_core::PlanError;
+use plansmith_store::StoreError;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Every error code the API answers with, and its HTTP status.
+///
+/// | code | status | when |
+/// |---|---|---|
+/// | `bad_request` | 400 | malformed JSON, query or path; bad step index or status; bad edit |
+/// | `unauthorized` | 401 | tokens are configured and the bearer token is missing or unknown |
+/// | `not_found` | 404 | no such plan or version (or it belongs to another owner) |
+/// | `method_not_allowed` | 405 | the route exists but not with this method |
+/// | `conflict` | 409 | stale version, taken id, or a review state that forbids the operation |
+/// | `payload_too_large` | 413 | the body is over the configured limit |
+/// | `unsupported_media_type` | 415 | a JSON body without `content-type: application/json` |
+/// | `invalid_plan` | 422 | an edit made the plan invalid; `details` is the diagnostics list |
+/// | `planning_failed` | 422 | no valid plan could be had; `details` is the engine's diagnostics |
+/// | `rate_limited` | 429 | over the configured requests per second |
+/// | `internal` | 500 | the store failed |
+/// | `model_error` | 502 | the language model failed |
+/// | `timeout` | 503 | the request took longer than the configured timeout |
+pub const ERROR_TABLE: &[(&str, u16)] = &[
+    ("bad_request", 400),
+    ("unauthorized", 401),
+    ("not_found", 404),
+    ("method_not_allowed", 405),
+    ("conflict", 409),
+    ("payload_too_large", 413),
+    ("unsupported_media_type", 415),
+    ("invalid_plan", 422),
+    ("planning_failed", 422),
+    ("rate_limited", 429),
+    ("internal", 500),
+    ("model_error", 502),
+    ("timeout", 503),
+];
+
+/// The JSON body of every error response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// One of the codes of [`ERROR_TABLE`].
+    pub code: String,
+    /// What went wrong, for people.
+    pub message: String,
+    /// Structured details (diagnostics for `invalid_plan` / `planning_failed`), else `null`.
+    pub details: Value,
+}
+
+/// An error answered by the API.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    /// The code (a key of [`ERROR_TABLE`]).
+    pub code: &'static str,
+    /// The message.
+    pub message: String,
+    /// The details.
+    pub details: Value,
+}
+
+impl ApiError {
+    /// An error with this code and message and no details.
+    pub fn new(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+            details: Value::Null,
+        }
+    }
+
+    /// Adds details.
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = details;
+        self
+    }
+
+    /// The HTTP status of the code (500 for a code missing from the table).
+    pub fn status(&self) -> StatusCode {
+        ERROR_TABLE
+            .iter()
+            .find(|(code, _)| *code == self.code)
+            .and_then(|(_, status)| StatusCode::from_u16(*status).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The not-found error for a plan id.
+    pub fn plan_not_found(id: &str) -> ApiError {
+        ApiError::new("not_found", format!("no plan with id `{id}`"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(code = self.code, message = %self.message, "request failed");
+        }
+        let body = ErrorBody {
+            code: self.code.to_owned(),
+            message: self.message,
+            details: self.details,
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> ApiError {
+        let message = err.to_string();
+        match err {
+            StoreError::NotFound(_) | StoreError::NoActivePlan(_) => {
+                ApiError::new("not_found", message)
+            }
+            StoreError::AlreadyExists(_)
+            | StoreError::Conflict { .. }
+            | StoreError::InvalidState { .. } => ApiError::new("conflict", message),
+            StoreError::InvalidStep { .. }
+            | StoreError::InvalidStatus { .. }
+            | StoreError::BadEdit(_) => ApiError::new("bad_request", message),
+            StoreError::Invalid { diagnostics } => ApiError::new("invalid_plan", message)
+                .with_details(serde_json::to_value(diagnostics).unwrap_or(Value::Null)),
+            StoreError::Planning(plan_error) => ApiError::from(plan_error),
+            _ => ApiError::new("internal", message),
+        }
+    }
+}
+
+impl From<PlanError> for ApiError {
+    fn from(err: PlanError) -> ApiError {
+        let message = err.to_string();
+        let details = err
+            .diagnostics()
+            .and_then(|d| serde_json::to_value(d).ok())
+            .unwrap_or(Value::Null);
+        match err {
+            PlanError::Model { .. } => ApiError::new("model_error", message).with_details(details),
+            PlanError::InvalidRequest(_) => ApiError::new("bad_request", message),
+            PlanError::Template(_) => ApiError::new("internal", message),
+            _ => ApiError::new("planning_failed", message).with_details(details),
+        }
+    }
+}
+
+/// Maps an axum extractor rejection (JSON body, query, path) to the table.
+pub(crate) fn rejection(status: StatusCode, text: String) -> ApiError {
+    let code = match status.as_u16() {
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        _ => "bad_request",
+    };
+    ApiError::new(code, text)
+}

@@ -1,0 +1,165 @@
+//! plansmith-server: the engine as an HTTP service.
+//!
+//! [`router`] builds the axum router of the `/v1` API (plan, list, get, history, feedback,
+//! step updates, delete, live events over SSE), `/metrics`, `/healthz` and the review page at
+//! `/`. This is the only crate of the workspace that knows HTTP routes.
+//!
+//! - Errors: one table, [`error::ERROR_TABLE`]; every error body is `{code, message, details}`.
+//! - Tenancy: with API tokens configured ([`ServerConfig::tokens`]) each request needs
+//!   `Authorization: Bearer TOKEN`, the token names an owner, and an owner sees only its own
+//!   plans (others' answer `not_found`). With no tokens the server is single-user and
+//!   [`ServerConfig::check_bind`] refuses any address but loopback.
+//! - Events: [`events::EventBus`] has one broadcast channel per plan; other crates publish
+//!   into it through [`AppState::bus`].
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod error;
+pub mod events;
+pub mod metrics;
+mod routes;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use plansmith_core::Planner;
+use plansmith_store::PlanStore;
+
+pub use error::{ApiError, ERROR_TABLE, ErrorBody};
+pub use events::{EventBus, PlanBusEvent};
+pub use metrics::Metrics;
+pub use routes::{CreatePlan, Feedback, StepUpdate};
+
+/// Server settings (the CLI layers defaults → file → `PLANSMITH_*` env → flags into this).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// API token → owner. Empty: no authentication, loopback only.
+    pub tokens: HashMap<String, String>,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Requests per second over all clients (0: unlimited).
+    pub rate_limit_per_sec: u32,
+    /// Longest time to answer a request (SSE streams excepted once they started).
+    pub request_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            tokens: HashMap::new(),
+            max_body_bytes: 1 << 20,
+            rate_limit_per_sec: 0,
+            request_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A configuration that cannot serve.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No tokens and an address that is not loopback.
+    #[error(
+        "refusing to listen on {0} without API tokens: set tokens (PLANSMITH_TOKENS=token:owner,…) or listen on loopback"
+    )]
+    OpenWithoutTokens(SocketAddr),
+}
+
+impl ServerConfig {
+    /// Checks that the address is loopback when no tokens are configured.
+    pub fn check_bind(&self, addr: SocketAddr) -> Result<(), ConfigError> {
+        if self.tokens.is_empty() && !addr.ip().is_loopback() {
+            return Err(ConfigError::OpenWithoutTokens(addr));
+        }
+        Ok(())
+    }
+}
+
+/// Everything the handlers share. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// The plan store.
+    pub store: PlanStore,
+    /// The planner (model + catalog).
+    pub planner: Arc<Planner>,
+    /// Settings.
+    pub config: Arc<ServerConfig>,
+    /// Per-plan event channels.
+    pub bus: EventBus,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    limiter: Arc<Mutex<Bucket>>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("planner", &self.planner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl AppState {
+    /// State over a store and a planner.
+    pub fn new(store: PlanStore, planner: Planner, config: ServerConfig) -> AppState {
+        let tokens = f64::from(config.rate_limit_per_sec);
+        AppState {
+            store,
+            planner: Arc::new(planner),
+            config: Arc::new(config),
+            bus: EventBus::new(),
+            metrics: Arc::new(Metrics::new()),
+            limiter: Arc::new(Mutex::new(Bucket {
+                tokens,
+                last: Instant::now(),
+            })),
+        }
+    }
+
+    /// Takes one token from the rate-limit bucket; false when empty.
+    fn admit(&self) -> bool {
+        let rate = f64::from(self.config.rate_limit_per_sec);
+        if rate <= 0.0 {
+            return true;
+        }
+        let Ok(mut bucket) = self.limiter.lock() else {
+            return true;
+        };
+        let now = Instant::now();
+        let refill = now.duration_since(bucket.last).as_secs_f64() * rate;
+        bucket.tokens = (bucket.tokens + refill).min(rate);
+        bucket.last = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The whole HTTP API and the review page. Other crates add routes with `.merge(…)` /
+/// `.nest(…)` on the result.
+pub fn router(state: AppState) -> Router {
+    routes::router(state)
+}
+
+/// Serves `router(state)` on a bound listener until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

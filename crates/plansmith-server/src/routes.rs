@@ -1,0 +1,604 @@
+//! The routes and their handlers.
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::extract::{
+    DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Query, Request, State,
+};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use axum::{Json, Router};
+use futures::Stream;
+use plansmith_core::{Diagnostic, Diagnostics, OutcomeStatus, PlanEvent, PlanRequest, StepStatus};
+use plansmith_store::store::parse_status;
+use plansmith_store::{Change, ListFilter, Page, Review, ReviewState, StoredPlan, Trigger};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::AppState;
+use crate::error::{ApiError, rejection};
+use crate::events::PlanBusEvent;
+
+/// The review page.
+const INDEX_HTML: &str = include_str!("../assets/index.html");
+/// Largest page of `GET /v1/plans`.
+const MAX_LIMIT: u32 = 500;
+
+pub(crate) fn router(state: AppState) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/plans", post(create_plan).get(list_plans))
+        .route("/v1/plans/{id}", get(get_plan).delete(delete_plan))
+        .route("/v1/plans/{id}/history", get(history))
+        .route("/v1/plans/{id}/feedback", post(feedback))
+        .route("/v1/plans/{id}/steps/{step}", patch(update_step))
+        .route("/v1/plans/{id}/events", get(events))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+// ------------------------------------------------------------------ extractors and middleware
+
+/// A JSON body whose rejections come out of the error table.
+struct ApiJson<T>(T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(err) => Err(rejection(err.status(), err.body_text())),
+        }
+    }
+}
+
+/// A query string whose rejections come out of the error table.
+struct ApiQuery<T>(T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(ApiQuery(value)),
+            Err(err) => Err(rejection(err.status(), err.body_text())),
+        }
+    }
+}
+
+/// Path parameters whose rejections come out of the error table.
+struct ApiPath<T>(T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(ApiPath(value)),
+            Err(err) => Err(rejection(err.status(), err.body_text())),
+        }
+    }
+}
+
+/// Who calls: the owner its token maps to, or `None` without tokens (single user, sees all).
+struct Caller(Option<String>);
+
+impl Caller {
+    fn actor(&self) -> String {
+        self.0.clone().unwrap_or_else(|| "api".to_owned())
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if state.config.tokens.is_empty() {
+            return Ok(Caller(None));
+        }
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match token.and_then(|t| state.config.tokens.get(t)) {
+            Some(owner) => Ok(Caller(Some(owner.clone()))),
+            None => Err(ApiError::new(
+                "unauthorized",
+                "a valid `Authorization: Bearer TOKEN` header is required",
+            )),
+        }
+    }
+}
+
+/// Rate limit, timeout, and latency metrics for every request.
+async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let response = if !state.admit() {
+        ApiError::new("rate_limited", "too many requests; retry shortly").into_response()
+    } else {
+        match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
+            Ok(response) => response,
+            Err(_) => ApiError::new(
+                "timeout",
+                format!(
+                    "no answer within {} s",
+                    state.config.request_timeout.as_secs_f64()
+                ),
+            )
+            .into_response(),
+        }
+    };
+    state.metrics.record_http(
+        &route,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new("not_found", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new("method_not_allowed", "this route does not take this method")
+}
+
+/// Loads a plan the caller may see (another owner's plan is `not_found`).
+async fn load(state: &AppState, caller: &Caller, id: &str) -> Result<StoredPlan, ApiError> {
+    let stored = state.store.get(id).await?;
+    if let Some(owner) = &caller.0
+        && stored.plan.owner.as_deref() != Some(owner.as_str())
+    {
+        return Err(ApiError::plan_not_found(id));
+    }
+    Ok(stored)
+}
+
+fn publish_stored(state: &AppState, kind: &str, stored: &StoredPlan) {
+    state.bus.publish(PlanBusEvent {
+        kind: kind.to_owned(),
+        plan_id: stored.plan.id.clone(),
+        version: Some(stored.version()),
+        data: serde_json::to_value(stored).unwrap_or(Value::Null),
+    });
+    if matches!(
+        stored.state,
+        ReviewState::AwaitingReview | ReviewState::NeedsInput
+    ) {
+        state.bus.publish(PlanBusEvent {
+            kind: "review_requested".to_owned(),
+            plan_id: stored.plan.id.clone(),
+            version: Some(stored.version()),
+            data: json!({"state": stored.state, "questions": stored.plan.questions}),
+        });
+    }
+}
+
+// ------------------------------------------------------------------ small routes
+
+async fn index() -> Html<&'static str> {
+    Html(INDEX_HTML)
+}
+
+async fn healthz(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({"status": "ok", "store": format!("{:?}", state.store.backend()).to_lowercase()}))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+// ------------------------------------------------------------------ plans
+
+/// Body of `POST /v1/plans`: a plan request plus review settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreatePlan {
+    /// The request (the engine's wire contract; `owner` is the caller's under tokens).
+    #[serde(flatten)]
+    pub request: PlanRequest,
+    /// Accept the plan without review (questions still wait for answers).
+    #[serde(default)]
+    pub auto_accept: bool,
+    /// Review rounds before the policy applies (default 3).
+    #[serde(default)]
+    pub max_iterations: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateQuery {
+    #[serde(default)]
+    stream: bool,
+}
+
+/// Answer of `POST /v1/plans`.
+#[derive(Debug, Serialize)]
+struct Created {
+    #[serde(flatten)]
+    status: OutcomeStatus,
+    stored: StoredPlan,
+    diagnostics: Diagnostics,
+}
+
+async fn create_plan(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(query): ApiQuery<CreateQuery>,
+    ApiJson(body): ApiJson<CreatePlan>,
+) -> Result<Response, ApiError> {
+    let mut request = body.request;
+    if caller.0.is_some() {
+        request.owner = caller.0.clone();
+    }
+    if request.query.trim().is_empty() {
+        return Err(ApiError::new("bad_request", "`query` is empty"));
+    }
+    let mut review = Review {
+        auto_accept: body.auto_accept,
+        ..Review::default()
+    };
+    if let Some(max) = body.max_iterations {
+        review.max_iterations = max;
+    }
+    if !query.stream {
+        let created = plan_and_store(&state, &request, review, &caller.actor(), None).await?;
+        return Ok((StatusCode::CREATED, Json(created)).into_response());
+    }
+    let (tx, rx) = mpsc::unbounded_channel::<Event>();
+    let actor = caller.actor();
+    tokio::spawn(async move {
+        let result = plan_and_store(&state, &request, review, &actor, Some(tx.clone())).await;
+        let event = match result {
+            Ok(created) => sse_json("outcome", &created),
+            Err(err) => sse_json(
+                "error",
+                &json!({"code": err.code, "message": err.message, "details": err.details}),
+            ),
+        };
+        let _ = tx.send(event);
+    });
+    Ok(sse(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|event| (Ok(event), rx))
+    }))
+    .into_response())
+}
+
+fn sse_json(kind: &str, value: &impl Serialize) -> Event {
+    let data = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
+    Event::default().event(kind).data(data)
+}
+
+fn sse<S>(stream: S) -> impl IntoResponse
+where
+    S: Stream<Item = Result<Event, Infallible>> + Send + 'static,
+{
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+async fn plan_and_store(
+    state: &AppState,
+    request: &PlanRequest,
+    review: Review,
+    actor: &str,
+    events: Option<mpsc::UnboundedSender<Event>>,
+) -> Result<Created, ApiError> {
+    let result = match events {
+        None => state.planner.plan(request).await,
+        Some(tx) => {
+            let mut on_event = move |event: PlanEvent| {
+                let kind = match &event {
+                    PlanEvent::AttemptStarted { .. } => "attempt_started",
+                    PlanEvent::Token { .. } => "token",
+                    PlanEvent::Step { .. } => "step",
+                    PlanEvent::Repair { .. } => "repair",
+                };
+                let _ = tx.send(sse_json(kind, &event));
+            };
+            state.planner.plan_with_events(request, &mut on_event).await
+        }
+    };
+    let mut outcome = match result {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            state.metrics.record_failure();
+            return Err(err.into());
+        }
+    };
+    state.metrics.record_outcome(&outcome);
+    if request.owner.is_some() {
+        outcome.plan.owner = request.owner.clone();
+    }
+    let stored = state.store.submit(&outcome, request, review, actor).await?;
+    publish_stored(state, "plan_created", &stored);
+    Ok(Created {
+        status: outcome.status,
+        stored,
+        diagnostics: outcome.diagnostics,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    owner: Option<String>,
+    conversation_id: Option<String>,
+    thread_id: Option<String>,
+    state: Option<ReviewState>,
+    limit: Option<u32>,
+    #[serde(default)]
+    offset: u32,
+}
+
+async fn list_plans(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Page>, ApiError> {
+    let filter = ListFilter {
+        owner: caller.0.clone().or(query.owner),
+        conversation_id: query.conversation_id,
+        thread_id: query.thread_id,
+        state: query.state,
+        limit: Some(query.limit.unwrap_or(50).clamp(1, MAX_LIMIT)),
+        offset: query.offset,
+    };
+    Ok(Json(state.store.list(&filter).await?))
+}
+
+#[derive(Debug, Deserialize)]
+struct VersionQuery {
+    version: Option<u32>,
+}
+
+async fn get_plan(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<VersionQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let stored = load(&state, &caller, &id).await?;
+    let value = match query.version {
+        None => serde_json::to_value(&stored),
+        Some(version) if version == 0 || version > stored.version() => {
+            return Err(ApiError::new(
+                "not_found",
+                format!("plan `{id}` has no version {version}"),
+            ));
+        }
+        Some(version) => {
+            let plan = state.store.get_version(&id, version).await?;
+            serde_json::to_value(json!({"plan": plan, "version": version}))
+        }
+    };
+    value
+        .map(Json)
+        .map_err(|err| ApiError::new("internal", err.to_string()))
+}
+
+async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    load(&state, &caller, &id).await?;
+    let versions = state.store.history(&id).await?;
+    Ok(Json(json!({"versions": versions})))
+}
+
+async fn delete_plan(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    load(&state, &caller, &id).await?;
+    state.store.delete(&id).await?;
+    state.bus.publish(PlanBusEvent {
+        kind: "plan_deleted".to_owned(),
+        plan_id: id,
+        version: None,
+        data: Value::Null,
+    });
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Body of `POST /v1/plans/{id}/feedback`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Feedback {
+    /// Accept the plan.
+    Accept,
+    /// Reject it, with an optional reason.
+    Reject {
+        /// Why.
+        #[serde(default)]
+        text: Option<String>,
+    },
+    /// Free-text feedback: replanned by the model.
+    Edit {
+        /// The feedback.
+        text: String,
+    },
+    /// A structured edit: an RFC 6902 JSON Patch on the plan document, re-validated.
+    Patch {
+        /// The operations.
+        patch: Value,
+    },
+    /// Answers to the plan's questions: replanned by the model.
+    Answer {
+        /// The answers.
+        text: String,
+    },
+}
+
+/// Answer of the feedback and step routes: the stored plan and the warnings of a patch.
+#[derive(Debug, Serialize)]
+struct Updated {
+    #[serde(flatten)]
+    stored: StoredPlan,
+    diagnostics: Vec<Diagnostic>,
+}
+
+async fn feedback(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<Feedback>,
+) -> Result<Json<Updated>, ApiError> {
+    load(&state, &caller, &id).await?;
+    let actor = caller.actor();
+    let store = &state.store;
+    let planner = state.planner.as_ref();
+    let (stored, diagnostics) = match body {
+        Feedback::Accept => (store.accept(&id, &actor).await?, Vec::new()),
+        Feedback::Reject { text } => (
+            store.reject(&id, text.as_deref(), &actor).await?,
+            Vec::new(),
+        ),
+        Feedback::Edit { text } => (store.edit(&id, &text, planner, &actor).await?, Vec::new()),
+        Feedback::Answer { text } => (store.answer(&id, &text, planner, &actor).await?, Vec::new()),
+        Feedback::Patch { patch } => store.patch(&id, &patch, planner.catalog(), &actor).await?,
+    };
+    publish_stored(&state, "plan_updated", &stored);
+    Ok(Json(Updated {
+        stored,
+        diagnostics,
+    }))
+}
+
+/// Body of `PATCH /v1/plans/{id}/steps/{step}` (step: 0-based index or step id).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepUpdate {
+    /// New status: `not_started`, `in_progress`, `completed`, `blocked`, `failed`, `skipped`.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// New notes.
+    #[serde(default)]
+    pub notes: Option<String>,
+    /// The step's result.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// Write only if the plan is still at this version (else `conflict`).
+    #[serde(default)]
+    pub expected_version: Option<u32>,
+}
+
+async fn update_step(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((id, step)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<StepUpdate>,
+) -> Result<Json<Updated>, ApiError> {
+    let current = load(&state, &caller, &id).await?;
+    let status: Option<StepStatus> = body.status.as_deref().map(parse_status).transpose()?;
+    let mut plan = current.plan.clone();
+    let index = match step.parse::<usize>() {
+        Ok(i) if i < plan.steps.len() => Some(i),
+        Ok(_) => None,
+        Err(_) => plan.steps.iter().position(|s| s.id == step),
+    };
+    let Some(target) = index.and_then(|i| plan.steps.get_mut(i)) else {
+        return Err(ApiError::new(
+            "bad_request",
+            format!(
+                "invalid step {step}: valid indices range from 0 to {} (or a step id)",
+                plan.steps.len().saturating_sub(1)
+            ),
+        ));
+    };
+    if let Some(status) = status {
+        target.status = status;
+    }
+    if let Some(notes) = &body.notes {
+        target.notes = notes.clone();
+    }
+    if let Some(result) = &body.result {
+        target.result = Some(result.clone());
+    }
+    let event = json!({
+        "step": target.id, "status": target.status, "notes": target.notes, "result": target.result,
+    });
+    let stored = state
+        .store
+        .write(Change {
+            expected_version: body.expected_version.unwrap_or(current.version()),
+            plan,
+            state: current.state,
+            review: current.review,
+            trigger: Trigger::StepUpdate,
+            actor: caller.actor(),
+        })
+        .await?;
+    state.bus.publish(PlanBusEvent {
+        kind: "step_status".to_owned(),
+        plan_id: id,
+        version: Some(stored.version()),
+        data: event,
+    });
+    Ok(Json(Updated {
+        stored,
+        diagnostics: Vec::new(),
+    }))
+}
+
+async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let receiver = state
+        .bus
+        .subscribe(&id)
+        .ok_or_else(|| ApiError::new("internal", "the event bus is unavailable"))?;
+    let stored = load(&state, &caller, &id).await?;
+    let first = sse_json("snapshot", &stored);
+    let stream = futures::stream::unfold(
+        (Some(first), receiver),
+        |(first, mut receiver): (Option<Event>, broadcast::Receiver<PlanBusEvent>)| async move {
+            if let Some(first) = first {
+                return Some((Ok(first), (None, receiver)));
+            }
+            loop {
+                match receiver.recv().await {
+                    Ok(event) => {
+                        let done = event.kind == "plan_deleted";
+                        let sse_event = sse_json(&event.kind, &event);
+                        if done {
+                            // One last event, then the stream ends.
+                            return Some((Ok(sse_event), (None, closed_receiver())));
+                        }
+                        return Some((Ok(sse_event), (None, receiver)));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    Ok(sse(stream).into_response())
+}
+
+/// A receiver whose channel is closed (ends a stream after its last event).
+fn closed_receiver() -> broadcast::Receiver<PlanBusEvent> {
+    broadcast::channel(1).1
+}

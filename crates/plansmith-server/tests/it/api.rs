@@ -1,0 +1,485 @@
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::{call, read_sse, reply, start, tokens};
+use plansmith_server::ServerConfig;
+
+fn weather() -> Value {
+    json!({"query": "Email Bob the weather in Paris"})
+}
+
+async fn create(server: &crate::Server, token: Option<&str>) -> Value {
+    let (status, body) = call(server, Method::POST, "/v1/plans", Some(weather()), token).await;
+    assert_eq!(status, 201, "{body}");
+    body
+}
+
+fn assert_error(status: u16, body: &Value, want_status: u16, want_code: &str) {
+    assert_eq!(status, want_status, "{body}");
+    assert_eq!(body["code"], want_code, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(body.get("details").is_some(), "{body}");
+}
+
+#[tokio::test]
+async fn plan_get_list_history_delete() {
+    let s = start(reply("weather-email.json", 3), ServerConfig::default()).await;
+    let created = create(&s, None).await;
+    assert_eq!(created["status"], "ready");
+    assert_eq!(created["stored"]["state"], "awaiting_review");
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        created["stored"]["plan"]["steps"].as_array().unwrap().len(),
+        3
+    );
+
+    let (status, got) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(got["plan"]["id"], id.as_str());
+
+    create(&s, None).await;
+    let (status, page) = call(&s, Method::GET, "/v1/plans?limit=1", None, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["total"], 2);
+    assert_eq!(page["plans"].as_array().unwrap().len(), 1);
+    assert_eq!(page["next_offset"], 1);
+    let (_, page) = call(&s, Method::GET, "/v1/plans?state=accepted", None, None).await;
+    assert_eq!(page["total"], 0);
+    let (status, body) = call(&s, Method::GET, "/v1/plans?state=nonsense", None, None).await;
+    assert_error(status, &body, 400, "bad_request");
+
+    let (status, h) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans/{id}/history"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(h["versions"].as_array().unwrap().len(), 1);
+    assert_eq!(h["versions"][0]["trigger"], "created");
+
+    let (status, v1) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans/{id}?version=1"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(v1["version"], 1);
+    let (status, body) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans/{id}?version=9"),
+        None,
+        None,
+    )
+    .await;
+    assert_error(status, &body, 404, "not_found");
+
+    let (status, _) = call(&s, Method::DELETE, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(status, 204);
+    let (status, body) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = call(&s, Method::DELETE, &format!("/v1/plans/{id}"), None, None).await;
+    assert_error(status, &body, 404, "not_found");
+}
+
+#[tokio::test]
+async fn feedback_accept_reject_patch_answer() {
+    let mut turns = reply("weather-email.json", 2);
+    turns.extend(reply("missing-recipient.json", 1));
+    turns.extend(reply("weather-email.json", 1));
+    let s = start(turns, ServerConfig::default()).await;
+    let id = |v: &Value| v["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+
+    // accept, then accepting again is a conflict
+    let a = id(&create(&s, None).await);
+    let path = format!("/v1/plans/{a}/feedback");
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &path,
+        Some(json!({"action": "accept"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "accepted");
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &path,
+        Some(json!({"action": "accept"})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 409, "conflict");
+
+    // structured edit: a valid argument change is stored, an unknown tool is refused with
+    // the engine's diagnostics
+    let b = id(&create(&s, None).await);
+    let path = format!("/v1/plans/{b}/feedback");
+    let patch = json!({"action": "patch", "patch": [
+        {"op": "replace", "path": "/steps/0/action/arguments/city", "value": "Lyon"}]});
+    let (status, body) = call(&s, Method::POST, &path, Some(patch), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "Lyon"
+    );
+    assert_eq!(body["plan"]["version"], 2);
+    let bad = json!({"action": "patch", "patch": [
+        {"op": "replace", "path": "/steps/0/action/name", "value": "no_such_tool"}]});
+    let (status, body) = call(&s, Method::POST, &path, Some(bad), None).await;
+    assert_error(status, &body, 422, "invalid_plan");
+    let diagnostics = body["details"].as_array().unwrap();
+    assert!(!diagnostics.is_empty());
+    assert!(
+        diagnostics
+            .iter()
+            .all(|d| d["code"].is_string() && d["severity"].is_string()),
+        "{body}"
+    );
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &path,
+        Some(json!({"action": "patch", "patch": 5})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &path,
+        Some(json!({"action": "reject", "text": "no"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "rejected");
+
+    // a plan with a question: answer it, the replan is stored for review
+    let request = json!({"query": "Email the report", "options": {"max_repairs": 0}});
+    let (status, c) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
+    assert_eq!(status, 201, "{c}");
+    assert_eq!(c["stored"]["state"], "needs_input", "{c}");
+    assert!(
+        !c["stored"]["plan"]["questions"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let path = format!("/v1/plans/{}/feedback", id(&c));
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &path,
+        Some(json!({"action": "answer", "text": "bob@example.com"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "awaiting_review");
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &path,
+        Some(json!({"action": "dance"})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+}
+
+#[tokio::test]
+async fn step_updates_and_live_events() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let created = create(&s, None).await;
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+
+    let events = s
+        .client
+        .get(format!("{}/v1/plans/{id}/events", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+    assert!(
+        events.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let reader = tokio::spawn(read_sse(events, |kind, _| kind == "step_status"));
+    // give the subscription time to be read (the snapshot is sent first)
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &format!("/v1/plans/{id}/steps/s1"),
+        Some(json!({"status": "in_progress", "notes": "fetching", "result": {"temp": 21}})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["plan"]["steps"][0]["status"], "in_progress");
+    assert_eq!(body["plan"]["steps"][0]["result"]["temp"], 21);
+
+    let seen = reader.await.unwrap();
+    assert_eq!(seen[0].0, "snapshot");
+    let (_, last) = seen.last().unwrap();
+    assert_eq!(last["data"]["step"], "s1");
+    assert_eq!(last["data"]["status"], "in_progress");
+    assert_eq!(last["version"], 2);
+
+    let path = format!("/v1/plans/{id}/steps/1");
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &path,
+        Some(json!({"status": "done-ish"})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &format!("/v1/plans/{id}/steps/99"),
+        Some(json!({"status": "completed"})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &path,
+        Some(json!({"status": "completed", "expected_version": 1})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 409, "conflict");
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &path,
+        Some(json!({"status": "completed", "expected_version": 2})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["plan"]["steps"][1]["status"], "completed");
+    let (status, body) = call(&s, Method::GET, "/v1/plans/nope/events", None, None).await;
+    assert_error(status, &body, 404, "not_found");
+}
+
+#[tokio::test]
+async fn streaming_plan_sends_steps_then_the_outcome() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let response = s
+        .client
+        .post(format!("{}/v1/plans?stream=true", s.base))
+        .header("content-type", "application/json")
+        .body(weather().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let events = read_sse(response, |kind, _| kind == "outcome" || kind == "error").await;
+    let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(kinds.contains(&"attempt_started"), "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "step").count(),
+        3,
+        "{kinds:?}"
+    );
+    let (kind, outcome) = events.last().unwrap();
+    assert_eq!(kind, "outcome");
+    assert_eq!(outcome["status"], "ready");
+    let id = outcome["stored"]["plan"]["id"].as_str().unwrap();
+    let (status, _) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(status, 200, "the streamed plan is stored");
+}
+
+#[tokio::test]
+async fn error_table_at_the_edge() {
+    let config = ServerConfig {
+        max_body_bytes: 2048,
+        ..ServerConfig::default()
+    };
+    let s = start(Vec::new(), config).await;
+    let post = |body: &'static str, ct: Option<&'static str>| {
+        let mut req = s.client.post(format!("{}/v1/plans", s.base)).body(body);
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        req.send()
+    };
+    let read = |r: reqwest::Response| async move {
+        let status = r.status().as_u16();
+        (
+            status,
+            serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap(),
+        )
+    };
+    let (status, body) = read(post("{not json", Some("application/json")).await.unwrap()).await;
+    assert_error(status, &body, 400, "bad_request");
+    let (status, body) = read(post("{}", Some("application/json")).await.unwrap()).await;
+    assert_error(status, &body, 400, "bad_request");
+    let (status, body) = read(post("{\"query\": \"x\"}", None).await.unwrap()).await;
+    assert_error(status, &body, 415, "unsupported_media_type");
+    let big = format!("{{\"query\": \"{}\"}}", "x".repeat(10_000));
+    let (status, body) = read(
+        s.client
+            .post(format!("{}/v1/plans", s.base))
+            .header("content-type", "application/json")
+            .body(big)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_error(status, &body, 413, "payload_too_large");
+    // the scripted model has no turns left: the model failed
+    let (status, body) = call(&s, Method::POST, "/v1/plans", Some(weather()), None).await;
+    assert_error(status, &body, 502, "model_error");
+    let (status, body) = call(&s, Method::GET, "/v2/nothing", None, None).await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = call(&s, Method::PUT, "/v1/plans", None, None).await;
+    assert_error(status, &body, 405, "method_not_allowed");
+    let (status, body) = call(&s, Method::GET, "/v1/plans?limit=-3", None, None).await;
+    assert_error(status, &body, 400, "bad_request");
+    // every code of the table maps to its status
+    for (code, status) in plansmith_server::ERROR_TABLE {
+        let err = plansmith_server::ApiError::new(code, "x");
+        assert_eq!(err.status().as_u16(), *status, "{code}");
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_answers_429() {
+    let config = ServerConfig {
+        rate_limit_per_sec: 3,
+        ..ServerConfig::default()
+    };
+    let s = start(Vec::new(), config).await;
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let (status, body) = call(&s, Method::GET, "/healthz", None, None).await;
+        if status == 429 {
+            assert_eq!(body["code"], "rate_limited");
+        }
+        statuses.push(status);
+    }
+    assert!(
+        statuses.contains(&200) && statuses.contains(&429),
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn tokens_map_to_owners_and_owners_see_only_their_plans() {
+    let s = start(
+        reply("weather-email.json", 2),
+        tokens(&[("ta", "alice"), ("tb", "bob")]),
+    )
+    .await;
+    let (status, body) = call(&s, Method::GET, "/v1/plans", None, None).await;
+    assert_error(status, &body, 401, "unauthorized");
+    let (status, body) = call(&s, Method::GET, "/v1/plans", None, Some("wrong")).await;
+    assert_error(status, &body, 401, "unauthorized");
+
+    let created = create(&s, Some("ta")).await;
+    assert_eq!(created["stored"]["plan"]["owner"], "alice");
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let (_, mine) = call(&s, Method::GET, "/v1/plans", None, Some("ta")).await;
+    assert_eq!(mine["total"], 1);
+    let (_, theirs) = call(&s, Method::GET, "/v1/plans?owner=alice", None, Some("tb")).await;
+    assert_eq!(theirs["total"], 0, "bob cannot list alice's plans");
+    for (method, path, body) in [
+        (Method::GET, format!("/v1/plans/{id}"), None),
+        (Method::GET, format!("/v1/plans/{id}/history"), None),
+        (Method::GET, format!("/v1/plans/{id}/events"), None),
+        (
+            Method::POST,
+            format!("/v1/plans/{id}/feedback"),
+            Some(json!({"action": "accept"})),
+        ),
+        (
+            Method::PATCH,
+            format!("/v1/plans/{id}/steps/0"),
+            Some(json!({"status": "completed"})),
+        ),
+        (Method::DELETE, format!("/v1/plans/{id}"), None),
+    ] {
+        let (status, body) = call(&s, method, &path, body, Some("tb")).await;
+        assert_error(status, &body, 404, "not_found");
+    }
+    let (status, _) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans/{id}"),
+        None,
+        Some("ta"),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn metrics_health_and_page() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    create(&s, None).await;
+    let (status, health) = call(&s, Method::GET, "/healthz", None, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(health["status"], "ok");
+    let text = s
+        .client
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        "plansmith_plans_total{outcome=\"ready\"} 1",
+        "plansmith_ready_ratio 1",
+        "plansmith_steps_per_plan_count 1",
+        "plansmith_stage_seconds_count{stage=\"total\"} 1",
+        "plansmith_http_request_seconds_count{route=\"/v1/plans\",status=\"201\"} 1",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+    let page = s.client.get(format!("{}/", s.base)).send().await.unwrap();
+    assert!(
+        page.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(page.text().await.unwrap().contains("plansmith"));
+}
+
+#[test]
+fn no_tokens_means_loopback_only() {
+    let config = ServerConfig::default();
+    assert!(config.check_bind("0.0.0.0:8080".parse().unwrap()).is_err());
+    assert!(config.check_bind("127.0.0.1:8080".parse().unwrap()).is_ok());
+    assert!(
+        tokens(&[("t", "o")])
+            .check_bind("0.0.0.0:8080".parse().unwrap())
+            .is_ok()
+    );
+}

@@ -1,0 +1,145 @@
+//! API tests through real HTTP on loopback: every endpoint, SSE streams, error cases.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod api;
+mod browser;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plansmith_core::{Catalog, Planner, ScriptedModel};
+use plansmith_server::{AppState, ServerConfig};
+use plansmith_store::{Location, PlanStore};
+use serde_json::Value;
+
+/// A running server on an ephemeral loopback port.
+/// A running server.
+pub struct Server {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// A client with a timeout.
+    pub client: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The model reply of an example script, `n` times.
+pub fn reply(name: &str, n: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("examples/replies").join(name)).unwrap();
+    let script: Value = serde_json::from_str(&text).unwrap();
+    let turn = script["turns"][0].as_str().unwrap().to_owned();
+    vec![turn; n]
+}
+
+/// Starts a server over a fresh SQLite store, scripted with `turns`.
+pub async fn start(turns: Vec<String>, config: ServerConfig) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
+        .await
+        .unwrap();
+    let tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/tools.json")).unwrap())
+            .unwrap();
+    let catalog = Catalog::from_json(&tools).unwrap();
+    let planner = Planner::new(catalog, Arc::new(ScriptedModel::new(turns)));
+    let state = AppState::new(store, planner, config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(plansmith_server::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    Server {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap(),
+        _dir: dir,
+    }
+}
+
+/// A config with these (token, owner) pairs.
+pub fn tokens(pairs: &[(&str, &str)]) -> ServerConfig {
+    ServerConfig {
+        tokens: pairs
+            .iter()
+            .map(|(t, o)| ((*t).to_owned(), (*o).to_owned()))
+            .collect::<HashMap<_, _>>(),
+        ..ServerConfig::default()
+    }
+}
+
+/// Sends a request; returns the status and the body as JSON (`Null` when empty or not JSON).
+pub async fn call(
+    server: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let mut req = server
+        .client
+        .request(method, format!("{}{path}", server.base));
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let response = req.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Reads an SSE response until `until` returns true for an event (bounded), returning the
+/// `(event, data)` pairs read.
+pub async fn read_sse(
+    response: reqwest::Response,
+    until: impl Fn(&str, &Value) -> bool,
+) -> Vec<(String, Value)> {
+    use futures::StreamExt as _;
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("SSE stream timed out")
+            .expect("SSE stream ended")
+            .unwrap();
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let mut kind = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    kind = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            if kind.is_empty() {
+                continue;
+            }
+            let value: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+            let stop = until(&kind, &value);
+            events.push((kind, value));
+            if stop {
+                return events;
+            }
+        }
+    }
+}

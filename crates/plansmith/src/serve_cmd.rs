@@ -1,0 +1,296 @@
+//! `plansmith serve`: the HTTP service (see `plansmith-server`).
+//!
+//! Settings are layered (STYLE §7): defaults → the config file (the global `--config` /
+//! `PLANSMITH_CONFIG`: its `[server]` table, and its top-level `model` and `store`) →
+//! `PLANSMITH_*` environment → flags.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::Args;
+use plansmith_core::Planner;
+use plansmith_server::{AppState, ServerConfig};
+use serde::Deserialize;
+
+use crate::{CliError, EXIT_OK};
+
+/// Arguments of `plansmith serve` (each overrides the file and the environment).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:8080; env PLANSMITH_ADDR).
+    #[arg(long)]
+    addr: Option<String>,
+    /// Plan store: `sqlite:PATH`, `postgres://…` (env PLANSMITH_STORE).
+    #[arg(long)]
+    store: Option<String>,
+    /// The model, as for `plansmith plan` (env PLANSMITH_MODEL).
+    #[arg(long)]
+    model: Option<String>,
+    /// Tool catalog (env PLANSMITH_TOOLS).
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// Agent cards (env PLANSMITH_AGENTS).
+    #[arg(long)]
+    agents: Option<PathBuf>,
+    /// Requests per second over all clients, 0 for none (env PLANSMITH_RATE_LIMIT).
+    #[arg(long)]
+    rate_limit: Option<u32>,
+    /// Largest request body in bytes (env PLANSMITH_MAX_BODY_BYTES).
+    #[arg(long)]
+    max_body_bytes: Option<usize>,
+    /// Request timeout in seconds (env PLANSMITH_TIMEOUT_SECS).
+    #[arg(long)]
+    timeout_secs: Option<u64>,
+}
+
+/// One layer of settings: every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Layer {
+    addr: Option<String>,
+    store: Option<String>,
+    model: Option<String>,
+    tools: Option<PathBuf>,
+    agents: Option<PathBuf>,
+    /// API token → owner.
+    tokens: Option<HashMap<String, String>>,
+    rate_limit: Option<u32>,
+    max_body_bytes: Option<usize>,
+    timeout_secs: Option<u64>,
+}
+
+impl Layer {
+    /// `self` with `over`'s values where it has them.
+    fn then(self, over: Layer) -> Layer {
+        Layer {
+            addr: over.addr.or(self.addr),
+            store: over.store.or(self.store),
+            model: over.model.or(self.model),
+            tools: over.tools.or(self.tools),
+            agents: over.agents.or(self.agents),
+            tokens: over.tokens.or(self.tokens),
+            rate_limit: over.rate_limit.or(self.rate_limit),
+            max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
+            timeout_secs: over.timeout_secs.or(self.timeout_secs),
+        }
+    }
+
+    /// The `PLANSMITH_*` variables; `PLANSMITH_TOKENS` is `token:owner,token:owner`.
+    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Layer, CliError> {
+        fn number<T: std::str::FromStr>(
+            env: &dyn Fn(&str) -> Option<String>,
+            name: &str,
+        ) -> Result<Option<T>, CliError> {
+            env(name)
+                .map(|v| {
+                    v.trim()
+                        .parse()
+                        .map_err(|_| CliError::input(anyhow!("{name}=`{v}` is not a number")))
+                })
+                .transpose()
+        }
+        let tokens = match env("PLANSMITH_TOKENS") {
+            None => None,
+            Some(text) => {
+                let mut map = HashMap::new();
+                for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    let (token, owner) = pair.split_once(':').ok_or_else(|| {
+                        CliError::input(anyhow!("PLANSMITH_TOKENS: `{pair}` is not token:owner"))
+                    })?;
+                    map.insert(token.to_owned(), owner.to_owned());
+                }
+                Some(map)
+            }
+        };
+        Ok(Layer {
+            addr: env("PLANSMITH_ADDR"),
+            store: env("PLANSMITH_STORE"),
+            model: env("PLANSMITH_MODEL"),
+            tools: env("PLANSMITH_TOOLS").map(PathBuf::from),
+            agents: env("PLANSMITH_AGENTS").map(PathBuf::from),
+            tokens,
+            rate_limit: number(env, "PLANSMITH_RATE_LIMIT")?,
+            max_body_bytes: number(env, "PLANSMITH_MAX_BODY_BYTES")?,
+            timeout_secs: number(env, "PLANSMITH_TIMEOUT_SECS")?,
+        })
+    }
+}
+
+/// Layers defaults → file → env → flags.
+fn settings(
+    args: &ServeArgs,
+    file: Layer,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Layer, CliError> {
+    let defaults = Layer {
+        addr: Some("127.0.0.1:8080".into()),
+        ..Layer::default()
+    };
+    let flags = Layer {
+        addr: args.addr.clone(),
+        store: args.store.clone(),
+        model: args.model.clone(),
+        tools: args.tools.clone(),
+        agents: args.agents.clone(),
+        tokens: None,
+        rate_limit: args.rate_limit,
+        max_body_bytes: args.max_body_bytes,
+        timeout_secs: args.timeout_secs,
+    };
+    Ok(defaults.then(file).then(Layer::from_env(env)?).then(flags))
+}
+
+/// The config file's layer: its `[server]` table, with the file's top-level `model` and `store`
+/// where the table does not set them.
+fn file_layer(file: &crate::config::FileConfig) -> Result<Layer, CliError> {
+    let mut layer: Layer = match &file.server {
+        Some(table) => toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|err| {
+                let source = file
+                    .source
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                anyhow!("invalid [server] table in the config file {source}: {err}")
+            })
+            .map_err(CliError::input)?,
+        None => Layer::default(),
+    };
+    layer.model = layer.model.or_else(|| file.model.clone());
+    layer.store = layer.store.or_else(|| file.store.clone());
+    Ok(layer)
+}
+
+/// Runs `plansmith serve` until Ctrl-C.
+pub fn run(args: ServeArgs) -> Result<u8, CliError> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let layer = settings(&args, file_layer(crate::config::current())?, &env)?;
+    let addr: SocketAddr = layer
+        .addr
+        .as_deref()
+        .unwrap_or("127.0.0.1:8080")
+        .parse()
+        .context("--addr must be IP:PORT")
+        .map_err(CliError::input)?;
+    let defaults = ServerConfig::default();
+    let config = ServerConfig {
+        tokens: layer.tokens.clone().unwrap_or_default(),
+        max_body_bytes: layer.max_body_bytes.unwrap_or(defaults.max_body_bytes),
+        rate_limit_per_sec: layer.rate_limit.unwrap_or(defaults.rate_limit_per_sec),
+        request_timeout: layer
+            .timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(defaults.request_timeout),
+    };
+    config.check_bind(addr).map_err(CliError::input)?;
+    let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
+    let model = crate::model::load(layer.model.as_deref())?;
+    let planner = Planner::new(catalog, model);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(CliError::failed)?;
+    runtime.block_on(async move {
+        let store = crate::plans_cmd::open(layer.store.as_deref()).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))
+            .map_err(CliError::failed)?;
+        let local = listener.local_addr().map_err(CliError::failed)?;
+        if config.tokens.is_empty() {
+            eprintln!(
+                "plansmith serve: listening on http://{local} (no API tokens: loopback only, single user)"
+            );
+        } else {
+            eprintln!(
+                "plansmith serve: listening on http://{local} ({} API tokens)",
+                config.tokens.len()
+            );
+        }
+        let state = AppState::new(store, planner, config);
+        plansmith_server::serve(listener, state, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .context("the server failed")
+        .map_err(CliError::failed)?;
+        Ok(EXIT_OK)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> ServeArgs {
+        ServeArgs {
+            addr: None,
+            store: None,
+            model: None,
+            tools: None,
+            agents: None,
+            rate_limit: None,
+            max_body_bytes: None,
+            timeout_secs: None,
+        }
+    }
+
+    #[test]
+    fn defaults_then_file_then_env_then_flags() {
+        let file = crate::config::parse(
+            "store = \"sqlite:/top.db\"\n[server]\naddr = \"127.0.0.1:9000\"\n\
+             store = \"sqlite:/f.db\"\nrate_limit = 5\ntimeout_secs = 7\n",
+        )
+        .unwrap();
+        let file = file_layer(&file).unwrap();
+        let env = move |name: &str| match name {
+            "PLANSMITH_STORE" => Some("sqlite:/env.db".into()),
+            "PLANSMITH_RATE_LIMIT" => Some("9".into()),
+            "PLANSMITH_TOKENS" => Some("t1:alice, t2:bob".into()),
+            _ => None,
+        };
+        let mut flags = args();
+        flags.rate_limit = Some(11);
+        let layer = settings(&flags, file.clone(), &env).unwrap();
+        assert_eq!(
+            layer.addr.as_deref(),
+            Some("127.0.0.1:9000"),
+            "file over default"
+        );
+        assert_eq!(
+            layer.store.as_deref(),
+            Some("sqlite:/env.db"),
+            "env over file"
+        );
+        assert_eq!(layer.rate_limit, Some(11), "flag over env");
+        assert_eq!(layer.timeout_secs, Some(7));
+        let tokens = layer.tokens.unwrap();
+        assert_eq!(tokens.get("t2").map(String::as_str), Some("bob"));
+        let none = |_: &str| None;
+        assert_eq!(
+            settings(&args(), Layer::default(), &none)
+                .unwrap()
+                .addr
+                .as_deref(),
+            Some("127.0.0.1:8080")
+        );
+        let bad = |name: &str| (name == "PLANSMITH_TOKENS").then(|| "nocolon".to_owned());
+        assert!(settings(&args(), Layer::default(), &bad).is_err());
+        // The top-level store is used when [server] does not name one.
+        let top = crate::config::parse("store = \"sqlite:/top.db\"\n[server]\n").unwrap();
+        assert_eq!(
+            file_layer(&top).unwrap().store.as_deref(),
+            Some("sqlite:/top.db")
+        );
+        let wrong = crate::config::parse("[server]\nadr = \"x\"\n").unwrap();
+        assert!(
+            file_layer(&wrong).is_err(),
+            "unknown [server] keys are named"
+        );
+    }
+}
