@@ -40,6 +40,9 @@ pub enum Code {
     UnknownAgent,
     /// The optional triage call gave no usable decision; the request was planned.
     TriageFailed,
+    /// The background investigation failed, timed out or was not configured; the request was
+    /// planned without its findings.
+    InvestigationFailed,
     /// A required argument is missing.
     MissingArgument,
     /// An argument the tool does not accept.
@@ -87,6 +90,7 @@ impl Code {
             Code::UnknownTool => "unknown_tool",
             Code::UnknownAgent => "unknown_agent",
             Code::TriageFailed => "triage_failed",
+            Code::InvestigationFailed => "investigation_failed",
             Code::MissingArgument => "missing_argument",
             Code::UnknownArgument => "unknown_argument",
             Code::InvalidArgument => "invalid_argument",

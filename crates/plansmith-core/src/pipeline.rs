@@ -12,10 +12,12 @@ use serde_json::{Value, json};
 
 use crate::catalog::{AgentCard, Catalog, CatalogTool, Tool};
 use crate::diagnostic::{Code, Diagnostic, Severity};
+use crate::investigate::{Investigation, Investigator, trim_findings, with_deadline};
 use crate::llm::{
     Completion, CompletionRequest, FinishReason, LanguageModel, LlmError, Message,
     OutputConstraint, Strategy, StreamEvent, Usage,
 };
+use crate::memory::MemoryReport;
 use crate::parse::{self, ParseDefaults, SourceShape};
 use crate::plan::{Action, Plan, Question, Step, StepStatus, TaskKind};
 use crate::request::{FallbackPolicy, PlanRequest};
@@ -139,6 +141,12 @@ pub struct Diagnostics {
     pub repairs: u32,
     /// Findings about the returned plan (auto-fixes, dropped steps, questions asked).
     pub findings: Vec<Diagnostic>,
+    /// The background investigation (with `options.investigate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub investigation: Option<Investigation>,
+    /// The conversation memory shown to the model (when the request has earlier turns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryReport>,
     /// Tokens, summed.
     pub usage: Usage,
     /// Time per stage.
@@ -231,6 +239,7 @@ pub struct Planner {
     retriever: Arc<dyn Retriever>,
     templates: Arc<Templates>,
     model: Arc<dyn LanguageModel>,
+    investigator: Option<Arc<dyn Investigator>>,
 }
 
 impl std::fmt::Debug for Planner {
@@ -259,7 +268,14 @@ impl Planner {
             retriever,
             templates: Arc::new(Templates::builtin()),
             model,
+            investigator: None,
         }
+    }
+
+    /// Uses this investigator for the background investigation (`options.investigate`).
+    pub fn with_investigator(mut self, investigator: Arc<dyn Investigator>) -> Planner {
+        self.investigator = Some(investigator);
+        self
     }
 
     /// Uses these templates.
@@ -333,19 +349,35 @@ impl Planner {
 
         let stage = Instant::now();
         let agents: Vec<&AgentCard> = self.catalog.agents().iter().collect();
-        let context = prompt_context(request, &selected, &agents, now);
+        let mut context = prompt_context(request, &selected, &agents, now);
+        let mut history = Vec::new();
+        if !request.turns.is_empty() {
+            let (messages, report) = crate::memory::history(
+                &request.turns,
+                request.options.memory_turns,
+                request.options.memory_tokens,
+            );
+            history = messages;
+            diagnostics.memory = Some(report);
+        }
+        history.extend(request.history.iter().cloned());
         if request.options.triage
             && let Some(mut outcome) = self
-                .model_triage(request, &context, &plan_id, now, &mut diagnostics)
+                .model_triage(request, &history, &context, &plan_id, now, &mut diagnostics)
                 .await?
         {
             outcome.diagnostics.timings.total_us = micros(started);
             return Ok(outcome);
         }
+        if request.options.investigate {
+            let investigation = self.investigate(request, &mut diagnostics).await;
+            context.background = investigation.findings.iter().map(|f| f.render()).collect();
+            diagnostics.investigation = Some(investigation);
+        }
         let system = self.templates.system(request.options.shape, &context)?;
         let user = self.templates.user(&context)?;
         let mut base_messages = vec![Message::system(system)];
-        base_messages.extend(request.history.iter().cloned());
+        base_messages.extend(history);
         base_messages.push(Message::user(user));
         let strategy = Strategy::negotiate(self.model.capabilities());
         diagnostics.strategy = Some(strategy);
@@ -619,12 +651,71 @@ impl Planner {
         });
     }
 
+    /// The background investigation: runs the investigator within the time budget and trims
+    /// its findings. A failure, a timeout or no investigator at all is an
+    /// `investigation_failed` warning, and planning goes on without findings.
+    async fn investigate(
+        &self,
+        request: &PlanRequest,
+        diagnostics: &mut Diagnostics,
+    ) -> Investigation {
+        let started = Instant::now();
+        let budget = std::time::Duration::from_millis(request.options.investigate_timeout_ms);
+        let mut investigation = Investigation::default();
+        let result = match &self.investigator {
+            None => Err("no investigator is configured".to_owned()),
+            Some(investigator) => {
+                investigation.investigator = investigator.name();
+                with_deadline(investigator.investigate(&request.query, budget), budget)
+                    .await
+                    .map_err(|err| err.to_string())
+            }
+        };
+        match result {
+            Ok(findings) => {
+                investigation.n_returned = findings.len();
+                let (kept, trimmed) =
+                    trim_findings(findings, request.options.investigate_max_chars);
+                investigation.findings = kept;
+                investigation.trimmed = trimmed;
+                if trimmed {
+                    diagnostics.findings.push(Diagnostic::info(
+                        Code::AutoFixed,
+                        "/investigation",
+                        format!(
+                            "background findings were cut to {} characters ({} of {} kept)",
+                            request.options.investigate_max_chars,
+                            investigation.findings.len(),
+                            investigation.n_returned
+                        ),
+                    ));
+                }
+            }
+            Err(why) => {
+                let name = if investigation.investigator.is_empty() {
+                    "background investigation".to_owned()
+                } else {
+                    format!("background investigation ({})", investigation.investigator)
+                };
+                diagnostics.findings.push(Diagnostic::warning(
+                    Code::InvestigationFailed,
+                    "/investigation",
+                    format!("{name} failed: {why}; planned without it"),
+                ));
+                investigation.error = Some(why);
+            }
+        }
+        investigation.elapsed_ms = micros(started) / 1000;
+        investigation
+    }
+
     /// The optional triage call (ValueCell's super-agent): answer directly, hand the request to
     /// an agent, or plan. Anything unusable — a model error, malformed output, an unknown agent —
     /// is a `triage_failed` warning and the request is planned.
     async fn model_triage(
         &self,
         request: &PlanRequest,
+        history: &[Message],
         context: &PromptContext,
         plan_id: &str,
         now: DateTime<Utc>,
@@ -670,7 +761,7 @@ impl Planner {
             Strategy::PromptOnly => None,
         };
         let mut messages = vec![Message::system(self.templates.triage(context)?)];
-        messages.extend(request.history.iter().cloned());
+        messages.extend(history.iter().cloned());
         messages.push(Message::user(request.query.clone()));
         let call = CompletionRequest {
             messages,
@@ -1337,6 +1428,7 @@ fn prompt_context(
             })
             .collect(),
         context: request.context.clone(),
+        background: Vec::new(),
         feedback: request.feedback.as_ref().map(|feedback| FeedbackView {
             previous: feedback.previous.as_ref().map(flat_plan_json),
             text: feedback.text.clone(),

@@ -15,9 +15,14 @@ pub struct PlanRequest {
     /// System prompt, persona or constraints of the calling agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
-    /// Earlier turns of the conversation.
+    /// Earlier turns of the conversation, as messages (sent as they are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<Message>,
+    /// Earlier planning turns of the conversation, oldest first (conversation memory): the
+    /// planner turns them into history messages within [`PlanOptions::memory_turns`] and
+    /// [`PlanOptions::memory_tokens`], folding older ones into a summary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<crate::memory::Turn>,
     /// Background findings, documents, business knowledge.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<String>,
@@ -171,6 +176,18 @@ pub struct PlanOptions {
     /// Ask the model first whether to answer directly, hand the request to a named agent, or
     /// plan (ValueCell's super-agent); the decision and its reason go into the diagnostics.
     pub triage: bool,
+    /// Run the planner's [`crate::Investigator`] with the query before planning and put its
+    /// findings into the prompt (deer-flow's background investigation).
+    pub investigate: bool,
+    /// Time the planner waits for the investigation, in milliseconds.
+    pub investigate_timeout_ms: u64,
+    /// Most characters of findings put into the prompt (the rest is cut).
+    pub investigate_max_chars: usize,
+    /// Most earlier turns of the conversation ([`PlanRequest::turns`]) shown in full.
+    pub memory_turns: usize,
+    /// Token budget (estimated as characters / 4) for the earlier turns; older turns are folded
+    /// into one summary message.
+    pub memory_tokens: usize,
 }
 
 impl Default for PlanOptions {
@@ -187,6 +204,11 @@ impl Default for PlanOptions {
             max_string_length: crate::schema::DEFAULT_TEXT_MAX,
             max_tokens: 2048,
             triage: false,
+            investigate: false,
+            investigate_timeout_ms: 10_000,
+            investigate_max_chars: 4_000,
+            memory_turns: 6,
+            memory_tokens: 1_500,
         }
     }
 }

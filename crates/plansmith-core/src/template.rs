@@ -119,6 +119,8 @@ pub struct PromptContext {
     pub agents: Vec<AgentView>,
     /// Background context.
     pub context: Vec<String>,
+    /// Findings of the background investigation, one line each (`[source] title: content`).
+    pub background: Vec<String>,
     /// Feedback for replanning.
     pub feedback: Option<FeedbackView>,
 }
@@ -319,6 +321,7 @@ mod tests {
             }],
             agents: vec![],
             context: vec!["The user lives in Lyon.".into()],
+            background: vec!["[wiki] Lyon: third-largest city of France".into()],
             feedback: Some(FeedbackView {
                 text: Some("add a step".into()),
                 ..FeedbackView::default()
@@ -348,6 +351,8 @@ mod tests {
         assert!(
             user.contains("Lyon")
                 && user.contains("add a step")
+                && user.contains("## Background investigation")
+                && user.contains("\n- [wiki] Lyon: third-largest")
                 && user.ends_with("Weather in Paris?"),
             "{user}"
         );

@@ -8,10 +8,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use plansmith_core::llm::Script;
+use std::time::Duration;
+
+use plansmith_core::llm::{BoxFuture, Script};
 use plansmith_core::pipeline::Triage;
 use plansmith_core::{
-    Catalog, CompletionRequest, OutcomeStatus, PlanRequest, Planner, ScriptedModel, Step,
+    Catalog, CompletionRequest, Finding, InvestigateError, Investigator, OutcomeStatus,
+    PlanRequest, Planner, ScriptedModel, Step,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -23,7 +26,44 @@ struct Scenario {
     agents: bool,
     request: PlanRequest,
     script: Script,
+    #[serde(default)]
+    investigator: Option<InvestigatorScript>,
     expect: Expect,
+}
+
+/// The background investigation tool of a case, at its boundary: what it returns.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvestigatorScript {
+    #[serde(default)]
+    findings: Vec<Finding>,
+    /// The tool fails with this message.
+    #[serde(default)]
+    error: Option<String>,
+    /// The tool never answers (the planner's deadline must end it).
+    #[serde(default)]
+    hang: bool,
+}
+
+impl Investigator for InvestigatorScript {
+    fn name(&self) -> String {
+        "scripted".into()
+    }
+
+    fn investigate<'a>(
+        &'a self,
+        _query: &'a str,
+        _budget: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Finding>, InvestigateError>> {
+        if self.hang {
+            return Box::pin(futures::future::pending());
+        }
+        let result = match &self.error {
+            Some(error) => Err(InvestigateError::Failed(error.clone())),
+            None => Ok(self.findings.clone()),
+        };
+        Box::pin(futures::future::ready(result))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -48,6 +88,10 @@ struct Expect {
     selected_tools: Option<Vec<String>>,
     triage: Option<Triage>,
     triage_reason: Option<String>,
+    /// Partial match on `diagnostics.investigation`.
+    investigation: Option<Value>,
+    /// Partial match on `diagnostics.memory`.
+    memory: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,7 +168,10 @@ fn constraint_kind(request: &CompletionRequest) -> String {
 
 fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
     let model = Arc::new(ScriptedModel::from_script(scenario.script.clone()));
-    let planner = Planner::new(test_catalog(scenario.agents), model.clone());
+    let mut planner = Planner::new(test_catalog(scenario.agents), model.clone());
+    if let Some(investigator) = &scenario.investigator {
+        planner = planner.with_investigator(Arc::new(investigator.clone()));
+    }
     let result = futures::executor::block_on(planner.plan(&scenario.request));
     let expect = &scenario.expect;
     let requests = model.requests();
@@ -317,6 +364,26 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
             "triage {:?}, expected {triage:?}",
             outcome.diagnostics.triage
         ));
+    }
+    for (what, expected, actual) in [
+        (
+            "investigation",
+            &expect.investigation,
+            serde_json::to_value(&outcome.diagnostics.investigation).unwrap(),
+        ),
+        (
+            "memory",
+            &expect.memory,
+            serde_json::to_value(&outcome.diagnostics.memory).unwrap(),
+        ),
+    ] {
+        if let Some(expected) = expected {
+            if actual.is_null() {
+                fail(format!("no {what} in the diagnostics"));
+            } else if let Err(why) = partial_match(&actual, expected) {
+                fail(format!("{what}: {why}"));
+            }
+        }
     }
     if failures.is_empty() {
         Ok(())
