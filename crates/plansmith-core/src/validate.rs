@@ -198,7 +198,8 @@ fn topological_order(steps: &[Step]) -> Result<Vec<usize>, Vec<String>> {
 /// Cuts the plan to `max_steps`, keeping the first steps and the closing reply.
 /// Merges a step that repeats an earlier one exactly (a small model's frequent glitch: the
 /// same call twice) into the first: dependents and `$ref`s are pointed at the kept step.
-/// Replies are left alone (two identical replies are harmless and rare).
+/// Replies are left alone (two identical replies are harmless and rare); tasks are duplicates
+/// only with the same title and description too.
 fn merge_duplicates(plan: &mut Plan, diags: &mut Vec<Diagnostic>) {
     let mut renamed: HashMap<String, String> = HashMap::new();
     let mut kept: Vec<Step> = Vec::with_capacity(plan.steps.len());
@@ -210,6 +211,9 @@ fn merge_duplicates(plan: &mut Plan, diags: &mut Vec<Diagnostic>) {
                     k.action == step.action
                         && k.schedule == step.schedule
                         && same_set(&k.depends_on, &step.depends_on)
+                        // A task's action is only its kind: what it does is in its texts.
+                        && (!matches!(step.action, Action::Task { .. })
+                            || (k.title == step.title && k.description == step.description))
                 })
             })
             .flatten();
