@@ -146,6 +146,8 @@ fn exit_codes_for_needs_input_and_fallback() {
     );
 }
 
+// The download belongs to the embedded model: without the `local` feature the binary has none.
+#[cfg(feature = "local")]
 #[test]
 fn a_failed_model_download_is_exit_3_and_leaves_no_partial_files() {
     let dir = tempfile::tempdir().unwrap();
