@@ -21,11 +21,13 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod eval;
+mod investigator;
 mod model;
 #[cfg(feature = "local")]
 mod models_cmd;
 mod plan_cmd;
 mod plans_cmd;
+mod templates_cmd;
 mod tools_cmd;
 mod validate_cmd;
 
@@ -89,6 +91,9 @@ enum Command {
     Validate(validate_cmd::ValidateArgs),
     /// Stored plans: list, show, history, accept, reject, edit, answer, mark, delete.
     Plans(plans_cmd::PlansArgs),
+    /// Plan templates: save a plan with `{{param}}` placeholders, list, show, delete,
+    /// instantiate with arguments (re-validated against the catalog).
+    Templates(templates_cmd::TemplatesArgs),
     /// Inspect tool catalogs.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -189,6 +194,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
+        Command::Templates(args) => templates_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
         Command::Validate(args) => validate_cmd::run(args),
         #[cfg(feature = "local")]

@@ -58,6 +58,26 @@ pub struct PlanArgs {
     /// Ask the model first whether to answer directly, hand off to an agent, or plan.
     #[arg(long)]
     triage: bool,
+    /// Background investigation before planning: a shell command that gets the query on stdin
+    /// (and as `$1`) and prints findings (JSON list, `{"findings": [...]}`, or paragraphs).
+    #[arg(long, value_name = "CMD")]
+    investigate: Option<String>,
+    /// Milliseconds to wait for the investigation; after that, planning goes on without it.
+    #[arg(long, value_name = "MS", default_value_t = PlanOptions::default().investigate_timeout_ms)]
+    investigate_timeout: u64,
+    /// Most characters of findings put into the prompt.
+    #[arg(long, default_value_t = PlanOptions::default().investigate_max_chars)]
+    investigate_max_chars: usize,
+    /// Conversation id: the plan is recorded in it, and the conversation's earlier plans in the
+    /// store (saved with `--save`) are shown to the model as memory.
+    #[arg(long)]
+    conversation: Option<String>,
+    /// Most earlier turns of the conversation shown in full (older ones are summarised).
+    #[arg(long, default_value_t = PlanOptions::default().memory_turns)]
+    memory_turns: usize,
+    /// Token budget for the conversation memory (estimated as characters / 4).
+    #[arg(long, default_value_t = PlanOptions::default().memory_tokens)]
+    memory_tokens: usize,
     /// Directory of templates overriding the built-in ones (same file names).
     #[arg(long)]
     templates: Option<PathBuf>,
@@ -91,7 +111,16 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     if let Some(dir) = &args.templates {
         planner = planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
     }
-    let request = build_request(&args)?;
+    if let Some(command) = &args.investigate {
+        planner = planner.with_investigator(std::sync::Arc::new(
+            crate::investigator::CommandInvestigator::new(command.clone()),
+        ));
+    }
+    let mut request = build_request(&args)?;
+    if let Some(conversation) = &args.conversation {
+        request.turns =
+            crate::plans_cmd::conversation_turns(args.save.store.as_deref(), conversation)?;
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -201,8 +230,14 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
         fallback,
         allow_recurring: args.allow_recurring,
         triage: args.triage,
+        investigate: args.investigate.is_some(),
+        investigate_timeout_ms: args.investigate_timeout,
+        investigate_max_chars: args.investigate_max_chars,
+        memory_turns: args.memory_turns,
+        memory_tokens: args.memory_tokens,
         ..PlanOptions::default()
     };
+    request.conversation_id = args.conversation.clone();
     Ok(request)
 }
 
@@ -346,6 +381,32 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
         for diag in shown {
             out.push_str(&format!("  {diag}\n"));
         }
+    }
+    if let Some(investigation) = &outcome.diagnostics.investigation
+        && !investigation.findings.is_empty()
+    {
+        out.push_str(&format!(
+            "Background ({}, {} finding(s){}):\n",
+            investigation.investigator,
+            investigation.findings.len(),
+            if investigation.trimmed {
+                ", trimmed"
+            } else {
+                ""
+            }
+        ));
+        for finding in &investigation.findings {
+            out.push_str(&format!(
+                "  - {}\n",
+                plansmith_core::template::short_description(&finding.render(), 160)
+            ));
+        }
+    }
+    if let Some(memory) = &outcome.diagnostics.memory {
+        out.push_str(&format!(
+            "Memory: {} earlier turn(s) shown, {} summarised\n",
+            memory.turns_kept, memory.turns_summarised
+        ));
     }
     if verbose {
         for attempt in &outcome.diagnostics.attempts {

@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 mod plans;
 /// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4).
 mod providers;
+/// Issue 9: background investigation, conversation memory, plan templates, worked examples.
+mod seed;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
