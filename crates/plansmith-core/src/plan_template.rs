@@ -299,7 +299,17 @@ fn substitute_text(text: &str, values: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// `{"$ref": "s1.output…"}`: a reference to another step's output, never a text to rewrite.
+fn is_step_ref(value: &Value) -> bool {
+    value
+        .as_object()
+        .is_some_and(|map| map.len() == 1 && map.contains_key("$ref"))
+}
+
 fn substitute_value(value: &mut Value, values: &BTreeMap<String, String>) {
+    if is_step_ref(value) {
+        return;
+    }
     match value {
         Value::String(text) => {
             let whole = text
@@ -361,6 +371,9 @@ fn map_plan_text(plan: &mut Plan, f: &mut dyn FnMut(&str) -> String) {
 }
 
 fn map_value(value: &mut Value, f: &mut dyn FnMut(&str) -> String) {
+    if is_step_ref(value) {
+        return;
+    }
     match value {
         Value::String(text) => *text = f(text),
         Value::Array(items) => items.iter_mut().for_each(|v| map_value(v, f)),
@@ -400,6 +413,16 @@ mod tests {
             &[("city".into(), "Paris".into()), ("x".into(), String::new())],
         );
         assert_eq!(plan.title, "{{city}} weather");
+        // Step references are not texts: a literal that happens to match stays out of them.
+        let mut with_ref = weather_plan();
+        if let Action::Tool { arguments, .. } = &mut with_ref.steps[0].action {
+            arguments.insert("from".into(), json!({"$ref": "s1.output"}));
+        }
+        let templated = PlanTemplate::parameterize(&with_ref, &[("step".into(), "s1".into())]);
+        let Action::Tool { arguments, .. } = &templated.steps[0].action else {
+            unreachable!()
+        };
+        assert_eq!(arguments["from"], json!({"$ref": "s1.output"}));
         assert_eq!(placeholders(&plan), BTreeSet::from(["city".to_owned()]));
         let err = PlanTemplate::new("t", "", plan.clone(), vec![]).unwrap_err();
         assert_eq!(err, PlanTemplateError::Undeclared(vec!["city".into()]));

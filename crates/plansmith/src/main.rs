@@ -8,8 +8,8 @@
 //! | 1 | planning failed (no valid plan, and the fallback policy says to fail) |
 //! | 2 | bad input: usage, unreadable file, invalid tool schema, bad option |
 //! | 3 | no model configured, or the model could not be called |
-//! | 4 | `plans`: no such plan (or no active plan) |
-//! | 5 | `plans`: conflict — the plan changed since `--expected-version`, its id is taken, or its review state forbids the operation |
+//! | 4 | `plans`, `templates`: no such plan (or no active plan), no such template |
+//! | 5 | `plans`, `templates`: conflict — the plan changed since `--expected-version`, its id is taken, or its review state forbids the operation |
 //! | 10 | `plan`: the plan needs input (questions or guidance for the user) |
 //! | 11 | `plan`: a fallback plan was returned (the reason is printed) |
 
