@@ -291,7 +291,7 @@ async fn instantiate(
     }
     if errors > 0 {
         eprintln!(
-            "template {} v{} does not fit the current catalog: {errors} error(s); nothing saved",
+            "the plan from template {} v{} is invalid against the catalog (a tool gone or changed, or an argument that does not fit): {errors} error(s); nothing saved",
             template.name, template.version
         );
         return Ok(EXIT_FAILED);

@@ -305,7 +305,7 @@ fn templates_save_list_instantiate_and_a_changed_catalog() {
     let stderr = text(&stale.stderr);
     assert!(
         stderr.contains("error[unknown_tool] at /steps/1/action/name")
-            && stderr.contains("does not fit the current catalog"),
+            && stderr.contains("is invalid against the catalog"),
         "{stderr}"
     );
 
