@@ -238,11 +238,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             })
             .map(|summary| {
                 println!(
-                    "{} cases in {:.0} s ({:.1} s/case): {} parsed on the first reply, {} ready, {} errors; wrote {}",
+                    "{} cases in {:.0} s ({:.1} s/case): {} parsed on the first reply, {} valid as first written, {} ready, {} errors; wrote {}",
                     summary.n_cases,
                     summary.seconds,
                     summary.seconds / summary.n_cases.max(1) as f64,
                     summary.n_parsed_first,
+                    summary.n_valid_first,
                     summary.n_ready,
                     summary.n_errors,
                     args.out.display()
