@@ -30,6 +30,7 @@ pub enum StreamEvent {
 
 /// Who said a [`Message`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Instructions.
@@ -42,6 +43,7 @@ pub enum Role {
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
     /// Who said it.
     pub role: Role,
@@ -115,6 +117,7 @@ pub struct Capabilities {
 
 /// The structured-output strategy used for a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Grammar-constrained decoding from the plan schema.
@@ -182,6 +185,7 @@ pub struct ToolCall {
 
 /// Token counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     /// Prompt tokens.
     pub prompt_tokens: u32,
@@ -200,6 +204,7 @@ impl std::ops::AddAssign for Usage {
 
 /// Why generation stopped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// The model finished.

@@ -2,7 +2,8 @@
 //!
 //! [`router`] builds the axum router of the `/v1` API (plan, list, get, history, feedback,
 //! step updates, delete, live events over SSE), `/metrics`, `/healthz` and the review page at
-//! `/`. This is the only crate of the workspace that knows HTTP routes.
+//! `/`, and its OpenAPI 3.1 document at `/openapi.json` ([`openapi::document`], generated from
+//! the code). This is the only crate of the workspace that knows HTTP routes.
 //!
 //! - Errors: one table, [`error::ERROR_TABLE`]; every error body is `{code, message, details}`.
 //! - Tenancy: with API tokens configured ([`ServerConfig::tokens`]) each request needs
@@ -16,6 +17,7 @@
 pub mod error;
 pub mod events;
 pub mod metrics;
+pub mod openapi;
 mod routes;
 
 use std::collections::HashMap;

@@ -117,6 +117,7 @@ fn redact_url(url: &str) -> String {
 
 /// The database behind a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
     /// SQLite (embedded, one file, WAL).
@@ -127,6 +128,7 @@ pub enum Backend {
 
 /// Why a version was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     /// The first version.
@@ -194,6 +196,7 @@ impl std::fmt::Display for Trigger {
 
 /// A plan as stored: the current version of the document, its review state and settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoredPlan {
     /// The current version of the plan (`plan.version` is the store version).
     pub plan: Plan,
@@ -233,6 +236,7 @@ impl StoredPlan {
 
 /// One row of a plan's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VersionRecord {
     /// The plan.
     pub plan_id: String,
@@ -271,6 +275,7 @@ pub struct ListFilter {
 
 /// One page of [`PlanStore::list`], most recently updated first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Page {
     /// The plans of this page.
     pub plans: Vec<StoredPlan>,
