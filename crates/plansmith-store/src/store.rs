@@ -377,6 +377,10 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
     ],
 )];
 
+/// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every
+/// plansmith process uses the same key, so concurrent starts migrate one after the other.
+pub const MIGRATION_LOCK: i64 = 0x706c_616e_736d_7468;
+
 /// A plan store on SQLite or PostgreSQL. Cheap to clone (a connection pool).
 #[derive(Debug, Clone)]
 pub struct PlanStore {
@@ -474,37 +478,48 @@ impl PlanStore {
         }
     }
 
+    /// Applies the missing migrations. Safe when several processes open the same database at
+    /// once: on PostgreSQL the whole run is one transaction holding a transaction-level
+    /// advisory lock ([`MIGRATION_LOCK`]), so a second node waits, then sees the migrations
+    /// recorded and applies nothing. (Without the lock two nodes racing on
+    /// `CREATE TABLE IF NOT EXISTS` can both pass the existence check and one fails on
+    /// PostgreSQL's catalog unique index.) SQLite serialises writers on the file itself.
     async fn migrate(&self) -> Result<()> {
         let bootstrap = "CREATE TABLE IF NOT EXISTS plansmith_migrations (
             version BIGINT PRIMARY KEY,
             name TEXT NOT NULL,
             applied_at TEXT NOT NULL
         )";
+        let fail = |version: i64| move |source| StoreError::Migration { version, source };
+        let mut tx = self.pool.begin().await.map_err(fail(0))?;
+        if self.backend() == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(MIGRATION_LOCK)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail(0))?;
+        }
         sqlx::query(bootstrap)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|source| StoreError::Migration { version: 0, source })?;
+            .map_err(fail(0))?;
         for (version, name, statements) in MIGRATIONS {
             let applied: Option<i64> =
                 sqlx::query("SELECT version FROM plansmith_migrations WHERE version = $1")
                     .bind(*version)
-                    .fetch_optional(&self.pool)
-                    .await?
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(fail(*version))?
                     .map(|row| row.try_get::<i64, _>(0))
                     .transpose()?;
             if applied.is_some() {
                 continue;
             }
-            let fail = |source| StoreError::Migration {
-                version: *version,
-                source,
-            };
-            let mut tx = self.pool.begin().await.map_err(fail)?;
             for statement in *statements {
                 sqlx::query(AssertSqlSafe(*statement))
                     .execute(&mut *tx)
                     .await
-                    .map_err(fail)?;
+                    .map_err(fail(*version))?;
             }
             sqlx::query(
                 "INSERT INTO plansmith_migrations (version, name, applied_at) VALUES ($1, $2, $3)
@@ -515,9 +530,9 @@ impl PlanStore {
             .bind(timestamp(Utc::now()))
             .execute(&mut *tx)
             .await
-            .map_err(fail)?;
-            tx.commit().await.map_err(fail)?;
+            .map_err(fail(*version))?;
         }
+        tx.commit().await.map_err(fail(0))?;
         Ok(())
     }
 
