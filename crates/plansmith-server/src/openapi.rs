@@ -7,6 +7,7 @@
 
 use std::sync::OnceLock;
 
+use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
     ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, OpenApi, OpenApiBuilder,
@@ -68,22 +69,53 @@ fn tag(name: &str, description: &str) -> Tag {
     tag
 }
 
-/// The whole document: the routes' operations plus the error responses of the table.
-pub fn document() -> OpenApi {
+/// The whole document, as served at `/openapi.json`: the routes' operations, the error
+/// responses of the table, and unsigned integers bounded as the server reads them.
+pub fn document() -> Value {
     let mut spec = crate::routes::api().into_openapi();
     for (path, item) in spec.paths.paths.iter_mut() {
         for operation in operations(item) {
             add_error_responses(path, operation);
         }
     }
-    spec
+    let mut value = serde_json::to_value(&spec).unwrap_or(Value::Null);
+    bound_unsigned(&mut value);
+    value
 }
 
 /// The document as JSON, built once.
 pub(crate) fn document_json() -> String {
     static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| document().to_json().unwrap_or_else(|_| "{}".to_owned()))
-        .clone()
+    JSON.get_or_init(|| document().to_string()).clone()
+}
+
+/// utoipa writes `u32` as `{"type": "integer", "format": "int32", "minimum": 0}`, which
+/// clients read as at most 2^31 - 1, and `u64` / `usize` without an upper bound; the server
+/// reads the whole unsigned range and refuses more. Say so: drop the signed format and give
+/// the real maximum (found by a schemathesis run: `offset=2147483648` was "schema-violating"
+/// yet accepted).
+fn bound_unsigned(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let unsigned = map.get("type").and_then(Value::as_str) == Some("integer")
+                && map.get("minimum").and_then(Value::as_i64) == Some(0)
+                && !map.contains_key("maximum");
+            if unsigned {
+                let max = match map.get("format").and_then(Value::as_str) {
+                    Some("int32") => Some(Value::from(u32::MAX)),
+                    Some("int64") | None => Some(Value::from(u64::MAX)),
+                    Some(_) => None,
+                };
+                if let Some(max) = max {
+                    map.remove("format");
+                    map.insert("maximum".to_owned(), max);
+                }
+            }
+            map.values_mut().for_each(bound_unsigned);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_unsigned),
+        _ => {}
+    }
 }
 
 fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {

@@ -118,26 +118,16 @@ impl Caller {
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if state.config.tokens.is_empty() {
-            return Ok(Caller(None));
-        }
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        match token.and_then(|t| state.config.tokens.get(t)) {
-            Some(owner) => Ok(Caller(Some(owner.clone()))),
-            None => Err(ApiError::new(
+        state.owner_of(&parts.headers).map(Caller).map_err(|()| {
+            ApiError::new(
                 "unauthorized",
                 "a valid `Authorization: Bearer TOKEN` header is required",
-            )),
-        }
+            )
+        })
     }
 }
 
-/// Rate limit, timeout, and latency metrics for every request.
+/// Rate limit (per owner), timeout, and latency metrics for every request.
 async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
@@ -145,8 +135,23 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let response = if !state.admit() {
-        ApiError::new("rate_limited", "too many requests; retry shortly").into_response()
+    // One bucket per owner; requests without a valid token share one (they are refused
+    // later anyway, but must not get unlimited tries).
+    let key = match state.owner_of(req.headers()) {
+        Ok(owner) => owner.unwrap_or_default(),
+        Err(()) => "\u{0}unauthenticated".to_owned(),
+    };
+    let response = if let Err(retry_after) = state.admit(&key) {
+        let mut response = ApiError::new(
+            "rate_limited",
+            format!("too many requests; retry in {retry_after} s"),
+        )
+        .with_details(json!({"retry_after_secs": retry_after}))
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(retry_after));
+        response
     } else {
         match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
             Ok(response) => response,
@@ -299,7 +304,8 @@ struct Created {
 #[utoipa::path(post, path = "/v1/plans", tag = "plans", params(CreateQuery), request_body = CreatePlan,
     responses(
         (status = 201, description = "Planned and stored", body = Created),
-        (status = 200, description = "With `stream=true`: Server-Sent Events `attempt_started`, `token`, `step`, `repair` (data: the engine's `PlanEvent`), then `outcome` (data: `Created`) or `error` (data: `ErrorBody`)", content_type = "text/event-stream", body = String),
+        (status = 200, description = "With `stream=true`: Server-Sent Events `attempt_started`, `token`, `step`, `repair` (data: the engine's `PlanEvent`), then `outcome` (data: `Created`) or `error` (data: `ErrorBody`)", content_type = "text/event-stream", body = SseEvent),
+        (status = 409, description = "`conflict`: the plan id is taken (a request whose `feedback.previous` names a stored plan keeps that id; revise a stored plan through its feedback route instead)", body = ErrorBody),
         (status = 422, description = "`planning_failed`: no valid plan; `details` is the engine's diagnostics", body = ErrorBody),
         (status = 502, description = "`model_error`: the language model failed", body = ErrorBody),
     ))]
@@ -344,6 +350,22 @@ async fn create_plan(
         rx.recv().await.map(|event| (Ok(event), rx))
     }))
     .into_response())
+}
+
+/// One Server-Sent Event as a client reads it (documentation only: the stream is written by
+/// axum's `Sse`): `event` names the kind, `data` is a JSON document.
+#[derive(ToSchema)]
+#[allow(dead_code, reason = "a schema for the OpenAPI document, never built")]
+struct SseEvent {
+    /// The kind (see the operation for the kinds and their data).
+    event: String,
+    /// The payload, as JSON text.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+    /// Not sent.
+    id: Option<String>,
+    /// Not sent.
+    retry: Option<u64>,
 }
 
 fn sse_json(kind: &str, value: &impl Serialize) -> Event {
@@ -531,8 +553,10 @@ async fn delete_plan(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Body of `POST /v1/plans/{id}/feedback`.
+/// Body of `POST /v1/plans/{id}/feedback`. (Its schema is `ReviewFeedback`: core's replanning
+/// `Feedback` already has the name `Feedback` in the document.)
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = ReviewFeedback)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Feedback {
     /// Accept the plan.
@@ -699,7 +723,7 @@ async fn update_step(
 /// stream ends after it), and kinds other crates publish (execution).
 #[utoipa::path(get, path = "/v1/plans/{id}/events", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
-    responses((status = 200, description = "Server-Sent Events; each `data:` is a `PlanBusEvent` (the first, `snapshot`, is the `StoredPlan`)", content_type = "text/event-stream", body = PlanBusEvent)))]
+    responses((status = 200, description = "Server-Sent Events; each `data:` is a `PlanBusEvent` (the first, `snapshot`, is the `StoredPlan`)", content_type = "text/event-stream", body = SseEvent)))]
 async fn events(
     State(state): State<AppState>,
     caller: Caller,

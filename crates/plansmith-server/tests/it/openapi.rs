@@ -176,6 +176,21 @@ async fn openapi_document_covers_every_route() {
     let table: Vec<&str> = ERROR_TABLE.iter().map(|(c, _)| *c).collect();
     assert_eq!(codes, table);
 
+    // Two types named `Feedback` (core's replanning input, the review route's body) must not
+    // overwrite each other: the route's body is its own schema, with the `action` tag.
+    let body = &spec["paths"]["/v1/plans/{id}/feedback"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"]["$ref"];
+    assert_eq!(body, "#/components/schemas/ReviewFeedback");
+    let review = spec["components"]["schemas"]["ReviewFeedback"].to_string();
+    assert!(
+        review.contains("\"action\"") && review.contains("answer"),
+        "{review}"
+    );
+    // Unsigned integers carry their real range (u32: not int32's 2^31 - 1).
+    let version = &spec["components"]["schemas"]["Plan"]["properties"]["version"];
+    assert_eq!(version["maximum"], u32::MAX, "{version}");
+    assert!(version.get("format").is_none(), "{version}");
+
     // Every operation documents its error statuses with the error body; 429 with Retry-After.
     let mut statuses = BTreeSet::new();
     for (path, item) in spec["paths"].as_object().unwrap() {
