@@ -303,6 +303,10 @@ pub struct Script {
     pub capabilities: Capabilities,
     /// Replies, in order.
     pub turns: Vec<ScriptedTurn>,
+    /// After the last turn, start again from the first: a model that never runs out (load
+    /// tests, fuzzing a server). Requests are then counted but not kept, so memory stays flat.
+    #[serde(default)]
+    pub repeat: bool,
 }
 
 /// A model that replays scripted turns in order and records every request.
@@ -311,6 +315,7 @@ pub struct ScriptedModel {
     capabilities: Capabilities,
     turns: Mutex<VecDeque<ScriptedTurn>>,
     requests: Mutex<Vec<CompletionRequest>>,
+    repeat: bool,
 }
 
 /// Errors loading a script.
@@ -348,6 +353,7 @@ impl ScriptedModel {
                 .into_iter()
                 .map(|t| ScriptedTurn::Text(t.into()))
                 .collect(),
+            repeat: false,
         })
     }
 
@@ -357,6 +363,7 @@ impl ScriptedModel {
             capabilities: script.capabilities,
             turns: Mutex::new(script.turns.into()),
             requests: Mutex::new(Vec::new()),
+            repeat: script.repeat,
         }
     }
 
@@ -374,6 +381,7 @@ impl ScriptedModel {
                 Ok(turns) => Script {
                     capabilities: Capabilities::default(),
                     turns,
+                    repeat: false,
                 },
                 Err(_) => {
                     return Err(ScriptError::Format {
@@ -408,17 +416,20 @@ impl LanguageModel for ScriptedModel {
 
     fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
         let n_request = match self.requests.lock() {
+            Ok(_) if self.repeat => 0,
             Ok(mut requests) => {
                 requests.push(request);
                 requests.len()
             }
             Err(_) => 0,
         };
-        let turn = self
-            .turns
-            .lock()
-            .ok()
-            .and_then(|mut turns| turns.pop_front());
+        let turn = self.turns.lock().ok().and_then(|mut turns| {
+            let turn = turns.pop_front()?;
+            if self.repeat {
+                turns.push_back(turn.clone());
+            }
+            Some(turn)
+        });
         Box::pin(async move {
             match turn {
                 None => Err(LlmError::ScriptExhausted(n_request)),
@@ -457,6 +468,37 @@ mod tests {
         let err = futures::executor::block_on(model.complete(request)).unwrap_err();
         assert!(matches!(err, LlmError::ScriptExhausted(3)), "{err}");
         assert_eq!(model.requests().len(), 3);
+    }
+
+    #[test]
+    fn repeating_script_never_runs_out() {
+        let model = ScriptedModel::from_script(Script {
+            capabilities: Capabilities::default(),
+            turns: vec![
+                ScriptedTurn::Text("a".into()),
+                ScriptedTurn::Text("b".into()),
+            ],
+            repeat: true,
+        });
+        let request = CompletionRequest {
+            messages: vec![Message::user("hi")],
+            constraint: None,
+            max_tokens: 10,
+            temperature: 0.0,
+        };
+        let texts: Vec<String> = (0..5)
+            .map(|_| {
+                futures::executor::block_on(model.complete(request.clone()))
+                    .unwrap()
+                    .text
+            })
+            .collect();
+        assert_eq!(texts, ["a", "b", "a", "b", "a"]);
+        assert!(
+            model.requests().is_empty(),
+            "a repeating script keeps no requests"
+        );
+        assert_eq!(model.remaining(), 2);
     }
 
     #[test]

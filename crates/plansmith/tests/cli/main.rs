@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 mod plans;
 /// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4).
 mod providers;
+/// `plansmith serve` fuzzed through its OpenAPI document (issue 6).
+mod serve;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
