@@ -32,6 +32,19 @@ try {
   if (r.status !== 200) await fail(`PATCH answered ${r.status}`);
   await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "in_progress");
   await page.screenshot({ path: `${shots}/3-live-status.png`, fullPage: true });
+  // The DAG shows the dependency edge s1 -> s2 and the live status on the node.
+  if (!(await page.$('#dag line[data-from="s1"][data-to="s2"]'))) await fail("no DAG edge s1 -> s2");
+  if ((await page.getAttribute('#dag g[data-step="s1"] rect', "class")) !== "in_progress") await fail("DAG node s1 not in_progress");
+  // A new plan, streamed: validated steps arrive while planning, then the plan opens.
+  await page.fill("#query", "Email Bob the weather in Paris");
+  await page.click("#plan");
+  await page.waitForSelector('#progress li[data-step="s3"]');
+  await page.waitForFunction(() => document.querySelector("#planning")?.textContent.startsWith("Planned"));
+  await page.waitForFunction((old) => { const m = document.querySelector("#main"); return m.dataset.plan && m.dataset.plan !== old && document.querySelector("#state")?.textContent === "awaiting_review"; }, id);
+  const streamed = await page.$$eval("#progress li", (items) => items.map((li) => li.dataset.step));
+  if (streamed.join(",") !== "s1,s2,s3") await fail(`streamed steps ${streamed}`);
+  if (!(await page.$('#dag line[data-from="s2"][data-to="s3"]'))) await fail("no DAG edge s2 -> s3 on the new plan");
+  await page.screenshot({ path: `${shots}/4-streamed-plan-dag.png`, fullPage: true });
   console.log("review page: OK");
 } catch (e) { await fail(String(e)); }
 await browser.close();

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// Something was noted or fixed automatically.
@@ -21,6 +22,7 @@ pub enum Severity {
 
 /// What kind of finding a [`Diagnostic`] is. Serialised in snake_case (`unknown_tool`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Code {
@@ -119,6 +121,7 @@ impl fmt::Display for Code {
 
 /// One finding, with where it is (a JSON pointer into the plan document) and the offending value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Diagnostic {
     /// What kind of finding.
     pub code: Code,

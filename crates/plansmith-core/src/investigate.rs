@@ -22,6 +22,7 @@ use crate::llm::BoxFuture;
 
 /// One piece of background information.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Finding {
     /// Where it came from (a tool name, a URL, a document id).
     pub source: String,
@@ -44,6 +45,7 @@ pub trait Investigator: Send + Sync {
 
 /// What background investigation did, for the diagnostics.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Investigation {
     /// The investigator's name (empty when none was configured).
     pub investigator: String,

@@ -30,6 +30,7 @@ pub enum StreamEvent {
 
 /// Who said a [`Message`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Instructions.
@@ -42,6 +43,7 @@ pub enum Role {
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
     /// Who said it.
     pub role: Role,
@@ -115,6 +117,7 @@ pub struct Capabilities {
 
 /// The structured-output strategy used for a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Grammar-constrained decoding from the plan schema.
@@ -182,6 +185,7 @@ pub struct ToolCall {
 
 /// Token counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     /// Prompt tokens.
     pub prompt_tokens: u32,
@@ -200,6 +204,7 @@ impl std::ops::AddAssign for Usage {
 
 /// Why generation stopped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// The model finished.
@@ -298,6 +303,10 @@ pub struct Script {
     pub capabilities: Capabilities,
     /// Replies, in order.
     pub turns: Vec<ScriptedTurn>,
+    /// After the last turn, start again from the first: a model that never runs out (load
+    /// tests, fuzzing a server). Requests are then counted but not kept, so memory stays flat.
+    #[serde(default)]
+    pub repeat: bool,
 }
 
 /// A model that replays scripted turns in order and records every request.
@@ -306,6 +315,7 @@ pub struct ScriptedModel {
     capabilities: Capabilities,
     turns: Mutex<VecDeque<ScriptedTurn>>,
     requests: Mutex<Vec<CompletionRequest>>,
+    repeat: bool,
 }
 
 /// Errors loading a script.
@@ -343,6 +353,7 @@ impl ScriptedModel {
                 .into_iter()
                 .map(|t| ScriptedTurn::Text(t.into()))
                 .collect(),
+            repeat: false,
         })
     }
 
@@ -352,6 +363,7 @@ impl ScriptedModel {
             capabilities: script.capabilities,
             turns: Mutex::new(script.turns.into()),
             requests: Mutex::new(Vec::new()),
+            repeat: script.repeat,
         }
     }
 
@@ -369,6 +381,7 @@ impl ScriptedModel {
                 Ok(turns) => Script {
                     capabilities: Capabilities::default(),
                     turns,
+                    repeat: false,
                 },
                 Err(_) => {
                     return Err(ScriptError::Format {
@@ -403,17 +416,20 @@ impl LanguageModel for ScriptedModel {
 
     fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
         let n_request = match self.requests.lock() {
+            Ok(_) if self.repeat => 0,
             Ok(mut requests) => {
                 requests.push(request);
                 requests.len()
             }
             Err(_) => 0,
         };
-        let turn = self
-            .turns
-            .lock()
-            .ok()
-            .and_then(|mut turns| turns.pop_front());
+        let turn = self.turns.lock().ok().and_then(|mut turns| {
+            let turn = turns.pop_front()?;
+            if self.repeat {
+                turns.push_back(turn.clone());
+            }
+            Some(turn)
+        });
         Box::pin(async move {
             match turn {
                 None => Err(LlmError::ScriptExhausted(n_request)),
@@ -452,6 +468,37 @@ mod tests {
         let err = futures::executor::block_on(model.complete(request)).unwrap_err();
         assert!(matches!(err, LlmError::ScriptExhausted(3)), "{err}");
         assert_eq!(model.requests().len(), 3);
+    }
+
+    #[test]
+    fn repeating_script_never_runs_out() {
+        let model = ScriptedModel::from_script(Script {
+            capabilities: Capabilities::default(),
+            turns: vec![
+                ScriptedTurn::Text("a".into()),
+                ScriptedTurn::Text("b".into()),
+            ],
+            repeat: true,
+        });
+        let request = CompletionRequest {
+            messages: vec![Message::user("hi")],
+            constraint: None,
+            max_tokens: 10,
+            temperature: 0.0,
+        };
+        let texts: Vec<String> = (0..5)
+            .map(|_| {
+                futures::executor::block_on(model.complete(request.clone()))
+                    .unwrap()
+                    .text
+            })
+            .collect();
+        assert_eq!(texts, ["a", "b", "a", "b", "a"]);
+        assert!(
+            model.requests().is_empty(),
+            "a repeating script keeps no requests"
+        );
+        assert_eq!(model.remaining(), 2);
     }
 
     #[test]

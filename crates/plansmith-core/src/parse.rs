@@ -55,6 +55,7 @@ use crate::plan::{
 
 /// Where the JSON came from: which plan shape [`to_plan`] recognised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SourceShape {
     /// Our own plan document: steps with a nested `action` object.

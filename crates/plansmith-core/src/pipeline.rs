@@ -39,6 +39,7 @@ const DESCRIPTION_MAX: usize = 160;
 
 /// How a planning call ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum OutcomeStatus {
     /// A valid plan that can run.
@@ -66,6 +67,7 @@ pub struct Outcome {
 
 /// How the request was routed before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Triage {
     /// Planned by the model.
@@ -83,6 +85,7 @@ pub enum Triage {
 
 /// One generation and what came of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     /// 0 for the first generation, then one per repair.
     pub index: u32,
@@ -105,6 +108,7 @@ pub struct Attempt {
 
 /// Time spent per stage, in microseconds (summed over attempts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Timings {
     /// Tool selection.
     pub select_us: u64,
@@ -122,6 +126,7 @@ pub struct Timings {
 
 /// Everything a planning call did: attempts, strategy, repairs, findings, tokens, time.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Diagnostics {
     /// The model's name.
     pub model: String,
@@ -195,6 +200,7 @@ impl PlanError {
 
 /// What [`Planner::plan_with_events`] reports while it works.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum PlanEvent {
     /// A generation starts (0 first, then one per repair).

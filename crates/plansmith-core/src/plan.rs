@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 /// A typed, validated plan: what to do for one request, as steps with dependencies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Plan {
     /// Stable identifier of the plan (all versions share it).
     pub id: String,
@@ -144,6 +145,7 @@ impl Plan {
 
 /// A clarifying question the plan needs answered before it can run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Question {
     /// Identifier (`q1`, `q2`, …).
     pub id: String,
@@ -162,6 +164,7 @@ pub struct Question {
 
 /// One step of a plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Step {
     /// Identifier, unique in the plan: `s1`, `s2`, …
     pub id: String,
@@ -216,6 +219,7 @@ impl Step {
 
 /// What a step does. Serialised with a `type` tag: `{"type": "tool", "name": …, "arguments": …}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Action {
     /// Call a tool of the catalog with arguments that match its input schema. An argument value
@@ -273,6 +277,21 @@ pub enum TaskKind {
     Custom(String),
 }
 
+/// In the API schema a task kind is a string (`research`, `processing` or a custom name).
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for TaskKind {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("`research`, `processing`, or any other name"))
+            .examples(["research"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for TaskKind {}
+
 impl From<String> for TaskKind {
     fn from(value: String) -> TaskKind {
         match value.trim().to_ascii_lowercase().as_str() {
@@ -301,6 +320,7 @@ impl fmt::Display for TaskKind {
 
 /// When a step runs. Recurring schedules need the user's explicit confirmation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Schedule {
     /// Run once, now.
@@ -331,6 +351,7 @@ impl Schedule {
 
 /// Execution status of a step.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     /// Not started yet.

@@ -9,6 +9,7 @@ use crate::plan::Plan;
 
 /// One planning request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlanRequest {
     /// The user's request.
     pub query: String,
@@ -72,6 +73,7 @@ impl PlanRequest {
 
 /// Feedback for replanning.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Feedback {
     /// The plan being revised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +91,7 @@ pub struct Feedback {
 
 /// Which plan shape the model is asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Shape {
     /// Tool calls with arguments and dependencies (SAGE, LLMCompiler).
@@ -130,6 +133,7 @@ impl std::str::FromStr for Shape {
 
 /// What to return when no valid plan could be had.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FallbackPolicy {
     /// A plan whose guidance tells the user what went wrong (ValueCell).
@@ -151,6 +155,7 @@ pub enum FallbackPolicy {
 
 /// Knobs of one planning call.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct PlanOptions {
     /// At most this many steps (the closing reply is kept when cutting).

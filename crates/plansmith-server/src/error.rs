@@ -8,6 +8,8 @@ use plansmith_core::PlanError;
 use plansmith_store::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 
 /// Every error code the API answers with, and its HTTP status.
 ///
@@ -52,6 +54,51 @@ pub struct ErrorBody {
     /// Structured details (diagnostics for `invalid_plan` / `planning_failed`), else `null`.
     pub details: Value,
 }
+
+impl utoipa::PartialSchema for ErrorBody {
+    /// `{code, message, details}` with `code` one of [`ERROR_TABLE`]'s codes.
+    fn schema() -> RefOr<Schema> {
+        let codes: Vec<&str> = ERROR_TABLE.iter().map(|(code, _)| *code).collect();
+        let table: Vec<String> = ERROR_TABLE
+            .iter()
+            .map(|(code, status)| format!("`{code}` {status}"))
+            .collect();
+        ObjectBuilder::new()
+            .description(Some(format!(
+                "Every error response. Codes and their HTTP status: {}.",
+                table.join(", ")
+            )))
+            .property(
+                "code",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(codes))
+                    .description(Some("The error code (one per HTTP status, see the table)")),
+            )
+            .property(
+                "message",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .description(Some("What went wrong, for people")),
+            )
+            .property(
+                "details",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::AnyValue)
+                    .description(Some(
+                        "Structured details: for `invalid_plan` the engine's diagnostics list \
+                     (`[{code, severity, pointer, step?, message, value?}]`), for \
+                     `planning_failed` / `model_error` the planning call's diagnostics, else null",
+                    )),
+            )
+            .required("code")
+            .required("message")
+            .required("details")
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ErrorBody {}
 
 /// An error answered by the API.
 #[derive(Debug, Clone, thiserror::Error)]

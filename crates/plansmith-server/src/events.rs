@@ -13,7 +13,7 @@ const CAPACITY: usize = 256;
 
 /// One event about a plan, as sent on `GET /v1/plans/{id}/events` (the SSE `event:` field is
 /// `kind`, the `data:` field is this whole object as JSON).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PlanBusEvent {
     /// What happened: `plan_updated`, `review_requested`, `step_status`, `plan_deleted`, …
     /// (open-ended: other crates add their own kinds).

@@ -2,7 +2,8 @@
 //!
 //! [`router`] builds the axum router of the `/v1` API (plan, list, get, history, feedback,
 //! step updates, delete, live events over SSE), `/metrics`, `/healthz` and the review page at
-//! `/`. This is the only crate of the workspace that knows HTTP routes.
+//! `/`, and its OpenAPI 3.1 document at `/openapi.json` ([`openapi::document`], generated from
+//! the code). This is the only crate of the workspace that knows HTTP routes.
 //!
 //! - Errors: one table, [`error::ERROR_TABLE`]; every error body is `{code, message, details}`.
 //! - Tenancy: with API tokens configured ([`ServerConfig::tokens`]) each request needs
@@ -16,6 +17,7 @@
 pub mod error;
 pub mod events;
 pub mod metrics;
+pub mod openapi;
 mod routes;
 
 use std::collections::HashMap;
@@ -39,7 +41,9 @@ pub struct ServerConfig {
     pub tokens: HashMap<String, String>,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
-    /// Requests per second over all clients (0: unlimited).
+    /// Requests per second per owner (0: unlimited). Each owner of a token has its own bucket
+    /// (a burst of one second's worth); requests without a valid token share one bucket, and
+    /// without tokens every request shares one. Over it: `429 rate_limited` with `Retry-After`.
     pub rate_limit_per_sec: u32,
     /// Longest time to answer a request (SSE streams excepted once they started).
     pub request_timeout: Duration,
@@ -90,7 +94,9 @@ pub struct AppState {
     pub bus: EventBus,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    limiter: Arc<Mutex<Bucket>>,
+    /// Rate-limit buckets by owner (bounded: the configured owners, plus one for requests
+    /// without a valid token).
+    limiter: Arc<Mutex<HashMap<String, Bucket>>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -111,39 +117,58 @@ struct Bucket {
 impl AppState {
     /// State over a store and a planner.
     pub fn new(store: PlanStore, planner: Planner, config: ServerConfig) -> AppState {
-        let tokens = f64::from(config.rate_limit_per_sec);
         AppState {
             store,
             planner: Arc::new(planner),
             config: Arc::new(config),
             bus: EventBus::new(),
             metrics: Arc::new(Metrics::new()),
-            limiter: Arc::new(Mutex::new(Bucket {
-                tokens,
-                last: Instant::now(),
-            })),
+            limiter: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
-    /// Takes one token from the rate-limit bucket; false when empty.
-    fn admit(&self) -> bool {
+    /// Takes one request from `key`'s rate-limit bucket (a full bucket for a new key). When
+    /// the bucket is empty: `Err(seconds)` until the next request would be admitted (at least 1).
+    fn admit(&self, key: &str) -> Result<(), u64> {
         let rate = f64::from(self.config.rate_limit_per_sec);
         if rate <= 0.0 {
-            return true;
+            return Ok(());
         }
-        let Ok(mut bucket) = self.limiter.lock() else {
-            return true;
+        let Ok(mut buckets) = self.limiter.lock() else {
+            return Ok(());
         };
         let now = Instant::now();
+        let bucket = buckets.entry(key.to_owned()).or_insert(Bucket {
+            tokens: rate,
+            last: now,
+        });
         let refill = now.duration_since(bucket.last).as_secs_f64() * rate;
         bucket.tokens = (bucket.tokens + refill).min(rate);
         bucket.last = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
-            true
+            Ok(())
         } else {
-            false
+            let wait = ((1.0 - bucket.tokens) / rate).ceil();
+            Err((wait as u64).max(1))
         }
+    }
+
+    /// The owner a request's `Authorization: Bearer TOKEN` maps to: `Ok(None)` without tokens
+    /// configured (single user), `Err(())` when tokens are configured and it is missing or
+    /// unknown.
+    fn owner_of(&self, headers: &axum::http::HeaderMap) -> Result<Option<String>, ()> {
+        if self.config.tokens.is_empty() {
+            return Ok(None);
+        }
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .and_then(|token| self.config.tokens.get(token))
+            .map(|owner| Some(owner.clone()))
+            .ok_or(())
     }
 }
 

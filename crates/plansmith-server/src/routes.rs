@@ -11,19 +11,25 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use futures::Stream;
-use plansmith_core::{Diagnostic, Diagnostics, OutcomeStatus, PlanEvent, PlanRequest, StepStatus};
+use plansmith_core::{
+    Diagnostic, Diagnostics, OutcomeStatus, Plan, PlanEvent, PlanRequest, StepStatus,
+};
 use plansmith_store::store::parse_status;
-use plansmith_store::{Change, ListFilter, Page, Review, ReviewState, StoredPlan, Trigger};
+use plansmith_store::{
+    Change, ListFilter, Page, Review, ReviewState, StoredPlan, Trigger, VersionRecord,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::AppState;
-use crate::error::{ApiError, rejection};
+use crate::error::{ApiError, ErrorBody, rejection};
 use crate::events::PlanBusEvent;
 
 /// The review page.
@@ -31,18 +37,27 @@ const INDEX_HTML: &str = include_str!("../assets/index.html");
 /// Largest page of `GET /v1/plans`.
 const MAX_LIMIT: u32 = 500;
 
+/// Every route, registered once through utoipa-axum so the OpenAPI document and the router
+/// cannot disagree: a handler is only reachable through `routes!`, which also adds its
+/// `#[utoipa::path]` to the document. No route is added with a plain `.route(…)`.
+pub(crate) fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(crate::openapi::base())
+        .routes(routes!(index))
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi_json))
+        .routes(routes!(create_plan, list_plans))
+        .routes(routes!(get_plan, delete_plan))
+        .routes(routes!(history))
+        .routes(routes!(feedback))
+        .routes(routes!(update_step))
+        .routes(routes!(events))
+}
+
 pub(crate) fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
-    Router::new()
-        .route("/", get(index))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/v1/plans", post(create_plan).get(list_plans))
-        .route("/v1/plans/{id}", get(get_plan).delete(delete_plan))
-        .route("/v1/plans/{id}/history", get(history))
-        .route("/v1/plans/{id}/feedback", post(feedback))
-        .route("/v1/plans/{id}/steps/{step}", patch(update_step))
-        .route("/v1/plans/{id}/events", get(events))
+    let (router, _spec) = api().split_for_parts();
+    router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -103,26 +118,16 @@ impl Caller {
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if state.config.tokens.is_empty() {
-            return Ok(Caller(None));
-        }
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        match token.and_then(|t| state.config.tokens.get(t)) {
-            Some(owner) => Ok(Caller(Some(owner.clone()))),
-            None => Err(ApiError::new(
+        state.owner_of(&parts.headers).map(Caller).map_err(|()| {
+            ApiError::new(
                 "unauthorized",
                 "a valid `Authorization: Bearer TOKEN` header is required",
-            )),
-        }
+            )
+        })
     }
 }
 
-/// Rate limit, timeout, and latency metrics for every request.
+/// Rate limit (per owner), timeout, and latency metrics for every request.
 async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
@@ -130,8 +135,23 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let response = if !state.admit() {
-        ApiError::new("rate_limited", "too many requests; retry shortly").into_response()
+    // One bucket per owner; requests without a valid token share one (they are refused
+    // later anyway, but must not get unlimited tries).
+    let key = match state.owner_of(req.headers()) {
+        Ok(owner) => owner.unwrap_or_default(),
+        Err(()) => "\u{0}unauthenticated".to_owned(),
+    };
+    let response = if let Err(retry_after) = state.admit(&key) {
+        let mut response = ApiError::new(
+            "rate_limited",
+            format!("too many requests; retry in {retry_after} s"),
+        )
+        .with_details(json!({"retry_after_secs": retry_after}))
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(retry_after));
+        response
     } else {
         match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
             Ok(response) => response,
@@ -194,14 +214,36 @@ fn publish_stored(state: &AppState, kind: &str, stored: &StoredPlan) {
 
 // ------------------------------------------------------------------ small routes
 
+/// The review page.
+#[utoipa::path(get, path = "/", tag = "service",
+    responses((status = 200, description = "The review page: one HTML document, no external assets", content_type = "text/html", body = String)))]
 async fn index() -> Html<&'static str> {
     Html(INDEX_HTML)
 }
 
-async fn healthz(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({"status": "ok", "store": format!("{:?}", state.store.backend()).to_lowercase()}))
+/// Answer of `GET /healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+struct Health {
+    /// Always `ok` when the server answers.
+    status: String,
+    /// The store's backend: `sqlite` or `postgres`.
+    store: String,
 }
 
+/// Liveness, and which store backend serves.
+#[utoipa::path(get, path = "/healthz", tag = "service",
+    responses((status = 200, description = "The server answers", body = Health)))]
+async fn healthz(State(state): State<AppState>) -> Json<Health> {
+    Json(Health {
+        status: "ok".to_owned(),
+        store: format!("{:?}", state.store.backend()).to_lowercase(),
+    })
+}
+
+/// Prometheus metrics: plans by outcome, parse failures, repairs, validation errors by code,
+/// ready ratio, steps per plan, iterations, latency per stage and per route, LLM tokens.
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String)))]
 async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -210,10 +252,21 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// This OpenAPI 3.1 document, generated from the code.
+#[utoipa::path(get, path = "/openapi.json", tag = "service",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", body = Object)))]
+async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document_json(),
+    )
+        .into_response()
+}
+
 // ------------------------------------------------------------------ plans
 
 /// Body of `POST /v1/plans`: a plan request plus review settings.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct CreatePlan {
     /// The request (the engine's wire contract; `owner` is the caller's under tokens).
     #[serde(flatten)]
@@ -226,21 +279,36 @@ pub struct CreatePlan {
     pub max_iterations: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Query of `POST /v1/plans`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct CreateQuery {
+    /// Answer with Server-Sent Events while planning (`attempt_started`, `token`, `step`,
+    /// `repair`, then `outcome` or `error`) instead of one JSON document.
     #[serde(default)]
     stream: bool,
 }
 
-/// Answer of `POST /v1/plans`.
-#[derive(Debug, Serialize)]
+/// Answer of `POST /v1/plans`: how planning ended, the stored plan, and what the engine did.
+#[derive(Debug, Serialize, ToSchema)]
 struct Created {
     #[serde(flatten)]
     status: OutcomeStatus,
+    /// The plan as stored (version 1) with its review state.
     stored: StoredPlan,
+    /// Attempts, strategy, repairs, findings, tokens and time per stage.
     diagnostics: Diagnostics,
 }
 
+/// Plans a request and stores the plan (`stream=true`: progress over SSE while planning).
+#[utoipa::path(post, path = "/v1/plans", tag = "plans", params(CreateQuery), request_body = CreatePlan,
+    responses(
+        (status = 201, description = "Planned and stored", body = Created),
+        (status = 200, description = "With `stream=true`: Server-Sent Events `attempt_started`, `token`, `step`, `repair` (data: the engine's `PlanEvent`), then `outcome` (data: `Created`) or `error` (data: `ErrorBody`)", content_type = "text/event-stream", body = SseEvent),
+        (status = 409, description = "`conflict`: the plan id is taken (a request whose `feedback.previous` names a stored plan keeps that id; revise a stored plan through its feedback route instead)", body = ErrorBody),
+        (status = 422, description = "`planning_failed`: no valid plan; `details` is the engine's diagnostics", body = ErrorBody),
+        (status = 502, description = "`model_error`: the language model failed", body = ErrorBody),
+    ))]
 async fn create_plan(
     State(state): State<AppState>,
     caller: Caller,
@@ -282,6 +350,22 @@ async fn create_plan(
         rx.recv().await.map(|event| (Ok(event), rx))
     }))
     .into_response())
+}
+
+/// One Server-Sent Event as a client reads it (documentation only: the stream is written by
+/// axum's `Sse`): `event` names the kind, `data` is a JSON document.
+#[derive(ToSchema)]
+#[allow(dead_code, reason = "a schema for the OpenAPI document, never built")]
+struct SseEvent {
+    /// The kind (see the operation for the kinds and their data).
+    event: String,
+    /// The payload, as JSON text.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+    /// Not sent.
+    id: Option<String>,
+    /// Not sent.
+    retry: Option<u64>,
 }
 
 fn sse_json(kind: &str, value: &impl Serialize) -> Event {
@@ -338,17 +422,28 @@ async fn plan_and_store(
     })
 }
 
-#[derive(Debug, Deserialize)]
+/// Filters and paging of `GET /v1/plans`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Only this owner's plans (ignored under tokens: an owner lists only its own).
     owner: Option<String>,
+    /// Only plans of this conversation.
     conversation_id: Option<String>,
+    /// Only plans of this thread.
     thread_id: Option<String>,
+    /// Only plans in this review state.
     state: Option<ReviewState>,
+    /// Page size (default 50, clamped to 1..=500).
     limit: Option<u32>,
+    /// Plans to skip.
     #[serde(default)]
     offset: u32,
 }
 
+/// Lists plans, most recently updated first.
+#[utoipa::path(get, path = "/v1/plans", tag = "plans", params(ListQuery),
+    responses((status = 200, description = "One page of plans", body = Page)))]
 async fn list_plans(
     State(state): State<AppState>,
     caller: Caller,
@@ -365,46 +460,83 @@ async fn list_plans(
     Ok(Json(state.store.list(&filter).await?))
 }
 
-#[derive(Debug, Deserialize)]
+/// Query of `GET /v1/plans/{id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct VersionQuery {
+    /// One version's document instead of the current plan.
     version: Option<u32>,
 }
 
+/// Answer of `GET /v1/plans/{id}`: the current plan, or one version's document.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+enum PlanOrVersion {
+    /// Without `version`: the current plan with its review state.
+    Current(Box<StoredPlan>),
+    /// With `version`: that version's document.
+    Version(Box<VersionDocument>),
+}
+
+/// One version's document.
+#[derive(Debug, Serialize, ToSchema)]
+struct VersionDocument {
+    /// The plan as it was at that version.
+    plan: Plan,
+    /// The version.
+    version: u32,
+}
+
+/// Answer of `GET /v1/plans/{id}/history`.
+#[derive(Debug, Serialize, ToSchema)]
+struct History {
+    /// Every version, oldest first.
+    versions: Vec<VersionRecord>,
+}
+
+/// The current plan with its review state, or one version's document.
+#[utoipa::path(get, path = "/v1/plans/{id}", tag = "plans",
+    params(("id" = String, Path, description = "The plan id"), VersionQuery),
+    responses((status = 200, description = "The plan", body = PlanOrVersion)))]
 async fn get_plan(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<VersionQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PlanOrVersion>, ApiError> {
     let stored = load(&state, &caller, &id).await?;
-    let value = match query.version {
-        None => serde_json::to_value(&stored),
-        Some(version) if version == 0 || version > stored.version() => {
-            return Err(ApiError::new(
-                "not_found",
-                format!("plan `{id}` has no version {version}"),
-            ));
-        }
+    match query.version {
+        None => Ok(Json(PlanOrVersion::Current(Box::new(stored)))),
+        Some(version) if version == 0 || version > stored.version() => Err(ApiError::new(
+            "not_found",
+            format!("plan `{id}` has no version {version}"),
+        )),
         Some(version) => {
             let plan = state.store.get_version(&id, version).await?;
-            serde_json::to_value(json!({"plan": plan, "version": version}))
+            let document = VersionDocument { plan, version };
+            Ok(Json(PlanOrVersion::Version(Box::new(document))))
         }
-    };
-    value
-        .map(Json)
-        .map_err(|err| ApiError::new("internal", err.to_string()))
+    }
 }
 
+/// Every version of a plan: trigger, actor, time, review state and JSON diff.
+#[utoipa::path(get, path = "/v1/plans/{id}/history", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")),
+    responses((status = 200, description = "The versions, oldest first", body = History)))]
 async fn history(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<History>, ApiError> {
     load(&state, &caller, &id).await?;
     let versions = state.store.history(&id).await?;
-    Ok(Json(json!({"versions": versions})))
+    Ok(Json(History { versions }))
 }
 
+/// Deletes a plan and all its versions (subscribers get `plan_deleted`, then their stream ends).
+#[utoipa::path(delete, path = "/v1/plans/{id}", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")),
+    responses((status = 204, description = "Deleted")))]
 async fn delete_plan(
     State(state): State<AppState>,
     caller: Caller,
@@ -421,8 +553,10 @@ async fn delete_plan(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Body of `POST /v1/plans/{id}/feedback`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Body of `POST /v1/plans/{id}/feedback`. (Its schema is `ReviewFeedback`: core's replanning
+/// `Feedback` already has the name `Feedback` in the document.)
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = ReviewFeedback)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Feedback {
     /// Accept the plan.
@@ -441,6 +575,7 @@ pub enum Feedback {
     /// A structured edit: an RFC 6902 JSON Patch on the plan document, re-validated.
     Patch {
         /// The operations.
+        #[schema(value_type = Vec<Object>)]
         patch: Value,
     },
     /// Answers to the plan's questions: replanned by the model.
@@ -451,13 +586,24 @@ pub enum Feedback {
 }
 
 /// Answer of the feedback and step routes: the stored plan and the warnings of a patch.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct Updated {
     #[serde(flatten)]
     stored: StoredPlan,
+    /// The engine's warnings about a structured edit (empty otherwise).
     diagnostics: Vec<Diagnostic>,
 }
 
+/// Review feedback: accept, reject, free-text edit (replanned), structured edit (an RFC 6902
+/// JSON Patch, re-validated against the catalog), or answers to the plan's questions.
+#[utoipa::path(post, path = "/v1/plans/{id}/feedback", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")), request_body = Feedback,
+    responses(
+        (status = 200, description = "The plan after the feedback", body = Updated),
+        (status = 409, description = "`conflict`: the review state does not allow this action", body = ErrorBody),
+        (status = 422, description = "`invalid_plan` (the edit broke the plan; `details` is the diagnostics list) or `planning_failed`", body = ErrorBody),
+        (status = 502, description = "`model_error`: the replan's model call failed", body = ErrorBody),
+    ))]
 async fn feedback(
     State(state): State<AppState>,
     caller: Caller,
@@ -486,11 +632,12 @@ async fn feedback(
 }
 
 /// Body of `PATCH /v1/plans/{id}/steps/{step}` (step: 0-based index or step id).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepUpdate {
     /// New status: `not_started`, `in_progress`, `completed`, `blocked`, `failed`, `skipped`.
     #[serde(default)]
+    #[schema(value_type = Option<StepStatus>)]
     pub status: Option<String>,
     /// New notes.
     #[serde(default)]
@@ -503,6 +650,16 @@ pub struct StepUpdate {
     pub expected_version: Option<u32>,
 }
 
+/// Marks a step: status, notes, result (a new version, trigger `step_update`; subscribers get
+/// `step_status`).
+#[utoipa::path(patch, path = "/v1/plans/{id}/steps/{step}", tag = "plans",
+    params(("id" = String, Path, description = "The plan id"),
+           ("step" = String, Path, description = "0-based step index or step id")),
+    request_body = StepUpdate,
+    responses(
+        (status = 200, description = "The plan after the change", body = Updated),
+        (status = 409, description = "`conflict`: `expected_version` is stale", body = ErrorBody),
+    ))]
 async fn update_step(
     State(state): State<AppState>,
     caller: Caller,
@@ -561,6 +718,12 @@ async fn update_step(
     }))
 }
 
+/// Live events of one plan over Server-Sent Events: `snapshot` (data: the stored plan) first,
+/// then `plan_created`, `plan_updated`, `review_requested`, `step_status`, `plan_deleted` (the
+/// stream ends after it), and kinds other crates publish (execution).
+#[utoipa::path(get, path = "/v1/plans/{id}/events", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")),
+    responses((status = 200, description = "Server-Sent Events; each `data:` is a `PlanBusEvent` (the first, `snapshot`, is the `StoredPlan`)", content_type = "text/event-stream", body = SseEvent)))]
 async fn events(
     State(state): State<AppState>,
     caller: Caller,

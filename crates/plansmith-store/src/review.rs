@@ -35,6 +35,7 @@ pub const REJECTED_WITHOUT_TEXT: &str = "plan rejected by user";
 
 /// Where a plan is in the review loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ReviewState {
     /// Stored, not yet submitted for review (lifecycle `create` without review).
@@ -108,6 +109,7 @@ impl std::fmt::Display for ReviewState {
 
 /// What happens when the review loop reaches `max_iterations`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MaxIterationsPolicy {
     /// Accept the current plan as is (deer-flow goes on to the reporter).
@@ -119,6 +121,7 @@ pub enum MaxIterationsPolicy {
 
 /// Review settings and progress, stored with the plan.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct Review {
     /// Accept plans without asking (deer-flow `auto_accepted_plan`); questions still wait.

@@ -117,6 +117,7 @@ fn redact_url(url: &str) -> String {
 
 /// The database behind a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
     /// SQLite (embedded, one file, WAL).
@@ -127,6 +128,7 @@ pub enum Backend {
 
 /// Why a version was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     /// The first version.
@@ -194,6 +196,7 @@ impl std::fmt::Display for Trigger {
 
 /// A plan as stored: the current version of the document, its review state and settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoredPlan {
     /// The current version of the plan (`plan.version` is the store version).
     pub plan: Plan,
@@ -233,6 +236,7 @@ impl StoredPlan {
 
 /// One row of a plan's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VersionRecord {
     /// The plan.
     pub plan_id: String,
@@ -271,6 +275,7 @@ pub struct ListFilter {
 
 /// One page of [`PlanStore::list`], most recently updated first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Page {
     /// The plans of this page.
     pub plans: Vec<StoredPlan>,
@@ -388,6 +393,10 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
     ),
 ];
 
+/// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every
+/// plansmith process uses the same key, so concurrent starts migrate one after the other.
+pub const MIGRATION_LOCK: i64 = 0x706c_616e_736d_7468;
+
 /// A plan store on SQLite or PostgreSQL. Cheap to clone (a connection pool).
 #[derive(Debug, Clone)]
 pub struct PlanStore {
@@ -485,37 +494,48 @@ impl PlanStore {
         }
     }
 
+    /// Applies the missing migrations. Safe when several processes open the same database at
+    /// once: on PostgreSQL the whole run is one transaction holding a transaction-level
+    /// advisory lock ([`MIGRATION_LOCK`]), so a second node waits, then sees the migrations
+    /// recorded and applies nothing. (Without the lock two nodes racing on
+    /// `CREATE TABLE IF NOT EXISTS` can both pass the existence check and one fails on
+    /// PostgreSQL's catalog unique index.) SQLite serialises writers on the file itself.
     async fn migrate(&self) -> Result<()> {
         let bootstrap = "CREATE TABLE IF NOT EXISTS plansmith_migrations (
             version BIGINT PRIMARY KEY,
             name TEXT NOT NULL,
             applied_at TEXT NOT NULL
         )";
+        let fail = |version: i64| move |source| StoreError::Migration { version, source };
+        let mut tx = self.pool.begin().await.map_err(fail(0))?;
+        if self.backend() == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(MIGRATION_LOCK)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail(0))?;
+        }
         sqlx::query(bootstrap)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|source| StoreError::Migration { version: 0, source })?;
+            .map_err(fail(0))?;
         for (version, name, statements) in MIGRATIONS {
             let applied: Option<i64> =
                 sqlx::query("SELECT version FROM plansmith_migrations WHERE version = $1")
                     .bind(*version)
-                    .fetch_optional(&self.pool)
-                    .await?
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(fail(*version))?
                     .map(|row| row.try_get::<i64, _>(0))
                     .transpose()?;
             if applied.is_some() {
                 continue;
             }
-            let fail = |source| StoreError::Migration {
-                version: *version,
-                source,
-            };
-            let mut tx = self.pool.begin().await.map_err(fail)?;
             for statement in *statements {
                 sqlx::query(AssertSqlSafe(*statement))
                     .execute(&mut *tx)
                     .await
-                    .map_err(fail)?;
+                    .map_err(fail(*version))?;
             }
             sqlx::query(
                 "INSERT INTO plansmith_migrations (version, name, applied_at) VALUES ($1, $2, $3)
@@ -526,9 +546,9 @@ impl PlanStore {
             .bind(timestamp(Utc::now()))
             .execute(&mut *tx)
             .await
-            .map_err(fail)?;
-            tx.commit().await.map_err(fail)?;
+            .map_err(fail(*version))?;
         }
+        tx.commit().await.map_err(fail(0))?;
         Ok(())
     }
 

@@ -378,7 +378,7 @@ async fn rate_limit_answers_429() {
     for _ in 0..8 {
         let (status, body) = call(&s, Method::GET, "/healthz", None, None).await;
         if status == 429 {
-            assert_eq!(body["code"], "rate_limited");
+            assert_error(status, &body, 429, "rate_limited");
         }
         statuses.push(status);
     }
@@ -386,6 +386,48 @@ async fn rate_limit_answers_429() {
         statuses.contains(&200) && statuses.contains(&429),
         "{statuses:?}"
     );
+}
+
+#[tokio::test]
+async fn rate_limit_is_per_owner_with_retry_after() {
+    let mut config = tokens(&[("ta", "alice"), ("tb", "bob")]);
+    config.rate_limit_per_sec = 2;
+    let s = start(Vec::new(), config).await;
+    let get = |token: Option<&'static str>| {
+        let mut req = s.client.get(format!("{}/v1/plans", s.base));
+        if let Some(token) = token {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        req.send()
+    };
+    // alice spends her burst of 2, then is limited with Retry-After and the table's body
+    for _ in 0..2 {
+        assert_eq!(get(Some("ta")).await.unwrap().status().as_u16(), 200);
+    }
+    let limited = get(Some("ta")).await.unwrap();
+    assert_eq!(limited.status().as_u16(), 429);
+    let retry: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry), "Retry-After {retry}");
+    let body: Value = serde_json::from_str(&limited.text().await.unwrap()).unwrap();
+    assert_error(429, &body, 429, "rate_limited");
+    assert_eq!(body["details"]["retry_after_secs"], retry);
+    // bob is not affected by alice's traffic
+    for _ in 0..2 {
+        assert_eq!(get(Some("tb")).await.unwrap().status().as_u16(), 200);
+    }
+    // requests without a valid token share their own bucket: 401 until it is empty, then 429
+    let mut anonymous = Vec::new();
+    for token in [None, Some("wrong"), None] {
+        anonymous.push(get(token).await.unwrap().status().as_u16());
+    }
+    assert_eq!(anonymous, [401, 401, 429]);
+    // after Retry-After, alice is admitted again
+    tokio::time::sleep(std::time::Duration::from_secs(retry)).await;
+    assert_eq!(get(Some("ta")).await.unwrap().status().as_u16(), 200);
 }
 
 #[tokio::test]

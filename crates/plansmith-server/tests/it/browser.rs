@@ -1,6 +1,7 @@
 //! The review page in headless Chromium (driven by `scripts/review-page.mjs`): open a plan,
 //! answer its question, edit an argument and see the diagnostic, accept, watch a step status
-//! arrive live. Screenshots go to `target/review-page-screenshots/`.
+//! arrive live (in the step list and on the DAG), make a new plan whose steps stream in over
+//! SSE. Screenshots go to `target/review-page-screenshots/`.
 
 use std::time::Duration;
 
@@ -26,7 +27,8 @@ async fn review_page_in_headless_chromium() {
         return;
     };
     let mut turns = reply("missing-recipient.json", 1);
-    turns.extend(reply("weather-email.json", 1));
+    // the answer's replan, then the plan the page creates over SSE
+    turns.extend(reply("weather-email.json", 2));
     let s = start(turns, ServerConfig::default()).await;
     let request = json!({"query": "Email the report", "options": {"max_repairs": 0}});
     let (status, created) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
@@ -52,7 +54,14 @@ async fn review_page_in_headless_chromium() {
     let (_, plan) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
     assert_eq!(plan["state"], "accepted");
     assert_eq!(plan["plan"]["steps"][0]["status"], "in_progress");
-    for name in ["1-question.png", "2-diagnostic.png", "3-live-status.png"] {
+    let (_, page) = call(&s, Method::GET, "/v1/plans", None, None).await;
+    assert_eq!(page["total"], 2, "the page created a second plan: {page}");
+    for name in [
+        "1-question.png",
+        "2-diagnostic.png",
+        "3-live-status.png",
+        "4-streamed-plan-dag.png",
+    ] {
         assert!(shots.join(name).metadata().unwrap().len() > 1000, "{name}");
     }
 }

@@ -151,3 +151,67 @@ async fn stale_writers_conflict(db: TestDb) {
 
 both_backends!(retrying_writers, super::workers_retrying_on_conflict);
 both_backends!(stale_writers, super::stale_writers_conflict);
+
+/// Many processes opening the same fresh database at once (two `plansmith serve` starting
+/// together once failed on PostgreSQL): every open succeeds and the schema is migrated once.
+async fn concurrent_opens_migrate_once(location: plansmith_store::Location) {
+    const N_OPENS: usize = 8;
+    // Each open is its own pool, as in separate processes; all start together.
+    let opens = (0..N_OPENS).map(|_| {
+        let location = location.clone();
+        tokio::spawn(async move { PlanStore::open(&location).await })
+    });
+    let mut stores = Vec::new();
+    for result in futures::future::join_all(opens).await {
+        stores.push(result.unwrap().expect("a concurrent open failed"));
+    }
+    // All of them work on the one schema.
+    let first = &stores[0];
+    first
+        .create(
+            Plan::new("shared", "opened together"),
+            ReviewState::Draft,
+            Review::default(),
+            "t",
+        )
+        .await
+        .unwrap();
+    for store in &stores {
+        assert_eq!(store.get("shared").await.unwrap().version(), 1);
+    }
+    sqlx::any::install_default_drivers();
+    let url = match &location {
+        plansmith_store::Location::Sqlite(path) => format!("sqlite://{}", path.display()),
+        plansmith_store::Location::Postgres(url) => url.clone(),
+        other => panic!("unexpected location {other:?}"),
+    };
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    let n: i64 = sqlx::Row::get(
+        &sqlx::query("SELECT COUNT(*) FROM plansmith_migrations")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap(),
+        0,
+    );
+    assert_eq!(n, 1, "one migration, recorded once");
+    for store in stores {
+        store.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_opens_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    concurrent_opens_migrate_once(plansmith_store::Location::Sqlite(dir.path().join("p.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_opens_postgres() {
+    let Some(base) = crate::support::postgres_url("concurrent_opens_postgres") else {
+        return;
+    };
+    let url = crate::support::fresh_postgres_url(&base).await;
+    concurrent_opens_migrate_once(plansmith_store::Location::Postgres(url)).await;
+}

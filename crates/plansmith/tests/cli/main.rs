@@ -10,6 +10,8 @@ mod plans;
 mod providers;
 /// Issue 9: background investigation, conversation memory, plan templates, worked examples.
 mod seed;
+/// `plansmith serve` fuzzed through its OpenAPI document (issue 6).
+mod serve;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -1,0 +1,204 @@
+//! The OpenAPI 3.1 document of the API, generated from the code: every route is registered
+//! through utoipa-axum (`routes!`), so each handler's `#[utoipa::path]` and the schemas of its
+//! types (derived with `utoipa::ToSchema`, in core and the store under their `openapi`
+//! feature) make up the document. The error responses every operation can give come from the
+//! one error table ([`crate::ERROR_TABLE`]) and are added here, so they are never forgotten
+//! on a route.
+
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, OpenApi, OpenApiBuilder,
+    PathItem, Ref, RefOr, ResponseBuilder, SecurityRequirement, Tag,
+};
+use utoipa::openapi::{ObjectBuilder, Type, path::Operation};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::error::ErrorBody;
+use crate::events::PlanBusEvent;
+
+/// The document before the routes are added: info, tags, the bearer scheme, shared schemas.
+pub(crate) fn base() -> OpenApi {
+    let mut info = InfoBuilder::new()
+        .title("plansmith")
+        .version(env!("CARGO_PKG_VERSION"))
+        .description(Some(
+            "A planning engine for LLM agents as an HTTP service: plan a request, review it \
+             (accept, reject, edit, answer questions), mark steps, follow live events. Every error \
+             is `{code, message, details}` (see the `ErrorBody` schema for the codes).",
+        ))
+        .build();
+    info.license = Some(utoipa::openapi::License::new(env!("CARGO_PKG_LICENSE")));
+    let components = ComponentsBuilder::new()
+        .schema(ErrorBody::name(), ErrorBody::schema())
+        .schema(PlanBusEvent::name(), PlanBusEvent::schema())
+        .security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API token from the server's configuration; it names the owner whose \
+                         plans the caller sees. Not needed when the server has no tokens \
+                         (loopback, single user).",
+                    ))
+                    .build(),
+            ),
+        )
+        .build();
+    OpenApiBuilder::new()
+        .info(info)
+        .components(Some(components))
+        // Either no credentials (server without tokens) or a bearer token.
+        .security(Some([
+            SecurityRequirement::default(),
+            SecurityRequirement::new("bearer", Vec::<String>::new()),
+        ]))
+        .tags(Some([
+            tag("plans", "Plans: create, review, mark, follow"),
+            { tag("service", "Health, metrics, this document, the review page") },
+        ]))
+        .build()
+}
+
+fn tag(name: &str, description: &str) -> Tag {
+    let mut tag = Tag::new(name);
+    tag.description = Some(description.to_owned());
+    tag
+}
+
+/// The whole document, as served at `/openapi.json`: the routes' operations, the error
+/// responses of the table, and unsigned integers bounded as the server reads them.
+pub fn document() -> Value {
+    let mut spec = crate::routes::api().into_openapi();
+    for (path, item) in spec.paths.paths.iter_mut() {
+        for operation in operations(item) {
+            add_error_responses(path, operation);
+        }
+    }
+    let mut value = serde_json::to_value(&spec).unwrap_or(Value::Null);
+    bound_unsigned(&mut value);
+    value
+}
+
+/// The document as JSON, built once.
+pub(crate) fn document_json() -> String {
+    static JSON: OnceLock<String> = OnceLock::new();
+    JSON.get_or_init(|| document().to_string()).clone()
+}
+
+/// utoipa writes `u32` as `{"type": "integer", "format": "int32", "minimum": 0}`, which
+/// clients read as at most 2^31 - 1, and `u64` / `usize` without an upper bound; the server
+/// reads the whole unsigned range and refuses more. Say so: drop the signed format and give
+/// the real maximum (found by a schemathesis run: `offset=2147483648` was "schema-violating"
+/// yet accepted).
+fn bound_unsigned(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let unsigned = map.get("type").and_then(Value::as_str) == Some("integer")
+                && map.get("minimum").and_then(Value::as_i64) == Some(0)
+                && !map.contains_key("maximum");
+            if unsigned {
+                let max = match map.get("format").and_then(Value::as_str) {
+                    Some("int32") => Some(Value::from(u32::MAX)),
+                    Some("int64") | None => Some(Value::from(u64::MAX)),
+                    Some(_) => None,
+                };
+                if let Some(max) = max {
+                    map.remove("format");
+                    map.insert("maximum".to_owned(), max);
+                }
+            }
+            map.values_mut().for_each(bound_unsigned);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_unsigned),
+        _ => {}
+    }
+}
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        item.get.as_mut(),
+        item.put.as_mut(),
+        item.post.as_mut(),
+        item.delete.as_mut(),
+        item.patch.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// Adds the error responses an operation can give because of where it sits (the guard, the
+/// extractors, tenancy), unless the operation documents that status itself.
+fn add_error_responses(path: &str, operation: &mut Operation) {
+    let api = path.starts_with("/v1/");
+    let has_input = operation.request_body.is_some()
+        || operation
+            .parameters
+            .as_ref()
+            .is_some_and(|params| !params.is_empty());
+    let has_body = operation.request_body.is_some();
+    let mut codes: Vec<(&str, &str)> = Vec::new();
+    if has_input {
+        codes.push((
+            "400",
+            "`bad_request`: malformed JSON, query or path parameter",
+        ));
+    }
+    if api {
+        codes.push((
+            "401",
+            "`unauthorized`: tokens are configured and the bearer token is missing or unknown",
+        ));
+    }
+    if path.contains("{id}") {
+        codes.push((
+            "404",
+            "`not_found`: no such plan or version (or another owner's)",
+        ));
+    }
+    if has_body {
+        codes.push(("413", "`payload_too_large`: the body is over the limit"));
+        codes.push((
+            "415",
+            "`unsupported_media_type`: the body is not `application/json`",
+        ));
+    }
+    codes.push((
+        "429",
+        "`rate_limited`: over the owner's requests per second; see `Retry-After`",
+    ));
+    if api {
+        codes.push(("500", "`internal`: the store failed"));
+    }
+    codes.push((
+        "503",
+        "`timeout`: no answer within the configured request timeout",
+    ));
+    for (status, description) in codes {
+        if operation.responses.responses.contains_key(status) {
+            continue;
+        }
+        let mut response = ResponseBuilder::new().description(description).content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(ErrorBody::name())))
+                .build(),
+        );
+        if status == "429" {
+            response = response.header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                    .description(Some("Seconds until a request is admitted again"))
+                    .build(),
+            );
+        }
+        operation
+            .responses
+            .responses
+            .insert(status.to_owned(), RefOr::T(response.build()));
+    }
+}

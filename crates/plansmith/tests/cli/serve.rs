@@ -1,0 +1,207 @@
+//! `plansmith serve` as a process: an OpenAPI-driven fuzz run (schemathesis, against the
+//! server's own `/openapi.json`) with zero 5xx answers, without and with API tokens.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{root, text};
+
+/// A `plansmith serve` child, killed on drop.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET; returns (status, body).
+fn get(addr: &str, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let auth = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Starts `plansmith serve` on a free loopback port over a fresh SQLite store, with a scripted
+/// model that answers instantly and never runs out.
+fn serve(store: &Path, tokens: Option<&str>) -> Serve {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
+    command
+        .args(["serve", "--addr", &addr, "--tools", "examples/tools.json"])
+        .args([
+            "--model",
+            "scripted:examples/replies/weather-email-repeat.json",
+        ])
+        .arg("--store")
+        .arg(format!("sqlite:{}", store.display()))
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .env_remove("PLANSMITH_TOKENS")
+        .env_remove("PLANSMITH_RATE_LIMIT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(tokens) = tokens {
+        command.env("PLANSMITH_TOKENS", tokens);
+    }
+    let serve = Serve {
+        child: command.spawn().unwrap(),
+        addr,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&serve.addr, "/healthz", None).map(|r| r.0).ok() != Some(200) {
+        assert!(Instant::now() < deadline, "plansmith serve did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    serve
+}
+
+fn schemathesis() -> Option<String> {
+    match std::env::var("PLANSMITH_TEST_SCHEMATHESIS") {
+        Ok(path) if !path.trim().is_empty() => Some(path),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true but PLANSMITH_TEST_SCHEMATHESIS is not set (.ci/setup.d/45-schemathesis.sh)"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOTE: schemathesis fuzz run of plansmith serve NOT RUN (export \
+                 PLANSMITH_TEST_SCHEMATHESIS=$(scripts/schemathesis.sh))"
+            );
+            None
+        }
+    }
+}
+
+/// 5xx answers the server itself counted (its per-route latency histogram has the status).
+fn server_errors(addr: &str, token: Option<&str>) -> Vec<String> {
+    let (status, metrics) = get(addr, "/metrics", token).unwrap();
+    assert_eq!(status, 200);
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("plansmith_http_request_seconds_count"))
+        .filter(|l| l.contains("status=\"5"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs schemathesis against a running server; panics with its output unless it passed.
+fn fuzz(tool: &str, serve: &Serve, token: Option<&str>, report: &Path) {
+    let mut command = Command::new(tool);
+    command
+        .arg("run")
+        .arg(format!("http://{}/openapi.json", serve.addr))
+        // Every check: no 5xx, and status codes, content types, headers, bodies and SSE events
+        // as documented, schema-violating requests rejected, stateful links followed. Except
+        // `positive_data_acceptance`: JSON Schema counts `68624.0` as an integer and treats
+        // `format` as an annotation, serde does not, so such bodies get a (documented) 400.
+        .args([
+            "--checks",
+            "all",
+            "--exclude-checks",
+            "positive_data_acceptance",
+        ])
+        // The `examples` phase has nothing to use (the document has no examples) and trips on
+        // a hypothesis cache error in this version.
+        .args(["--phases", "coverage,fuzzing,stateful"])
+        // The live event stream never ends by design (covered by the API tests).
+        .args(["--exclude-path", "/v1/plans/{id}/events"])
+        .args(["--max-examples", "40", "--max-time", "60"])
+        .args(["--request-timeout", "10", "--workers", "2", "--seed", "7"])
+        .args(["--suppress-health-check", "all", "--no-color"])
+        .args(["--generation-database", "none"])
+        .arg("--report-junit-path")
+        .arg(report)
+        .args(["--report", "junit"])
+        // schemathesis keeps a cache (`.schemathesis/`) in its working directory: not the
+        // source tree.
+        .current_dir(report.parent().unwrap_or(&root()));
+    if let Some(token) = token {
+        command.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let started = Instant::now();
+    let output = command.output().unwrap();
+    let stdout = text(&output.stdout);
+    println!(
+        "schemathesis ({:.0} s, token: {}):\n{}",
+        started.elapsed().as_secs_f64(),
+        token.is_some(),
+        stdout
+            .lines()
+            .rev()
+            .take(12)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        output.status.success(),
+        "schemathesis found problems:\n{stdout}\n{}",
+        text(&output.stderr)
+    );
+    let errors = server_errors(&serve.addr, token);
+    assert!(errors.is_empty(), "the server answered 5xx: {errors:#?}");
+}
+
+#[test]
+fn schemathesis_finds_no_server_errors() {
+    let Some(tool) = schemathesis() else {
+        return;
+    };
+    let reports = root().join("target/schemathesis");
+    std::fs::create_dir_all(&reports).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+
+    let open = serve(&dir.path().join("open.db"), None);
+    fuzz(&tool, &open, None, &reports.join("open.xml"));
+    drop(open);
+
+    let owned = serve(
+        &dir.path().join("owned.db"),
+        Some("fuzz-token:fuzzer,other:someone"),
+    );
+    let (status, _) = get(&owned.addr, "/v1/plans", None).unwrap();
+    assert_eq!(status, 401, "tokens are enforced");
+    fuzz(
+        &tool,
+        &owned,
+        Some("fuzz-token"),
+        &reports.join("tokens.xml"),
+    );
+}

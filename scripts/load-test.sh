@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Load test on loopback (a bench, not a test): `POST /v1/plans` at 64 concurrent clients for a
+# fixed time against `plansmith serve` (scripted model that answers instantly; every plan is
+# persisted) and against a bare axum handler returning the same payload
+# (crates/plansmith-server/examples/bare_handler.rs). Prints plans/s, p50, p99 and the ratio.
+#
+#   scripts/load-test.sh [SECONDS]      # default 15; needs wrk (Debian) and curl
+#
+# With PLANSMITH_TEST_POSTGRES_URL set, plansmith is measured on PostgreSQL too.
+# Release builds (`cargo build --release`); CONNECTIONS and THREADS override 64 and 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-15}
+conns=${CONNECTIONS:-64}
+threads=${THREADS:-2}
+command -v wrk >/dev/null || { echo "load-test: needs wrk (apt-get install wrk)" >&2; exit 2; }
+
+cargo build --release --quiet -p plansmith --no-default-features
+cargo build --release --quiet -p plansmith-server --example bare_handler
+bin=target/release/plansmith
+bare=target/release/examples/bare_handler
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/plansmith-load.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+body='{"query": "Email Bob the weather in Paris"}'
+cat >"$work/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '$body'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+
+wait_up() { for _ in $(seq 150); do curl -s -o /dev/null "http://$1$2" && return 0; sleep 0.2; done; echo "load-test: $1 did not start" >&2; exit 1; }
+total() { curl -sf "http://$1/v1/plans?limit=1" | python3 -c 'import json,sys;print(json.load(sys.stdin)["total"])'; }
+
+# run NAME ADDR: wrk for $secs seconds; prints "NAME rps p50 p99 non2xx"
+run() {
+  local out
+  out=$(wrk -t"$threads" -c"$conns" -d"${secs}s" --latency -s "$work/post.lua" "http://$2/v1/plans")
+  echo "$out" >"$work/$1.wrk"
+  python3 - "$1" "$work/$1.wrk" <<'PY'
+import re, sys
+name, text = sys.argv[1], open(sys.argv[2]).read()
+def ms(v):
+    n, unit = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+p50 = ms(re.search(r"^\s+50%\s+(\S+)", text, re.M).group(1))
+p99 = ms(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+errs = re.search(r"Socket errors: (.*)", text)
+errs = errs.group(1).replace(" ", "") if errs else "none"
+print(f"{name} {rps:.0f} {p50:.2f} {p99:.2f} {bad.group(1) if bad else 0} {errs}")
+PY
+}
+
+results=()
+# plansmith serve PORT STORE: measure, and count what was persisted
+measure() {
+  local name=$1 port=$2 store=$3 addr="127.0.0.1:$2"
+  PLANSMITH_TOKENS= PLANSMITH_RATE_LIMIT= "$bin" serve --addr "$addr" --tools examples/tools.json \
+    --model scripted:examples/replies/weather-email-repeat.json --store "$store" 2>"$work/$name.log" &
+  pids+=($!)
+  wait_up "$addr" /healthz
+  curl -sf -XPOST "http://$addr/v1/plans" -H 'content-type: application/json' -d "$body" >"$work/payload.json"
+  local before after line
+  before=$(total "$addr")
+  line=$(run "$name" "$addr")
+  after=$(total "$addr")
+  local persisted=$((after - before))
+  results+=("$line $persisted")
+  kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+}
+
+measure plansmith-sqlite 18291 "sqlite:$work/plans.db"
+if [ -n "${PLANSMITH_TEST_POSTGRES_URL:-}" ]; then
+  measure plansmith-postgres 18293 "$PLANSMITH_TEST_POSTGRES_URL"
+fi
+"$bare" 127.0.0.1:18292 "$work/payload.json" 2>/dev/null &
+pids+=($!)
+wait_up 127.0.0.1:18292 /
+results+=("$(run bare 127.0.0.1:18292) -")
+
+echo
+echo "POST /v1/plans, $conns connections, $threads wrk threads, ${secs} s each, $(nproc) cores, payload $(wc -c <"$work/payload.json") bytes"
+printf '%-20s %10s %10s %9s %9s %8s %s\n' target "req/s" "plans/s" "p50 ms" "p99 ms" non-2xx "socket errors"
+bare_rps=""
+for r in "${results[@]}"; do
+  read -r name rps p50 p99 bad errors persisted <<<"$r"
+  if [ "$persisted" = "-" ]; then plans="-"; bare_rps=$rps; else plans=$(python3 -c "print(f'{$persisted/$secs:.0f}')"); fi
+  printf '%-20s %10s %10s %9s %9s %8s %s\n' "$name" "$rps" "$plans" "$p50" "$p99" "$bad" "$errors"
+done
+for r in "${results[@]}"; do
+  read -r name rps _ <<<"$r"
+  [ "$name" = bare ] && continue
+  python3 -c "print(f'$name / bare: {$rps/$bare_rps:.2f}x the bare handler rate')"
+done
