@@ -154,11 +154,15 @@ impl McpTools {
                         documents.push(tool);
                     }
                 }
-                Err(err) => problems.push(ServerProblem {
-                    server: server.clone(),
-                    tool: None,
-                    message: err.to_string(),
-                }),
+                Err(err) => {
+                    let text = err.to_string();
+                    let prefix = format!("server `{server}`: ");
+                    problems.push(ServerProblem {
+                        server: server.clone(),
+                        tool: None,
+                        message: text.strip_prefix(&prefix).unwrap_or(&text).to_owned(),
+                    });
+                }
             }
             connections.insert(server, connection);
         }
@@ -275,6 +279,11 @@ fn tool_problem(problem: CatalogProblem, pairs: &[(String, String)]) -> ServerPr
 }
 
 type Client = RunningService<RoleClient, ()>;
+
+/// The service loop ended or its transport closed (the server exited, the HTTP session died).
+fn is_dead(client: &Client) -> bool {
+    client.is_closed() || client.peer().is_transport_closed()
+}
 
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 12;
@@ -417,7 +426,7 @@ impl Connection {
         slot: &'a mut Option<Client>,
         options: &ClientOptions,
     ) -> Result<&'a Client, McpError> {
-        if slot.as_ref().is_some_and(|client| client.is_closed()) {
+        if slot.as_ref().is_some_and(is_dead) {
             tracing::info!(server = %self.name(), "connection closed; reconnecting");
             *slot = None;
         }
@@ -507,7 +516,7 @@ impl Connection {
                 });
             }
             Ok(Err(err)) => {
-                if client.is_closed() {
+                if is_dead(client) {
                     // Reconnected on the next call; this one may have run, so it is not repeated.
                     *slot = None;
                 }
