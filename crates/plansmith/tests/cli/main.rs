@@ -10,6 +10,8 @@ mod mcp;
 mod plans;
 /// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4).
 mod providers;
+/// Issue 9: background investigation, conversation memory, plan templates, worked examples.
+mod seed;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -148,6 +150,7 @@ fn exit_codes_for_needs_input_and_fallback() {
     );
 }
 
+// The download belongs to the embedded model: without the `local` feature the binary has none.
 #[cfg(feature = "local")]
 #[test]
 fn a_failed_model_download_is_exit_3_and_leaves_no_partial_files() {
