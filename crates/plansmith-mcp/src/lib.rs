@@ -14,7 +14,8 @@
 //!   reconnecting a server whose connection died.
 //! - **Server** ([`server`]): [`PlansmithMcp`] is an MCP server with the tools `plan`
 //!   (request → plan or questions, with diagnostics), `planning` (OpenManus's PlanningTool
-//!   commands on the plan store) and `feedback` (accept / edit / answer / reject). Serve it
+//!   commands on the plan store), `feedback` (accept / edit / answer / reject) and
+//!   `templates` (list / get / save / delete / instantiate plan templates). Serve it
 //!   over stdio with [`server::serve_stdio`], or mount [`server::http_service`] (streamable
 //!   HTTP, a `tower` service) into an axum router.
 //!

@@ -10,6 +10,9 @@
 //!   cases; the answer is the text rendering (`Progress: 1/3 (33.3%)`, `[✓] [→] [!] [ ]`).
 //! - `feedback`: `accept`, `edit` (free text → replan), `answer` (answers to the questions →
 //!   replan), `reject`.
+//! - `templates`: plan templates in the store: `list`, `get`, `save` (a stored plan with
+//!   `{{param}}` parameters), `delete`, `instantiate` (arguments → a new plan, validated
+//!   against the catalog and stored for review). Templates are shared by all owners.
 //!
 //! Every answer carries `structuredContent` (the JSON) and a text block; a failure is a tool
 //! result with `isError: true` and a message naming what is wrong, never a protocol error.
@@ -26,6 +29,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use plansmith_core::parse::{ParseDefaults, to_plan};
+use plansmith_core::plan_template::{PlanTemplate, TemplateParameter};
 use plansmith_core::{OutcomeStatus, PlanOptions, PlanRequest, Planner, Severity};
 use plansmith_store::{Decision, ListFilter, PlanStore, Review, StepKey, StoreError, StoredPlan};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -158,6 +162,69 @@ pub struct FeedbackParams {
     /// The feedback (edit), the answers (answer) or the reason (reject).
     #[serde(default)]
     pub text: Option<String>,
+}
+
+/// The template commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TemplatesCommand {
+    /// Every template (newest version of each).
+    List,
+    /// One template (newest version, or `version`).
+    Get,
+    /// Save a stored plan (plan_id) as the next version of template `name`.
+    Save,
+    /// Delete a template (every version, or `version`).
+    Delete,
+    /// Make a plan from a template with `arguments`, validated against the catalog.
+    Instantiate,
+}
+
+/// One parameter of a template being saved.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TemplateParamSpec {
+    /// The name used in `{{name}}`.
+    pub name: String,
+    /// Text of the plan that becomes `{{name}}` (optional when the plan already has it).
+    #[serde(default)]
+    pub literal: Option<String>,
+    /// What the value is.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Value used when instantiation gives none (without it the parameter is required).
+    #[serde(default)]
+    pub default: Option<String>,
+}
+
+/// Arguments of `templates`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TemplatesParams {
+    /// The command.
+    pub command: TemplatesCommand,
+    /// Template name (all but list).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A version (get, delete, instantiate; default: the newest / all for delete).
+    #[serde(default)]
+    pub version: Option<u32>,
+    /// What the template is for (save).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The stored plan to save as a template (save).
+    #[serde(default)]
+    pub plan_id: Option<String>,
+    /// The template's parameters (save).
+    #[serde(default)]
+    pub parameters: Vec<TemplateParamSpec>,
+    /// Parameter values (instantiate).
+    #[serde(default)]
+    pub arguments: std::collections::BTreeMap<String, String>,
+    /// Conversation of the instantiated plan.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// Store the instantiated plan for review (default true).
+    #[serde(default)]
+    pub save: Option<bool>,
 }
 
 /// Header that carries the caller's owner from the HTTP layer to the tools (set by
@@ -373,9 +440,187 @@ impl PlansmithMcp {
             Err(err) => failure(err.to_string()),
         }
     }
+
+    #[tool(
+        description = "Plan templates: list, get (name, version?), save (a stored plan_id as template `name`, with parameters [{name, literal?, description?, default?}]), delete (name, version?), instantiate (name, arguments {param: value}) into a new plan validated against the catalog and stored for review.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn templates(
+        &self,
+        Parameters(params): Parameters<TemplatesParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        match self.templates_command(params, &owner).await {
+            Ok((value, text)) => answer(value, text),
+            Err(message) => failure(message),
+        }
+    }
 }
 
 impl PlansmithMcp {
+    async fn templates_command(
+        &self,
+        params: TemplatesParams,
+        owner: &Option<String>,
+    ) -> Result<(Value, String), String> {
+        let err = |err: StoreError| err.to_string();
+        let name = || {
+            params
+                .name
+                .clone()
+                .filter(|n| !n.trim().is_empty())
+                .ok_or_else(|| "Parameter `name` is required for this command".to_owned())
+        };
+        match params.command {
+            TemplatesCommand::List => {
+                let entries = self.store.list_templates().await.map_err(err)?;
+                let mut text = String::new();
+                for entry in &entries {
+                    let t = &entry.latest;
+                    let names: Vec<&str> = t.parameters.iter().map(|p| p.name.as_str()).collect();
+                    text.push_str(&format!(
+                        "{} v{} [{}] {}\n",
+                        t.name,
+                        t.version,
+                        names.join(", "),
+                        t.description
+                    ));
+                }
+                if entries.is_empty() {
+                    text.push_str("No templates.");
+                }
+                let list: Vec<Value> = entries
+                    .iter()
+                    .map(|e| {
+                        json!({"name": e.latest.name, "version": e.latest.version,
+                        "versions": e.versions, "description": e.latest.description,
+                        "parameters": e.latest.parameters})
+                    })
+                    .collect();
+                Ok((json!({ "templates": list }), text))
+            }
+            TemplatesCommand::Get => {
+                let template = self
+                    .store
+                    .get_template(&name()?, params.version)
+                    .await
+                    .map_err(err)?;
+                let text = format!(
+                    "Template {} v{}\n{}",
+                    template.name,
+                    template.version,
+                    template.plan.render_text()
+                );
+                Ok((serde_json::to_value(&template).unwrap_or(Value::Null), text))
+            }
+            TemplatesCommand::Save => {
+                let name = name()?;
+                let plan_id = params
+                    .plan_id
+                    .clone()
+                    .ok_or("Parameter `plan_id` is required for command: save")?;
+                let stored = self.visible(&plan_id, owner).await.map_err(err)?;
+                let literals: Vec<(String, String)> = params
+                    .parameters
+                    .iter()
+                    .filter_map(|p| p.literal.clone().map(|l| (p.name.clone(), l)))
+                    .collect();
+                let parameters = params
+                    .parameters
+                    .iter()
+                    .map(|p| {
+                        let mut parameter = TemplateParameter::new(p.name.clone());
+                        parameter.description = p.description.clone().unwrap_or_default();
+                        parameter.default = p.default.clone();
+                        parameter
+                    })
+                    .collect();
+                let plan = PlanTemplate::parameterize(&stored.plan, &literals);
+                let template = PlanTemplate::new(
+                    &name,
+                    params.description.as_deref().unwrap_or_default(),
+                    plan,
+                    parameters,
+                )
+                .map_err(|e| e.to_string())?;
+                let saved = self
+                    .store
+                    .save_template(template, &self.actor_for(owner))
+                    .await
+                    .map_err(err)?;
+                let text = format!("Saved template {} v{}", saved.name, saved.version);
+                Ok((serde_json::to_value(&saved).unwrap_or(Value::Null), text))
+            }
+            TemplatesCommand::Delete => {
+                let name = name()?;
+                let deleted = self
+                    .store
+                    .delete_template(&name, params.version)
+                    .await
+                    .map_err(err)?;
+                Ok((
+                    json!({"name": name, "deleted_versions": deleted}),
+                    format!("Deleted {deleted} version(s) of template {name}"),
+                ))
+            }
+            TemplatesCommand::Instantiate => {
+                let template = self
+                    .store
+                    .get_template(&name()?, params.version)
+                    .await
+                    .map_err(err)?;
+                let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+                let (mut plan, diagnostics) = template
+                    .instantiate(
+                        &params.arguments,
+                        self.planner.catalog(),
+                        &PlanOptions::default(),
+                        &plan_id,
+                        chrono::Utc::now(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                let errors: Vec<String> = diagnostics
+                    .iter()
+                    .filter(|d| d.severity == Severity::Error)
+                    .map(ToString::to_string)
+                    .collect();
+                if !errors.is_empty() {
+                    return Err(format!(
+                        "the plan from template {} v{} is invalid against the catalog; nothing saved: {}",
+                        template.name,
+                        template.version,
+                        errors.join("; ")
+                    ));
+                }
+                plan.owner = owner.clone();
+                plan.conversation_id = params.conversation_id.clone();
+                if params.save.unwrap_or(true) {
+                    let stored = self
+                        .store
+                        .create(
+                            plan,
+                            plansmith_store::ReviewState::AwaitingReview,
+                            Review::default(),
+                            &self.actor_for(owner),
+                        )
+                        .await
+                        .map_err(err)?;
+                    let mut value = stored_json(&stored);
+                    value["diagnostics"] = json!(diagnostics);
+                    Ok((value, stored.render_text()))
+                } else {
+                    let text = plan.render_text();
+                    Ok((json!({"plan": plan, "diagnostics": diagnostics}), text))
+                }
+            }
+        }
+    }
+
     async fn planning_command(
         &self,
         params: PlanningParams,

@@ -88,8 +88,8 @@ async fn plan_feedback_and_planning_tools() {
     let s = start(vec![first.to_string(), edited.to_string()]).await;
     let tools = s.client.list_all_tools().await.unwrap();
     let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(names.len(), 3, "{names:?}");
-    for name in ["plan", "planning", "feedback"] {
+    assert_eq!(names.len(), 4, "{names:?}");
+    for name in ["plan", "planning", "feedback", "templates"] {
         assert!(names.contains(&name.to_owned()), "{names:?}");
     }
     let plan_tool = tools.iter().find(|t| t.name == "plan").unwrap();
@@ -220,4 +220,71 @@ async fn plan_feedback_and_planning_tools() {
         )
         .await;
     assert!(bad.is_err() || bad.unwrap().is_error == Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn templates_tool_saves_and_instantiates() {
+    let reply = json!({"title": "Weather in Paris", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}
+    ]});
+    let s = start(vec![reply.to_string()]).await;
+    let planned = s.ok("plan", json!({"query": "Weather in Paris"})).await;
+    let id = planned["plan_id"].as_str().unwrap().to_owned();
+    let saved = s
+        .ok(
+            "templates",
+            json!({"command": "save", "name": "city-weather", "plan_id": id,
+            "description": "Weather for a city",
+            "parameters": [{"name": "city", "literal": "Paris", "description": "the city"}]}),
+        )
+        .await;
+    assert_eq!(saved["version"], 1, "{saved}");
+    assert_eq!(
+        saved["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "{{city}}"
+    );
+    let listed = s.ok("templates", json!({"command": "list"})).await;
+    assert_eq!(listed["templates"][0]["name"], "city-weather");
+    let made = s
+        .ok("templates", json!({"command": "instantiate", "name": "city-weather", "arguments": {"city": "Rome"}}))
+        .await;
+    assert_eq!(
+        made["plan"]["steps"][0]["action"]["arguments"]["city"], "Rome",
+        "{made}"
+    );
+    assert_eq!(made["state"], "awaiting_review");
+    let new_id = made["plan"]["id"].as_str().unwrap();
+    assert_ne!(new_id, id);
+    let fetched = s
+        .ok("planning", json!({"command": "get", "plan_id": new_id}))
+        .await;
+    assert_eq!(
+        fetched["plan"]["title"],
+        "Weather in {{city}}".replace("{{city}}", "Rome")
+    );
+    let missing = s
+        .fails(
+            "templates",
+            json!({"command": "instantiate", "name": "city-weather"}),
+        )
+        .await;
+    assert!(missing.contains("needs values for: city"), "{missing}");
+    let unknown = s
+        .fails("templates", json!({"command": "instantiate", "name": "city-weather", "arguments": {"city": "Rome", "unit": "c"}}))
+        .await;
+    assert!(unknown.contains("no parameters named: unit"), "{unknown}");
+    let deleted = s
+        .ok(
+            "templates",
+            json!({"command": "delete", "name": "city-weather"}),
+        )
+        .await;
+    assert_eq!(deleted["deleted_versions"], 1);
+    let gone = s
+        .fails(
+            "templates",
+            json!({"command": "get", "name": "city-weather"}),
+        )
+        .await;
+    assert!(gone.contains("city-weather"), "{gone}");
 }

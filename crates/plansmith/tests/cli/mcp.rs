@@ -42,7 +42,10 @@ fn python_client(python: &str, args: &[&str]) -> (Output, Value) {
 /// What every session of the Python client must have seen.
 fn check_session(report: &Value) {
     assert_eq!(report["server"], "plansmith", "{report}");
-    assert_eq!(report["tools"], json!(["feedback", "plan", "planning"]));
+    assert_eq!(
+        report["tools"],
+        json!(["feedback", "plan", "planning", "templates"])
+    );
     assert_eq!(report["plan_required"], json!(["query"]));
     let plan = &report["plan"];
     assert_eq!(plan["is_error"], false, "{plan}");
