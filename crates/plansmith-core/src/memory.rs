@@ -15,6 +15,7 @@ use crate::plan::{Action, Plan};
 use crate::template::short_description;
 
 /// One earlier planning turn: what was asked and the plan that answered it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Turn {
     /// The user's request.
@@ -79,6 +80,7 @@ pub fn plan_summary(plan: &Plan) -> String {
 }
 
 /// What [`history`] kept, in [`crate::Diagnostics::memory`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryReport {
     /// Turns shown in full.

@@ -57,7 +57,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
 pub(crate) fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
     let (router, _spec) = api().split_for_parts();
-    router
+    state
+        .base_router()
+        .merge(router)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

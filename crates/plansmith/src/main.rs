@@ -23,6 +23,7 @@ use clap::{Args, Parser, Subcommand};
 mod config;
 mod eval;
 mod investigate_cmd;
+mod mcp_cmd;
 mod model;
 #[cfg(feature = "local")]
 mod models_cmd;
@@ -97,8 +98,10 @@ enum Command {
     Validate(validate_cmd::ValidateArgs),
     /// Stored plans: list, show, history, accept, reject, edit, answer, mark, delete.
     Plans(plans_cmd::PlansArgs),
-    /// Serve the HTTP API, live events and the review page.
+    /// Serve the HTTP API, live events and the review page (and MCP at /mcp).
     Serve(serve_cmd::ServeArgs),
+    /// Serve plansmith over MCP on stdio: the tools plan, planning and feedback.
+    Mcp(mcp_cmd::McpArgs),
     /// Plan templates: save a plan with `{{param}}` placeholders, list, show, delete,
     /// instantiate with arguments (re-validated against the catalog).
     Templates(templates_cmd::TemplatesArgs),
@@ -142,6 +145,8 @@ enum ToolsCommand {
     },
     /// Rank the tools of a catalog for a query (BM25).
     Search(tools_cmd::SearchArgs),
+    /// List the tools of MCP servers (`--mcp servers.json`) and/or a catalog file.
+    List(mcp_cmd::ListArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -224,6 +229,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Mcp(args) => mcp_cmd::serve(args),
+        Command::Tools(ToolsCommand::List(args)) => mcp_cmd::list(args),
         Command::Templates(args) => templates_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
         Command::Validate(args) => validate_cmd::run(args),
