@@ -337,10 +337,19 @@ impl Executor {
             ctx.running_ids.clone(),
         );
         let report = ctx.run_loop().await;
-        renewer.abort();
+        drop(renewer);
         ctx.running.abort_all();
         ctx.sync.flush().await;
         report
+    }
+}
+
+/// Aborts its task when dropped (also when the run's future is dropped mid-way).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -351,8 +360,8 @@ fn spawn_renewer(
     node: String,
     lease: Duration,
     running: Arc<Mutex<HashSet<String>>>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
         let every = (lease / 3).max(Duration::from_millis(50));
         loop {
             tokio::time::sleep(every).await;
@@ -366,7 +375,7 @@ fn spawn_renewer(
                 tracing::warn!("renewing leases of {plan_id}: {err}");
             }
         }
-    })
+    }))
 }
 
 /// Why an attempt failed, as the scheduler sees it.
@@ -577,10 +586,11 @@ impl<'a> Ctx<'a> {
             }
             if self.running.is_empty() {
                 if self.all_terminal() || !self.replan_wanted.is_empty() {
-                    if !self.replan_wanted.is_empty() && self.stall.is_none() {
-                        if self.replan().await? {
-                            continue;
-                        }
+                    if !self.replan_wanted.is_empty()
+                        && self.stall.is_none()
+                        && self.replan().await?
+                    {
+                        continue;
                     }
                     return self.finish().await;
                 }
@@ -953,10 +963,16 @@ impl<'a> Ctx<'a> {
             }
             Err(failure) => self.on_failure(&step, &claim, failure),
         };
+        let note = match &end {
+            StepEnd::Completed(_) | StepEnd::Failed(_) => String::new(),
+            StepEnd::Retry { .. } => format!("attempt {} failed", claim.attempt),
+            StepEnd::Skipped(_) => "skipped by policy".to_owned(),
+            StepEnd::Blocked(_) => "failed: decide retry, skip or abort".to_owned(),
+        };
         let held = self
             .ex
             .store
-            .exec_finish(&self.plan_id, &claim, &self.ex.config.node, &end)
+            .exec_finish(&self.plan_id, &claim, &self.ex.config.node, &end, &note)
             .await?;
         if !held {
             tracing::warn!(
@@ -967,39 +983,17 @@ impl<'a> Ctx<'a> {
             self.refresh().await?;
             return Ok(());
         }
-        let (status, result, error, note) = match &end {
-            StepEnd::Completed(value) => (
-                ExecStatus::Completed,
-                Some(value.clone()),
-                None,
-                String::new(),
-            ),
+        let (status, result, error) = match &end {
+            StepEnd::Completed(value) => (ExecStatus::Completed, Some(value.clone()), None),
             StepEnd::Retry { error, not_before } => {
                 if let Some(row) = self.view.get_mut(&claim.step_id) {
                     row.not_before = Some(*not_before);
                 }
-                (
-                    ExecStatus::RetryWait,
-                    None,
-                    Some(error.clone()),
-                    format!("attempt {} failed", claim.attempt),
-                )
+                (ExecStatus::RetryWait, None, Some(error.clone()))
             }
-            StepEnd::Failed(error) => {
-                (ExecStatus::Failed, None, Some(error.clone()), String::new())
-            }
-            StepEnd::Skipped(error) => (
-                ExecStatus::Skipped,
-                None,
-                Some(error.clone()),
-                "skipped by policy".into(),
-            ),
-            StepEnd::Blocked(error) => (
-                ExecStatus::Blocked,
-                None,
-                Some(error.clone()),
-                "failed: decide retry, skip or abort".into(),
-            ),
+            StepEnd::Failed(error) => (ExecStatus::Failed, None, Some(error.clone())),
+            StepEnd::Skipped(error) => (ExecStatus::Skipped, None, Some(error.clone())),
+            StepEnd::Blocked(error) => (ExecStatus::Blocked, None, Some(error.clone())),
         };
         if let Some(row) = self.view.get_mut(&claim.step_id) {
             row.status = status;
@@ -1380,6 +1374,7 @@ impl<'a> Ctx<'a> {
                             &claim,
                             &self.ex.config.node,
                             &StepEnd::Skipped(format!("stopped: {why}")),
+                            "stopped",
                         )
                         .await?;
                 }
@@ -1443,22 +1438,21 @@ impl<'a> Ctx<'a> {
                     format!("failed step(s): {}", failed.join(", "))
                 })
             });
-        if !acquired {
-            if let Some(run) = self.ex.store.exec_run(&self.plan_id).await?
-                && run.state.is_final()
-                && let Some(outcome) = run.outcome
-            {
-                let summary = outcome
-                    .get("summary")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                let reason = outcome
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                return Ok(self.report(run.state, reason, summary));
-            }
+        if !acquired
+            && let Some(run) = self.ex.store.exec_run(&self.plan_id).await?
+            && run.state.is_final()
+            && let Some(outcome) = run.outcome
+        {
+            let summary = outcome
+                .get("summary")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let reason = outcome
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            return Ok(self.report(run.state, reason, summary));
         }
         let rows: Vec<ExecStep> = self.ordered_rows();
         let summary = summary::compose(self.ex.summary_model.as_ref(), &self.plan, &rows).await;

@@ -645,14 +645,16 @@ impl PlanStore {
         Ok(held)
     }
 
-    /// Records how `node`'s attempt ended. Fenced: false (nothing written) when the node no
-    /// longer holds the step's lease, because another node took the step over.
+    /// Records how `node`'s attempt ended, with a note for people. Fenced: false (nothing
+    /// written) when the node no longer holds the step's lease, because another node took the
+    /// step over.
     pub async fn exec_finish(
         &self,
         plan_id: &str,
         claim: &Claim,
         node: &str,
         end: &StepEnd,
+        note: &str,
     ) -> Result<bool> {
         let at = now();
         let (status, result, error, not_before, outcome) = match end {
@@ -695,7 +697,7 @@ impl PlanStore {
         let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(
             "UPDATE exec_steps SET status = $1, result = $2, error = $3, not_before = $4,
-                    lease_owner = NULL, lease_until = NULL, updated_at = $5
+                    lease_owner = NULL, lease_until = NULL, updated_at = $5, note = $10
              WHERE plan_id = $6 AND step_id = $7 AND lease_owner = $8 AND status = 'running'
                AND attempt = $9",
         )
@@ -708,6 +710,7 @@ impl PlanStore {
         .bind(claim.step_id.clone())
         .bind(node.to_owned())
         .bind(i64::from(claim.attempt))
+        .bind(note.to_owned())
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() == 0 {

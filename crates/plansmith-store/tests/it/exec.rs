@@ -65,7 +65,13 @@ async fn claims_leases_and_fencing(db: TestDb) {
 
     // s1 completes on a.
     let ok = store
-        .exec_finish("p", &claims[0], "a", &StepEnd::Completed(json!({"n": 1})))
+        .exec_finish(
+            "p",
+            &claims[0],
+            "a",
+            &StepEnd::Completed(json!({"n": 1})),
+            "",
+        )
         .await
         .unwrap();
     assert!(ok);
@@ -78,7 +84,7 @@ async fn claims_leases_and_fencing(db: TestDb) {
     assert!(taken[0].rerun);
     // a comes back too late: its write is fenced off.
     let late = store
-        .exec_finish("p", &claims[1], "a", &StepEnd::Completed(json!("late")))
+        .exec_finish("p", &claims[1], "a", &StepEnd::Completed(json!("late")), "")
         .await
         .unwrap();
     assert!(!late);
@@ -93,7 +99,8 @@ async fn claims_leases_and_fencing(db: TestDb) {
                 &StepEnd::Retry {
                     error: "boom".into(),
                     not_before: retry_at
-                }
+                },
+                "retry"
             )
             .await
             .unwrap()
@@ -193,7 +200,7 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
         .await
         .unwrap();
     store
-        .exec_finish("r", &claims[0], "a", &StepEnd::Completed(json!(7)))
+        .exec_finish("r", &claims[0], "a", &StepEnd::Completed(json!(7)), "")
         .await
         .unwrap();
     let run = store
