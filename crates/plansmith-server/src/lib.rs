@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod metrics;
 mod routes;
+pub mod run;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ pub use error::{ApiError, ERROR_TABLE, ErrorBody};
 pub use events::{EventBus, PlanBusEvent};
 pub use metrics::Metrics;
 pub use routes::{CreatePlan, Feedback, StepUpdate};
+pub use run::{RunRequest, RunStarted, Runner};
 
 /// Server settings (the CLI layers defaults → file → `PLANSMITH_*` env → flags into this).
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +92,8 @@ pub struct AppState {
     pub bus: EventBus,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// The executor (`POST /v1/plans/{id}/run`), when the server runs plans.
+    pub runner: Option<Runner>,
     limiter: Arc<Mutex<Bucket>>,
 }
 
@@ -118,11 +122,25 @@ impl AppState {
             config: Arc::new(config),
             bus: EventBus::new(),
             metrics: Arc::new(Metrics::new()),
+            runner: None,
             limiter: Arc::new(Mutex::new(Bucket {
                 tokens,
                 last: Instant::now(),
             })),
         }
+    }
+
+    /// Runs plans with `executor` (its events go to the plan event streams); with `worker`,
+    /// also joins the running runs of the store every poll interval (several processes
+    /// on one PostgreSQL store share the work).
+    pub fn with_executor(mut self, executor: plansmith_exec::Executor, worker: bool) -> AppState {
+        let every = executor.config().poll_interval;
+        let runner = Runner::new(executor, self.bus.clone());
+        if worker {
+            run::spawn_worker(runner.clone(), every);
+        }
+        self.runner = Some(runner);
+        self
     }
 
     /// Takes one token from the rate-limit bucket; false when empty.

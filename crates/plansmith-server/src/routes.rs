@@ -43,6 +43,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/plans/{id}/feedback", post(feedback))
         .route("/v1/plans/{id}/steps/{step}", patch(update_step))
         .route("/v1/plans/{id}/events", get(events))
+        .route("/v1/plans/{id}/run", post(run_plan))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -448,6 +449,17 @@ pub enum Feedback {
         /// The answers.
         text: String,
     },
+    /// A decision about one step of a running plan: `approve` / `deny` a gated step, or
+    /// `retry` / `skip` / `abort` after a failure under the `ask` policy.
+    Step {
+        /// The step id.
+        step: String,
+        /// `approve`, `deny`, `retry`, `skip` or `abort`.
+        verdict: plansmith_store::StepVerdict,
+        /// A note for the log.
+        #[serde(default)]
+        note: String,
+    },
 }
 
 /// Answer of the feedback and step routes: the stored plan and the warnings of a patch.
@@ -477,6 +489,18 @@ async fn feedback(
         Feedback::Edit { text } => (store.edit(&id, &text, planner, &actor).await?, Vec::new()),
         Feedback::Answer { text } => (store.answer(&id, &text, planner, &actor).await?, Vec::new()),
         Feedback::Patch { patch } => store.patch(&id, &patch, planner.catalog(), &actor).await?,
+        Feedback::Step {
+            step,
+            verdict,
+            note,
+        } => {
+            let decision = plansmith_store::Decision::Step {
+                step,
+                verdict,
+                note,
+            };
+            (store.decide(&id, decision, None, &actor).await?, Vec::new())
+        }
     };
     publish_stored(&state, "plan_updated", &stored);
     Ok(Json(Updated {
@@ -596,6 +620,24 @@ async fn events(
         },
     );
     Ok(sse(stream).into_response())
+}
+
+async fn run_plan(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    load(&state, &caller, &id).await?;
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        crate::run::RunRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|err| ApiError::new("bad_request", format!("invalid run request: {err}")))?
+    };
+    Ok(crate::run::run_plan(State(state), id, request)
+        .await?
+        .into_response())
 }
 
 /// A receiver whose channel is closed (ends a stream after its last event).
