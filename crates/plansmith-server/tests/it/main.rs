@@ -3,6 +3,7 @@
 
 mod api;
 mod browser;
+mod run;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
