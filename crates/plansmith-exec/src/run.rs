@@ -651,34 +651,40 @@ impl<'a> Ctx<'a> {
 
     /// Skips steps whose dependency failed or was skipped.
     async fn skip_descendants(&mut self) -> Result<(), ExecError> {
+        if !self.replan_wanted.is_empty()
+            || !self
+                .view
+                .values()
+                .any(|s| matches!(s.status, ExecStatus::Failed | ExecStatus::Skipped))
+        {
+            return Ok(());
+        }
         for _ in 0..self.plan.steps.len().max(1) {
+            // Read first (no clones of the steps), then write.
+            let to_skip: Vec<(String, String)> = self
+                .plan
+                .steps
+                .iter()
+                .filter(|step| {
+                    matches!(
+                        self.status(&step.id),
+                        Some(ExecStatus::Pending | ExecStatus::Blocked | ExecStatus::RetryWait)
+                    )
+                })
+                .filter_map(|step| {
+                    step.depends_on
+                        .iter()
+                        .find_map(|dep| match self.status(dep) {
+                            Some(s @ (ExecStatus::Failed | ExecStatus::Skipped)) => {
+                                Some((step.id.clone(), format!("dependency {dep} {}", s.as_str())))
+                            }
+                            _ => None,
+                        })
+                })
+                .collect();
             let mut changed = false;
-            let steps = self.plan.steps.clone();
-            for step in &steps {
-                let Some(status) = self.status(&step.id) else {
-                    continue;
-                };
-                if !matches!(
-                    status,
-                    ExecStatus::Pending | ExecStatus::Blocked | ExecStatus::RetryWait
-                ) {
-                    continue;
-                }
-                let bad = step
-                    .depends_on
-                    .iter()
-                    .find_map(|dep| match self.status(dep) {
-                        Some(s @ (ExecStatus::Failed | ExecStatus::Skipped)) => Some((dep, s)),
-                        _ => None,
-                    });
-                if let Some((dep, dep_status)) = bad
-                    && self.replan_wanted.is_empty()
-                {
-                    let note = format!("dependency {dep} {}", dep_status.as_str());
-                    changed |= self
-                        .set_status(&step.id, ExecStatus::Skipped, &note)
-                        .await?;
-                }
+            for (id, note) in to_skip {
+                changed |= self.set_status(&id, ExecStatus::Skipped, &note).await?;
             }
             if !changed {
                 break;
@@ -742,8 +748,29 @@ impl<'a> Ctx<'a> {
         let now = Utc::now();
         let mut ready = Vec::new();
         let mut decisions: Option<Vec<plansmith_store::StepDecision>> = None;
-        let steps = self.plan.steps.clone();
-        for step in &steps {
+        let candidates: Vec<usize> = self
+            .plan
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, step)| {
+                self.view.get(&step.id).is_some_and(|row| match row.status {
+                    ExecStatus::Pending => true,
+                    ExecStatus::RetryWait => row.not_before.is_none_or(|t| t <= now),
+                    ExecStatus::Running => {
+                        row.lease_owner.as_deref() != Some(self.ex.config.node.as_str())
+                            && row.lease_until.is_some_and(|t| t < now)
+                    }
+                    _ => false,
+                })
+            })
+            .map(|(idx, _)| idx)
+            .collect();
+        for idx in candidates {
+            let Some(step) = self.plan.steps.get(idx).cloned() else {
+                continue;
+            };
+            let step = &step;
             let Some(row) = self.view.get(&step.id) else {
                 continue;
             };
