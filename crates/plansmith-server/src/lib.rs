@@ -95,6 +95,8 @@ pub struct AppState {
     /// The executor (`POST /v1/plans/{id}/run`), when the server runs plans.
     pub runner: Option<Runner>,
     limiter: Arc<Mutex<Bucket>>,
+    /// The MCP endpoint mounted at `/mcp` ([`AppState::with_mcp`]), if any.
+    mcp: Option<Router>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -127,6 +129,33 @@ impl AppState {
                 tokens,
                 last: Instant::now(),
             })),
+            mcp: None,
+        }
+    }
+
+    /// Mounts an MCP endpoint (e.g. `plansmith_mcp::server::http_service`, streamable HTTP) at
+    /// `/mcp`, behind the same rate limit, timeout and metrics as the other routes. The
+    /// service does its own authentication. This crate does not depend on the MCP crate: the
+    /// CLI builds the service and passes it in.
+    pub fn with_mcp<S>(mut self, service: S) -> AppState
+    where
+        S: tower_service::Service<axum::extract::Request, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Response: axum::response::IntoResponse,
+        S::Future: Send + 'static,
+    {
+        self.mcp = Some(Router::new().fallback_service(service));
+        self
+    }
+
+    /// The router the routes are added to: empty, or with the MCP endpoint nested at `/mcp`.
+    fn base_router(&self) -> Router<AppState> {
+        match &self.mcp {
+            Some(mcp) => Router::new().nest_service("/mcp", mcp.clone()),
+            None => Router::new(),
         }
     }
 

@@ -33,7 +33,8 @@ const MAX_LIMIT: u32 = 500;
 
 pub(crate) fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
-    Router::new()
+    state
+        .base_router()
         .route("/", get(index))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))

@@ -26,6 +26,7 @@ use clap::{Args, Parser, Subcommand};
 mod config;
 mod eval;
 mod investigate_cmd;
+mod mcp_cmd;
 mod model;
 #[cfg(feature = "local")]
 mod models_cmd;
@@ -104,8 +105,10 @@ enum Command {
     /// Run a plan: steps in parallel as their dependencies complete, failure policies,
     /// approval gates, replanning, resumable after a crash.
     Run(Box<run_cmd::RunArgs>),
-    /// Serve the HTTP API, live events and the review page.
+    /// Serve the HTTP API, live events and the review page (and MCP at /mcp).
     Serve(serve_cmd::ServeArgs),
+    /// Serve plansmith over MCP on stdio: the tools plan, planning and feedback.
+    Mcp(mcp_cmd::McpArgs),
     /// Plan templates: save a plan with `{{param}}` placeholders, list, show, delete,
     /// instantiate with arguments (re-validated against the catalog).
     Templates(templates_cmd::TemplatesArgs),
@@ -149,6 +152,8 @@ enum ToolsCommand {
     },
     /// Rank the tools of a catalog for a query (BM25).
     Search(tools_cmd::SearchArgs),
+    /// List the tools of MCP servers (`--mcp servers.json`) and/or a catalog file.
+    List(mcp_cmd::ListArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -232,6 +237,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Plans(args) => plans_cmd::run(args),
         Command::Run(args) => run_cmd::run(*args),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Mcp(args) => mcp_cmd::serve(args),
+        Command::Tools(ToolsCommand::List(args)) => mcp_cmd::list(args),
         Command::Templates(args) => templates_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
         Command::Validate(args) => validate_cmd::run(args),
@@ -246,11 +253,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             })
             .map(|summary| {
                 println!(
-                    "{} cases in {:.0} s ({:.1} s/case): {} parsed on the first reply, {} ready, {} errors; wrote {}",
+                    "{} cases in {:.0} s ({:.1} s/case): {} parsed on the first reply, {} valid as first written, {} ready, {} errors; wrote {}",
                     summary.n_cases,
                     summary.seconds,
                     summary.seconds / summary.n_cases.max(1) as f64,
                     summary.n_parsed_first,
+                    summary.n_valid_first,
                     summary.n_ready,
                     summary.n_errors,
                     args.out.display()

@@ -22,6 +22,10 @@ pub struct PlanArgs {
     /// Agent cards (a list, or {"agents": [...]}).
     #[arg(long)]
     agents: Option<PathBuf>,
+    /// MCP servers whose tools join the catalog (`{"mcpServers": {name: {command, args, env}
+    /// | {url}}}`); a server that fails is a warning naming it.
+    #[arg(long)]
+    mcp: Option<PathBuf>,
     /// System prompt / persona / constraints: text, or @FILE.
     #[arg(long)]
     profile: Option<String>,
@@ -107,6 +111,7 @@ pub struct PlanArgs {
 /// Runs `plansmith plan`.
 pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     let catalog = load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
+    let catalog = crate::mcp_cmd::extend(catalog, args.mcp.as_deref())?;
     let model = crate::model::load(args.model.as_deref())?;
     let mut planner = Planner::new(catalog, model);
     if let Some(dir) = &args.templates {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use clap::Args;
 use plansmith_core::Planner;
+use plansmith_mcp::PlansmithMcp;
 use plansmith_server::{AppState, ServerConfig};
 use serde::Deserialize;
 
@@ -36,6 +37,9 @@ pub struct ServeArgs {
     /// Agent cards (env PLANSMITH_AGENTS).
     #[arg(long)]
     agents: Option<PathBuf>,
+    /// MCP servers whose tools join the catalog (env PLANSMITH_MCP).
+    #[arg(long)]
+    mcp: Option<PathBuf>,
     /// Requests per second over all clients, 0 for none (env PLANSMITH_RATE_LIMIT).
     #[arg(long)]
     rate_limit: Option<u32>,
@@ -76,6 +80,7 @@ struct Layer {
     model: Option<String>,
     tools: Option<PathBuf>,
     agents: Option<PathBuf>,
+    mcp: Option<PathBuf>,
     /// API token → owner.
     tokens: Option<HashMap<String, String>>,
     rate_limit: Option<u32>,
@@ -92,6 +97,7 @@ impl Layer {
             model: over.model.or(self.model),
             tools: over.tools.or(self.tools),
             agents: over.agents.or(self.agents),
+            mcp: over.mcp.or(self.mcp),
             tokens: over.tokens.or(self.tokens),
             rate_limit: over.rate_limit.or(self.rate_limit),
             max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
@@ -132,6 +138,7 @@ impl Layer {
             model: env("PLANSMITH_MODEL"),
             tools: env("PLANSMITH_TOOLS").map(PathBuf::from),
             agents: env("PLANSMITH_AGENTS").map(PathBuf::from),
+            mcp: env("PLANSMITH_MCP").map(PathBuf::from),
             tokens,
             rate_limit: number(env, "PLANSMITH_RATE_LIMIT")?,
             max_body_bytes: number(env, "PLANSMITH_MAX_BODY_BYTES")?,
@@ -156,6 +163,7 @@ fn settings(
         model: args.model.clone(),
         tools: args.tools.clone(),
         agents: args.agents.clone(),
+        mcp: args.mcp.clone(),
         tokens: None,
         rate_limit: args.rate_limit,
         max_body_bytes: args.max_body_bytes,
@@ -209,6 +217,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
     };
     config.check_bind(addr).map_err(CliError::input)?;
     let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
+    let catalog = crate::mcp_cmd::extend(catalog, layer.mcp.as_deref())?;
     let model = crate::model::load(layer.model.as_deref())?;
     let planner = Planner::new(catalog.clone(), model.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -233,7 +242,14 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 config.tokens.len()
             );
         }
-        let mut state = AppState::new(store.clone(), planner, config);
+        let tokens = config.tokens.clone();
+        let state = AppState::new(store.clone(), planner, config);
+        // The same tools as `plansmith mcp`, over streamable HTTP at /mcp.
+        let mcp = plansmith_mcp::server::http_service(
+            PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp"),
+            tokens,
+        );
+        let mut state = state.with_mcp(mcp);
         if let Some(path) = &args.exec.commands {
             let map = crate::run_cmd::read_commands(path)?;
             let invokers = plansmith_exec::Invokers {
@@ -273,6 +289,7 @@ mod tests {
             model: None,
             tools: None,
             agents: None,
+            mcp: None,
             rate_limit: None,
             max_body_bytes: None,
             timeout_secs: None,

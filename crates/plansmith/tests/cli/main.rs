@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// `plansmith mcp`, `serve`'s /mcp, `tools list --mcp`, `plan --mcp` (issue: MCP).
+mod mcp;
 /// `plansmith plans`, `plan --save`, `plan --review` (issue 5).
 mod plans;
 /// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4).

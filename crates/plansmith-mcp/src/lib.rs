@@ -1,0 +1,105 @@
+//! plansmith-mcp: plansmith and the Model Context Protocol, both ways, on the official Rust SDK
+//! (`rmcp`).
+//!
+//! # Brief overview
+//!
+//! - **Client** ([`client`]): [`McpTools::connect`] reads a [`ServersConfig`] (the common
+//!   `{"mcpServers": {name: {command, args, env} | {url}}}` file), connects to every server
+//!   over stdio (a spawned command) or streamable HTTP, and imports their `tools/list` (every
+//!   page; `outputSchema` and annotations such as `destructiveHint` kept) into a
+//!   [`plansmith_core::Catalog`]. Names that clash across servers become `server__tool`
+//!   ([`names`]). Every step is bounded by a timeout; a server that fails, and a tool whose
+//!   schema is invalid, become [`ServerProblem`]s naming them while the rest loads.
+//!   [`McpTools::call`] runs `tools/call` on the right server under the tool's own name,
+//!   reconnecting a server whose connection died.
+//! - **Server** ([`server`]): [`PlansmithMcp`] is an MCP server with the tools `plan`
+//!   (request → plan or questions, with diagnostics), `planning` (OpenManus's PlanningTool
+//!   commands on the plan store), `feedback` (accept / edit / answer / reject) and
+//!   `templates` (list / get / save / delete / instantiate plan templates). Serve it
+//!   over stdio with [`server::serve_stdio`], or mount [`server::http_service`] (streamable
+//!   HTTP, a `tower` service) into an axum router.
+//!
+//! Destructive tools: the annotations imported here are the core's
+//! [`plansmith_core::ToolAnnotations`], so a step calling a tool marked `destructiveHint: true`
+//! (and not `readOnlyHint`) is flagged `requires_approval` by validation, like any other
+//! catalog's.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use plansmith_mcp::{ClientOptions, McpTools, ServersConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = ServersConfig::from_json(&serde_json::json!({"mcpServers": {
+//!     "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]}
+//! }}))?;
+//! let imported = McpTools::connect(&config, ClientOptions::default()).await;
+//! for problem in &imported.problems {
+//!     eprintln!("{problem}"); // e.g. server `time`: cannot start `mcp-server-time`: …
+//! }
+//! let mut arguments = serde_json::Map::new();
+//! arguments.insert("timezone".into(), "Europe/Paris".into());
+//! let output = imported.tools.call("get_current_time", arguments).await?;
+//! println!("{}", output.text);
+//! # Ok(())
+//! # }
+//! ```
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+use std::time::Duration;
+
+pub mod client;
+pub mod config;
+pub mod names;
+pub mod server;
+
+pub use client::{ClientOptions, Imported, McpTools, ServerProblem, ToolOutput};
+pub use config::{ServerSpec, ServersConfig, Transport};
+pub use names::Route;
+pub use server::PlansmithMcp;
+
+/// What an MCP operation can fail with; every variant names the server (or tool) involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The servers configuration is unreadable or invalid.
+    #[error("{source_name}: {message}")]
+    Config {
+        /// The file (or `server `x``) the problem is in.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The server's command could not be started.
+    #[error("server `{server}`: {message}")]
+    Spawn {
+        /// The server.
+        server: String,
+        /// What happened.
+        message: String,
+    },
+    /// The server answered nothing in time.
+    #[error("server `{server}`: no answer to {operation} within {} s", .after.as_secs_f64())]
+    Timeout {
+        /// The server.
+        server: String,
+        /// What was asked.
+        operation: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The server closed the connection, answered garbage or an error.
+    #[error("server `{server}`: {message}")]
+    Protocol {
+        /// The server.
+        server: String,
+        /// What happened.
+        message: String,
+    },
+    /// No imported tool has this name.
+    #[error("no MCP tool named `{0}` in the catalog")]
+    UnknownTool(String),
+    /// Serving over MCP failed.
+    #[error("MCP server: {0}")]
+    Serve(String),
+}

@@ -1,0 +1,942 @@
+//! plansmith as an MCP server: the tools `plan`, `planning` and `feedback`.
+//!
+//! - `plan`: a request (query, profile, context, locale, max_steps, conversation) → the outcome
+//!   (`ready` / `needs_input` / `fallback`), the plan with its questions, and the diagnostics
+//!   (findings, attempts, repairs, strategy). The plan is stored for review unless
+//!   `save: false`, so `feedback` and `planning` can reach it by id.
+//! - `planning`: OpenManus's PlanningTool, one command for one: `create` (plan_id, title,
+//!   steps), `update`, `list`, `get` (the conversation's active plan without plan_id),
+//!   `set_active`, `mark_step` (step_index, step_status, step_notes), `delete`, with its error
+//!   cases; the answer is the text rendering (`Progress: 1/3 (33.3%)`, `[✓] [→] [!] [ ]`).
+//! - `feedback`: `accept`, `edit` (free text → replan), `answer` (answers to the questions →
+//!   replan), `reject`.
+//! - `templates`: plan templates in the store: `list`, `get`, `save` (a stored plan with
+//!   `{{param}}` parameters), `delete`, `instantiate` (arguments → a new plan, validated
+//!   against the catalog and stored for review). Templates are shared by all owners.
+//!
+//! Every answer carries `structuredContent` (the JSON) and a text block; a failure is a tool
+//! result with `isError: true` and a message naming what is wrong, never a protocol error.
+//!
+//! Over streamable HTTP, [`http_service`] checks bearer tokens (when configured) and each call
+//! acts for the token's owner: plans of other owners answer "no plan with id …".
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
+use plansmith_core::parse::{ParseDefaults, to_plan};
+use plansmith_core::plan_template::{PlanTemplate, TemplateParameter};
+use plansmith_core::{OutcomeStatus, PlanOptions, PlanRequest, Planner, Severity};
+use plansmith_store::{Decision, ListFilter, PlanStore, Review, StepKey, StoreError, StoredPlan};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::McpError;
+
+/// The plansmith MCP server: a planner and a plan store. Cheap to clone.
+#[derive(Clone)]
+pub struct PlansmithMcp {
+    planner: Arc<Planner>,
+    store: PlanStore,
+    actor: String,
+    tool_router: ToolRouter<PlansmithMcp>,
+}
+
+impl std::fmt::Debug for PlansmithMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlansmithMcp")
+            .field("actor", &self.actor)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Arguments of `plan`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PlanParams {
+    /// The request to plan.
+    pub query: String,
+    /// System prompt / persona / constraints.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Background context (documents, findings, business knowledge).
+    #[serde(default)]
+    pub context: Vec<String>,
+    /// Locale of user-facing texts (default en-US).
+    #[serde(default)]
+    pub locale: Option<String>,
+    /// Most steps in the plan (default 8).
+    #[serde(default)]
+    pub max_steps: Option<usize>,
+    /// Conversation the plan belongs to.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// Store the plan for review (default true).
+    #[serde(default)]
+    pub save: Option<bool>,
+    /// Accept the plan without review (questions still wait for answers).
+    #[serde(default)]
+    pub auto_accept: bool,
+}
+
+/// The PlanningTool commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanningCommand {
+    /// New plan from a title and step texts.
+    Create,
+    /// New title and/or steps (unchanged steps keep their status and notes).
+    Update,
+    /// Every plan.
+    List,
+    /// One plan (the active one without plan_id).
+    Get,
+    /// Make a plan the conversation's active plan.
+    SetActive,
+    /// Set a step's status and/or notes.
+    MarkStep,
+    /// Delete a plan.
+    Delete,
+}
+
+/// Arguments of `planning` (OpenManus's PlanningTool).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PlanningParams {
+    /// The command.
+    pub command: PlanningCommand,
+    /// The plan (required for create, update, set_active, delete; get and mark_step default to
+    /// the active plan).
+    #[serde(default)]
+    pub plan_id: Option<String>,
+    /// Plan title (create, update).
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Step texts (create, update).
+    #[serde(default)]
+    pub steps: Option<Vec<String>>,
+    /// 0-based step index (mark_step).
+    #[serde(default)]
+    pub step_index: Option<usize>,
+    /// not_started, in_progress, completed, blocked, failed, skipped (mark_step).
+    #[serde(default)]
+    pub step_status: Option<String>,
+    /// Notes for the step (mark_step).
+    #[serde(default)]
+    pub step_notes: Option<String>,
+    /// Conversation whose active plan get / set_active / mark_step use (default "default").
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+}
+
+/// What a person says about a stored plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedbackAction {
+    /// Accept it as it is.
+    Accept,
+    /// Free-text feedback: replan with it.
+    Edit,
+    /// Answers to the plan's questions: replan with them.
+    Answer,
+    /// Reject it (text: the reason).
+    Reject,
+}
+
+/// Arguments of `feedback`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct FeedbackParams {
+    /// The plan.
+    pub plan_id: String,
+    /// accept, edit, answer or reject.
+    pub action: FeedbackAction,
+    /// The feedback (edit), the answers (answer) or the reason (reject).
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// The template commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TemplatesCommand {
+    /// Every template (newest version of each).
+    List,
+    /// One template (newest version, or `version`).
+    Get,
+    /// Save a stored plan (plan_id) as the next version of template `name`.
+    Save,
+    /// Delete a template (every version, or `version`).
+    Delete,
+    /// Make a plan from a template with `arguments`, validated against the catalog.
+    Instantiate,
+}
+
+/// One parameter of a template being saved.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TemplateParamSpec {
+    /// The name used in `{{name}}`.
+    pub name: String,
+    /// Text of the plan that becomes `{{name}}` (optional when the plan already has it).
+    #[serde(default)]
+    pub literal: Option<String>,
+    /// What the value is.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Value used when instantiation gives none (without it the parameter is required).
+    #[serde(default)]
+    pub default: Option<String>,
+}
+
+/// Arguments of `templates`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TemplatesParams {
+    /// The command.
+    pub command: TemplatesCommand,
+    /// Template name (all but list).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A version (get, delete, instantiate; default: the newest / all for delete).
+    #[serde(default)]
+    pub version: Option<u32>,
+    /// What the template is for (save).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The stored plan to save as a template (save).
+    #[serde(default)]
+    pub plan_id: Option<String>,
+    /// The template's parameters (save).
+    #[serde(default)]
+    pub parameters: Vec<TemplateParamSpec>,
+    /// Parameter values (instantiate).
+    #[serde(default)]
+    pub arguments: std::collections::BTreeMap<String, String>,
+    /// Conversation of the instantiated plan.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// Store the instantiated plan for review (default true).
+    #[serde(default)]
+    pub save: Option<bool>,
+}
+
+/// Header that carries the caller's owner from the HTTP layer to the tools (set by
+/// [`http_service`] from the bearer token; a client-sent value is always replaced or removed).
+const OWNER_HEADER: &str = "x-plansmith-owner";
+/// Conversation of OpenManus's single active plan.
+const DEFAULT_CONVERSATION: &str = "default";
+
+type ToolAnswer = Result<CallToolResult, rmcp::ErrorData>;
+
+/// A successful answer: the JSON as structured content, and a text block.
+fn answer(value: Value, text: String) -> ToolAnswer {
+    let mut result = CallToolResult::structured(value);
+    result.content = vec![ContentBlock::text(text)];
+    Ok(result)
+}
+
+/// A failed call the caller can read (`isError: true`).
+fn failure(message: impl Into<String>) -> ToolAnswer {
+    Ok(CallToolResult::error(vec![ContentBlock::text(
+        message.into(),
+    )]))
+}
+
+fn stored_json(stored: &StoredPlan) -> Value {
+    serde_json::to_value(stored).unwrap_or(Value::Null)
+}
+
+/// The caller's owner over HTTP with tokens; `None` on stdio or without tokens.
+fn owner_of(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.headers.get(OWNER_HEADER))
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
+#[tool_router]
+impl PlansmithMcp {
+    /// A server over a planner (model + catalog) and a store; `actor` is recorded in the
+    /// plans' history.
+    pub fn new(planner: Arc<Planner>, store: PlanStore, actor: impl Into<String>) -> PlansmithMcp {
+        PlansmithMcp {
+            planner,
+            store,
+            actor: actor.into(),
+            tool_router: PlansmithMcp::tool_router(),
+        }
+    }
+
+    fn actor_for(&self, owner: &Option<String>) -> String {
+        owner.clone().unwrap_or_else(|| self.actor.clone())
+    }
+
+    /// The plan, if the caller may see it (another owner's plan is "not found").
+    async fn visible(&self, id: &str, owner: &Option<String>) -> Result<StoredPlan, StoreError> {
+        let stored = self.store.get(id).await?;
+        match owner {
+            Some(owner) if stored.plan.owner.as_deref() != Some(owner.as_str()) => {
+                Err(StoreError::NotFound(id.to_owned()))
+            }
+            _ => Ok(stored),
+        }
+    }
+
+    #[tool(
+        description = "Plan a request: returns a validated plan of tool calls / tasks, or the questions to ask the user first, with diagnostics. The plan is stored for review (use `feedback` and `planning` with its id) unless save is false.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn plan(
+        &self,
+        Parameters(params): Parameters<PlanParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        if params.query.trim().is_empty() {
+            return failure("`query` is empty");
+        }
+        let owner = owner_of(&context);
+        let mut request = PlanRequest::new(params.query);
+        request.profile = params.profile;
+        request.context = params.context;
+        request.locale = params.locale;
+        request.conversation_id = params.conversation_id;
+        request.owner = owner.clone();
+        request.options = PlanOptions {
+            max_steps: params.max_steps.unwrap_or(PlanOptions::default().max_steps),
+            ..PlanOptions::default()
+        };
+        let outcome = match self.planner.plan(&request).await {
+            Ok(outcome) => outcome,
+            Err(err) => return failure(format!("planning failed: {err}")),
+        };
+        let stored = if params.save.unwrap_or(true) {
+            let review = Review {
+                auto_accept: params.auto_accept,
+                ..Review::default()
+            };
+            match self
+                .store
+                .submit(&outcome, &request, review, &self.actor_for(&owner))
+                .await
+            {
+                Ok(stored) => Some(stored),
+                Err(err) => return failure(format!("the plan could not be stored: {err}")),
+            }
+        } else {
+            None
+        };
+        let plan = stored.as_ref().map_or(&outcome.plan, |s| &s.plan);
+        let diagnostics = &outcome.diagnostics;
+        let (status, reason) = match &outcome.status {
+            OutcomeStatus::Ready => ("ready", None),
+            OutcomeStatus::NeedsInput => ("needs_input", None),
+            OutcomeStatus::Fallback { reason } => ("fallback", Some(reason.clone())),
+        };
+        let value = json!({
+            "status": status,
+            "reason": reason,
+            "plan_id": plan.id,
+            "state": stored.as_ref().map(|s| s.state.as_str()),
+            "plan": plan,
+            "questions": plan.questions,
+            "needs_approval": plan.steps.iter().filter(|s| s.requires_approval).map(|s| s.id.clone()).collect::<Vec<_>>(),
+            "diagnostics": {
+                "findings": diagnostics.findings,
+                "attempts": diagnostics.attempts.len(),
+                "repairs": diagnostics.repairs,
+                "strategy": diagnostics.strategy.map(|s| s.as_str()),
+                "model": diagnostics.model,
+                "total_ms": diagnostics.timings.total_us / 1000,
+            },
+        });
+        let mut text = format!("{status}: plan `{}`\n{}", plan.id, plan.render_text());
+        for question in &plan.questions {
+            text.push_str(&format!("Question {}: {}\n", question.id, question.text));
+        }
+        for finding in diagnostics
+            .findings
+            .iter()
+            .filter(|d| d.severity >= Severity::Warning)
+        {
+            text.push_str(&format!("{finding}\n"));
+        }
+        if let Some(reason) = reason {
+            text.push_str(&format!("Fallback: {reason}\n"));
+        }
+        answer(value, text)
+    }
+
+    #[tool(
+        description = "Manage stored plans (OpenManus PlanningTool). Commands: create (plan_id, title, steps), update (plan_id, title?, steps?), list, get (plan_id, or the active plan), set_active (plan_id), mark_step (plan_id or active, step_index, step_status, step_notes), delete (plan_id).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn planning(
+        &self,
+        Parameters(params): Parameters<PlanningParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        match self.planning_command(params, &owner).await {
+            Ok((value, text)) => answer(value, text),
+            Err(message) => failure(message),
+        }
+    }
+
+    #[tool(
+        description = "Review a stored plan: accept it, edit it with free-text feedback (replans), answer its questions (replans), or reject it.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn feedback(
+        &self,
+        Parameters(params): Parameters<FeedbackParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        if let Err(err) = self.visible(&params.plan_id, &owner).await {
+            return failure(err.to_string());
+        }
+        let text = params.text.unwrap_or_default();
+        let decision = match params.action {
+            FeedbackAction::Accept => Decision::Accept,
+            FeedbackAction::Reject => Decision::Reject(Some(text).filter(|t| !t.trim().is_empty())),
+            FeedbackAction::Edit | FeedbackAction::Answer if text.trim().is_empty() => {
+                return failure("`text` is required for edit and answer");
+            }
+            FeedbackAction::Edit => Decision::Edit(text),
+            FeedbackAction::Answer => Decision::Answer(text),
+        };
+        match self
+            .store
+            .decide(
+                &params.plan_id,
+                decision,
+                Some(&self.planner),
+                &self.actor_for(&owner),
+            )
+            .await
+        {
+            Ok(stored) => answer(stored_json(&stored), stored.render_text()),
+            Err(err) => failure(err.to_string()),
+        }
+    }
+
+    #[tool(
+        description = "Plan templates: list, get (name, version?), save (a stored plan_id as template `name`, with parameters [{name, literal?, description?, default?}]), delete (name, version?), instantiate (name, arguments {param: value}) into a new plan validated against the catalog and stored for review.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn templates(
+        &self,
+        Parameters(params): Parameters<TemplatesParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        match self.templates_command(params, &owner).await {
+            Ok((value, text)) => answer(value, text),
+            Err(message) => failure(message),
+        }
+    }
+}
+
+impl PlansmithMcp {
+    async fn templates_command(
+        &self,
+        params: TemplatesParams,
+        owner: &Option<String>,
+    ) -> Result<(Value, String), String> {
+        let err = |err: StoreError| err.to_string();
+        let name = || {
+            params
+                .name
+                .clone()
+                .filter(|n| !n.trim().is_empty())
+                .ok_or_else(|| "Parameter `name` is required for this command".to_owned())
+        };
+        match params.command {
+            TemplatesCommand::List => {
+                let entries = self.store.list_templates().await.map_err(err)?;
+                let mut text = String::new();
+                for entry in &entries {
+                    let t = &entry.latest;
+                    let names: Vec<&str> = t.parameters.iter().map(|p| p.name.as_str()).collect();
+                    text.push_str(&format!(
+                        "{} v{} [{}] {}\n",
+                        t.name,
+                        t.version,
+                        names.join(", "),
+                        t.description
+                    ));
+                }
+                if entries.is_empty() {
+                    text.push_str("No templates.");
+                }
+                let list: Vec<Value> = entries
+                    .iter()
+                    .map(|e| {
+                        json!({"name": e.latest.name, "version": e.latest.version,
+                        "versions": e.versions, "description": e.latest.description,
+                        "parameters": e.latest.parameters})
+                    })
+                    .collect();
+                Ok((json!({ "templates": list }), text))
+            }
+            TemplatesCommand::Get => {
+                let template = self
+                    .store
+                    .get_template(&name()?, params.version)
+                    .await
+                    .map_err(err)?;
+                let text = format!(
+                    "Template {} v{}\n{}",
+                    template.name,
+                    template.version,
+                    template.plan.render_text()
+                );
+                Ok((serde_json::to_value(&template).unwrap_or(Value::Null), text))
+            }
+            TemplatesCommand::Save => {
+                let name = name()?;
+                let plan_id = params
+                    .plan_id
+                    .clone()
+                    .ok_or("Parameter `plan_id` is required for command: save")?;
+                let stored = self.visible(&plan_id, owner).await.map_err(err)?;
+                let literals: Vec<(String, String)> = params
+                    .parameters
+                    .iter()
+                    .filter_map(|p| p.literal.clone().map(|l| (p.name.clone(), l)))
+                    .collect();
+                let parameters = params
+                    .parameters
+                    .iter()
+                    .map(|p| {
+                        let mut parameter = TemplateParameter::new(p.name.clone());
+                        parameter.description = p.description.clone().unwrap_or_default();
+                        parameter.default = p.default.clone();
+                        parameter
+                    })
+                    .collect();
+                let plan = PlanTemplate::parameterize(&stored.plan, &literals);
+                let template = PlanTemplate::new(
+                    &name,
+                    params.description.as_deref().unwrap_or_default(),
+                    plan,
+                    parameters,
+                )
+                .map_err(|e| e.to_string())?;
+                let saved = self
+                    .store
+                    .save_template(template, &self.actor_for(owner))
+                    .await
+                    .map_err(err)?;
+                let text = format!("Saved template {} v{}", saved.name, saved.version);
+                Ok((serde_json::to_value(&saved).unwrap_or(Value::Null), text))
+            }
+            TemplatesCommand::Delete => {
+                let name = name()?;
+                let deleted = self
+                    .store
+                    .delete_template(&name, params.version)
+                    .await
+                    .map_err(err)?;
+                Ok((
+                    json!({"name": name, "deleted_versions": deleted}),
+                    format!("Deleted {deleted} version(s) of template {name}"),
+                ))
+            }
+            TemplatesCommand::Instantiate => {
+                let template = self
+                    .store
+                    .get_template(&name()?, params.version)
+                    .await
+                    .map_err(err)?;
+                let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+                let (mut plan, diagnostics) = template
+                    .instantiate(
+                        &params.arguments,
+                        self.planner.catalog(),
+                        &PlanOptions::default(),
+                        &plan_id,
+                        chrono::Utc::now(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                let errors: Vec<String> = diagnostics
+                    .iter()
+                    .filter(|d| d.severity == Severity::Error)
+                    .map(ToString::to_string)
+                    .collect();
+                if !errors.is_empty() {
+                    return Err(format!(
+                        "the plan from template {} v{} is invalid against the catalog; nothing saved: {}",
+                        template.name,
+                        template.version,
+                        errors.join("; ")
+                    ));
+                }
+                plan.owner = owner.clone();
+                plan.conversation_id = params.conversation_id.clone();
+                if params.save.unwrap_or(true) {
+                    let stored = self
+                        .store
+                        .create(
+                            plan,
+                            plansmith_store::ReviewState::AwaitingReview,
+                            Review::default(),
+                            &self.actor_for(owner),
+                        )
+                        .await
+                        .map_err(err)?;
+                    let mut value = stored_json(&stored);
+                    value["diagnostics"] = json!(diagnostics);
+                    Ok((value, stored.render_text()))
+                } else {
+                    let text = plan.render_text();
+                    Ok((json!({"plan": plan, "diagnostics": diagnostics}), text))
+                }
+            }
+        }
+    }
+
+    async fn planning_command(
+        &self,
+        params: PlanningParams,
+        owner: &Option<String>,
+    ) -> Result<(Value, String), String> {
+        let actor = self.actor_for(owner);
+        let conversation = params
+            .conversation_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CONVERSATION.to_owned());
+        let require_id = |command: &str| {
+            params
+                .plan_id
+                .clone()
+                .filter(|id| !id.trim().is_empty())
+                .ok_or_else(|| format!("Parameter `plan_id` is required for command: {command}"))
+        };
+        let err = |err: StoreError| err.to_string();
+        let stored = match params.command {
+            PlanningCommand::Create => {
+                let id = require_id("create")?;
+                let title = params
+                    .title
+                    .clone()
+                    .filter(|t| !t.trim().is_empty())
+                    .ok_or("Parameter `title` is required for command: create")?;
+                let steps = params.steps.clone().filter(|s| !s.is_empty()).ok_or(
+                    "Parameter `steps` must be a non-empty list of strings for command: create",
+                )?;
+                let mut plan = openmanus_plan(&id, &title, &steps)?;
+                plan.owner = owner.clone();
+                plan.conversation_id = params.conversation_id.clone();
+                self.store
+                    .create(plan, plansmith_store::ReviewState::Draft, Review::default(), &actor)
+                    .await
+                    .map_err(|e| match e {
+                        StoreError::AlreadyExists(id) => format!(
+                            "A plan with ID '{id}' already exists. Use 'update' to modify existing plans."
+                        ),
+                        other => other.to_string(),
+                    })?
+            }
+            PlanningCommand::Update => {
+                let id = require_id("update")?;
+                let current = self.visible(&id, owner).await.map_err(err)?;
+                let title = params.title.clone().unwrap_or(current.plan.title.clone());
+                let mut plan = match &params.steps {
+                    Some(steps) => openmanus_plan(&id, &title, steps)?,
+                    None => current.plan.clone(),
+                };
+                plan.title = title;
+                plan.owner = current.plan.owner.clone();
+                plan.conversation_id = current.plan.conversation_id.clone();
+                self.store
+                    .update(&id, plan, None, &actor)
+                    .await
+                    .map_err(err)?
+            }
+            PlanningCommand::List => {
+                let page = self
+                    .store
+                    .list(&ListFilter {
+                        owner: owner.clone(),
+                        conversation_id: params.conversation_id.clone(),
+                        limit: Some(1000),
+                        ..ListFilter::default()
+                    })
+                    .await
+                    .map_err(err)?;
+                let active = self.store.get_active(&conversation).await.ok();
+                let mut text = String::from("Available plans:\n");
+                if page.plans.is_empty() {
+                    text = "No plans available. Create a plan with the 'create' command.".into();
+                }
+                for stored in &page.plans {
+                    let done = stored
+                        .plan
+                        .steps
+                        .iter()
+                        .filter(|s| s.status == plansmith_core::StepStatus::Completed)
+                        .count();
+                    let marker = if active.as_ref().is_some_and(|a| a.plan.id == stored.plan.id) {
+                        " (active)"
+                    } else {
+                        ""
+                    };
+                    text.push_str(&format!(
+                        "• {}{marker}: {} - {done}/{} steps completed\n",
+                        stored.plan.id,
+                        stored.plan.title,
+                        stored.plan.steps.len()
+                    ));
+                }
+                let value = json!({
+                    "plans": page.plans.iter().map(|s| json!({
+                        "plan_id": s.plan.id, "title": s.plan.title, "state": s.state,
+                        "version": s.version(), "steps": s.plan.steps.len(),
+                    })).collect::<Vec<_>>(),
+                    "total": page.total,
+                    "active": active.map(|a| a.plan.id),
+                });
+                return Ok((value, text));
+            }
+            PlanningCommand::Get => match &params.plan_id {
+                Some(id) => self.visible(id, owner).await.map_err(err)?,
+                None => {
+                    let active = self.store.get_active(&conversation).await.map_err(|_| {
+                        "No active plan. Please specify a plan_id or set an active plan.".to_owned()
+                    })?;
+                    self.visible(&active.plan.id, owner).await.map_err(err)?
+                }
+            },
+            PlanningCommand::SetActive => {
+                let id = require_id("set_active")?;
+                self.visible(&id, owner).await.map_err(err)?;
+                self.store
+                    .set_active(&conversation, &id)
+                    .await
+                    .map_err(err)?;
+                let stored = self.store.get(&id).await.map_err(err)?;
+                let text = format!(
+                    "Plan '{id}' is now the active plan.\n\n{}",
+                    stored.render_text()
+                );
+                return Ok((stored_json(&stored), text));
+            }
+            PlanningCommand::MarkStep => {
+                let id = match &params.plan_id {
+                    Some(id) => id.clone(),
+                    None => {
+                        self.store
+                            .get_active(&conversation)
+                            .await
+                            .map_err(|_| {
+                                "No active plan. Please specify a plan_id or set an active plan."
+                                    .to_owned()
+                            })?
+                            .plan
+                            .id
+                    }
+                };
+                let index = params
+                    .step_index
+                    .ok_or("Parameter `step_index` is required for command: mark_step")?;
+                self.visible(&id, owner).await.map_err(err)?;
+                let stored = self
+                    .store
+                    .mark_step(
+                        &id,
+                        &StepKey::Index(index),
+                        params.step_status.as_deref(),
+                        params.step_notes.as_deref(),
+                        None,
+                        &actor,
+                    )
+                    .await
+                    .map_err(err)?;
+                let text = format!(
+                    "Step {index} updated in plan '{id}'.\n\n{}",
+                    stored.render_text()
+                );
+                return Ok((stored_json(&stored), text));
+            }
+            PlanningCommand::Delete => {
+                let id = require_id("delete")?;
+                self.visible(&id, owner).await.map_err(err)?;
+                self.store.delete(&id).await.map_err(err)?;
+                return Ok((
+                    json!({"deleted": id}),
+                    format!("Plan '{id}' has been deleted."),
+                ));
+            }
+        };
+        let text = stored.render_text();
+        Ok((stored_json(&stored), text))
+    }
+}
+
+/// A plan from OpenManus's `{plan_id, title, steps: [text]}`: sequential steps.
+fn openmanus_plan(id: &str, title: &str, steps: &[String]) -> Result<plansmith_core::Plan, String> {
+    if steps.iter().any(|s| s.trim().is_empty()) {
+        return Err("Parameter `steps` must not contain empty strings".into());
+    }
+    let defaults = ParseDefaults {
+        plan_id: id,
+        goal: title,
+        locale: "en-US",
+        now: chrono::Utc::now(),
+    };
+    let document = json!({"plan_id": id, "title": title, "steps": steps});
+    to_plan(document, &defaults)
+        .map(|(plan, _, _)| plan)
+        .map_err(|err| format!("invalid plan: {err}"))
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for PlansmithMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("plansmith", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "plansmith turns a request into a validated plan over the configured tools. \
+                 Call `plan` with the request; if the result has questions, ask the user and \
+                 answer them with `feedback` (action answer). Manage stored plans with `planning`.",
+            )
+    }
+}
+
+/// Serves `server` over stdin / stdout until the client disconnects. Only JSON-RPC is written
+/// to stdout; logs go to stderr.
+pub async fn serve_stdio(server: PlansmithMcp) -> Result<(), McpError> {
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|err| McpError::Serve(format!("initialize over stdio failed: {err}")))?;
+    running
+        .waiting()
+        .await
+        .map_err(|err| McpError::Serve(err.to_string()))?;
+    Ok(())
+}
+
+/// The response type of [`McpHttpService`].
+pub type HttpResponse = http::Response<BoxBody<Bytes, Infallible>>;
+
+/// The streamable HTTP endpoint: a `tower` service to mount (e.g. axum's
+/// `nest_service("/mcp", …)`). With tokens, every request needs `Authorization: Bearer TOKEN`
+/// and acts for the token's owner.
+#[derive(Clone)]
+pub struct McpHttpService {
+    inner: StreamableHttpService<PlansmithMcp, LocalSessionManager>,
+    tokens: Arc<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for McpHttpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpHttpService")
+            .field("tokens", &self.tokens.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The streamable HTTP service over `server`. `tokens` maps API tokens to owners (empty: no
+/// authentication, which the HTTP server only allows on loopback); with tokens, the `Host`
+/// check of the SDK (loopback names only, against DNS rebinding) is lifted, since callers
+/// authenticate.
+pub fn http_service(server: PlansmithMcp, tokens: HashMap<String, String>) -> McpHttpService {
+    let mut config = StreamableHttpServerConfig::default();
+    if !tokens.is_empty() {
+        config = config.disable_allowed_hosts();
+    }
+    let inner = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    McpHttpService {
+        inner,
+        tokens: Arc::new(tokens),
+    }
+}
+
+impl<B> tower_service::Service<http::Request<B>> for McpHttpService
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: std::fmt::Display,
+    B::Data: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<HttpResponse, Infallible>> + Send>,
+    >;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        request.headers_mut().remove(OWNER_HEADER);
+        if !self.tokens.is_empty() {
+            let owner = request
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .and_then(|token| self.tokens.get(token.trim()))
+                .and_then(|owner| http::HeaderValue::from_str(owner).ok());
+            match owner {
+                Some(owner) => {
+                    request.headers_mut().insert(OWNER_HEADER, owner);
+                }
+                None => return Box::pin(async { Ok(unauthorized()) }),
+            }
+        }
+        let mut inner = self.inner.clone();
+        Box::pin(async move { inner.call(request).await })
+    }
+}
+
+fn unauthorized() -> HttpResponse {
+    let body = json!({
+        "code": "unauthorized",
+        "message": "a valid `Authorization: Bearer TOKEN` header is required",
+        "details": null,
+    })
+    .to_string();
+    let mut response = http::Response::new(
+        http_body_util::Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = http::StatusCode::UNAUTHORIZED;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}

@@ -1,0 +1,290 @@
+//! plansmith's own MCP server, driven by rmcp's client over an in-memory duplex pipe (the
+//! real third-party client, the Python SDK, drives the binary in the CLI's tests).
+
+use std::sync::Arc;
+
+use plansmith_core::{Catalog, Planner, ScriptedModel};
+use plansmith_mcp::PlansmithMcp;
+use plansmith_store::{Location, PlanStore};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
+use serde_json::{Value, json};
+
+struct Session {
+    client: RunningService<RoleClient, ()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Session {
+    async fn call(&self, tool: &str, arguments: Value) -> CallToolResult {
+        self.client
+            .call_tool(
+                CallToolRequestParams::new(tool.to_owned())
+                    .with_arguments(arguments.as_object().cloned().unwrap()),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// A successful call's structured content.
+    async fn ok(&self, tool: &str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments.clone()).await;
+        assert_ne!(
+            result.is_error,
+            Some(true),
+            "{tool} {arguments}: {result:?}"
+        );
+        result.structured_content.unwrap()
+    }
+
+    /// A failed call's text.
+    async fn fails(&self, tool: &str, arguments: Value) -> String {
+        let result = self.call(tool, arguments.clone()).await;
+        assert_eq!(
+            result.is_error,
+            Some(true),
+            "{tool} {arguments}: {result:?}"
+        );
+        result.content[0].as_text().unwrap().text.clone()
+    }
+}
+
+async fn start(turns: Vec<String>) -> Session {
+    let catalog = Catalog::from_json(&json!([
+        {"name": "get_weather", "description": "Weather for a city",
+         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+         "annotations": {"readOnlyHint": true}},
+        {"name": "delete_files", "description": "Delete files",
+         "input_schema": {"type": "object", "properties": {"glob": {"type": "string"}}, "required": ["glob"]},
+         "annotations": {"destructiveHint": true}}
+    ]))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
+        .await
+        .unwrap();
+    let planner = Planner::new(catalog, Arc::new(ScriptedModel::new(turns)));
+    let server = PlansmithMcp::new(Arc::new(planner), store, "mcp-test");
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = ().serve(client_io).await.unwrap();
+    Session { client, _dir: dir }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_feedback_and_planning_tools() {
+    let first = json!({"title": "Tidy up", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}},
+        {"id": "s2", "type": "tool", "name": "delete_files", "arguments": {"glob": "/tmp/*.log"}, "depends_on": ["s1"]}
+    ]});
+    let edited = json!({"title": "Weather only", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Lyon"}}
+    ]});
+    let s = start(vec![first.to_string(), edited.to_string()]).await;
+    let tools = s.client.list_all_tools().await.unwrap();
+    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    for name in ["plan", "planning", "feedback", "templates"] {
+        assert!(names.contains(&name.to_owned()), "{names:?}");
+    }
+    let plan_tool = tools.iter().find(|t| t.name == "plan").unwrap();
+    assert_eq!(plan_tool.input_schema["required"], json!(["query"]));
+
+    // plan → ready, stored for review; the destructive step is flagged for approval.
+    let planned = s
+        .ok(
+            "plan",
+            json!({"query": "Check the weather then delete old logs"}),
+        )
+        .await;
+    assert_eq!(planned["status"], "ready", "{planned}");
+    assert_eq!(planned["state"], "awaiting_review");
+    assert_eq!(planned["needs_approval"], json!(["s2"]));
+    assert_eq!(planned["plan"]["steps"][1]["requires_approval"], true);
+    assert!(
+        planned["diagnostics"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["code"] == "approval_required")
+    );
+    let id = planned["plan_id"].as_str().unwrap().to_owned();
+
+    // feedback edit → replanned (second scripted turn), then accept.
+    let replanned = s
+        .ok(
+            "feedback",
+            json!({"plan_id": id, "action": "edit", "text": "Only the weather, in Lyon"}),
+        )
+        .await;
+    assert_eq!(replanned["plan"]["title"], "Weather only", "{replanned}");
+    assert_eq!(replanned["plan"]["version"], 2);
+    let accepted = s
+        .ok("feedback", json!({"plan_id": id, "action": "accept"}))
+        .await;
+    assert_eq!(accepted["state"], "accepted");
+    let again = s
+        .fails("feedback", json!({"plan_id": id, "action": "accept"}))
+        .await;
+    assert!(again.contains("it is accepted"), "{again}");
+    let empty = s
+        .fails("feedback", json!({"plan_id": id, "action": "answer"}))
+        .await;
+    assert!(empty.contains("`text` is required"), "{empty}");
+
+    // planning: OpenManus's commands and their errors.
+    let created = s
+        .call("planning", json!({"command": "create", "plan_id": "trip", "title": "Trip", "steps": ["Book flights", "Book hotel", "Pack"]}))
+        .await;
+    let text = created.content[0].as_text().unwrap().text.clone();
+    assert!(text.contains("Progress: 0/3 (0.0%)"), "{text}");
+    let dup = s
+        .fails(
+            "planning",
+            json!({"command": "create", "plan_id": "trip", "title": "T", "steps": ["x"]}),
+        )
+        .await;
+    assert_eq!(
+        dup,
+        "A plan with ID 'trip' already exists. Use 'update' to modify existing plans."
+    );
+    let missing = s
+        .fails(
+            "planning",
+            json!({"command": "create", "title": "T", "steps": ["x"]}),
+        )
+        .await;
+    assert_eq!(
+        missing,
+        "Parameter `plan_id` is required for command: create"
+    );
+    s.ok(
+        "planning",
+        json!({"command": "set_active", "plan_id": "trip"}),
+    )
+    .await;
+    let marked = s
+        .call("planning", json!({"command": "mark_step", "step_index": 0, "step_status": "completed", "step_notes": "AF123"}))
+        .await;
+    let text = marked.content[0].as_text().unwrap().text.clone();
+    assert!(
+        text.contains("Progress: 1/3 (33.3%)") && text.contains("[✓]"),
+        "{text}"
+    );
+    let bad_index = s
+        .fails("planning", json!({"command": "mark_step", "plan_id": "trip", "step_index": 7, "step_status": "completed"}))
+        .await;
+    assert!(
+        bad_index.contains("valid indices range from 0 to 2"),
+        "{bad_index}"
+    );
+    let bad_status = s
+        .fails("planning", json!({"command": "mark_step", "plan_id": "trip", "step_index": 1, "step_status": "done-ish"}))
+        .await;
+    assert!(
+        bad_status.contains("invalid step status `done-ish`"),
+        "{bad_status}"
+    );
+    let updated = s
+        .ok("planning", json!({"command": "update", "plan_id": "trip", "steps": ["Book flights", "Book a B&B", "Pack"]}))
+        .await;
+    assert_eq!(
+        updated["plan"]["steps"][0]["status"], "completed",
+        "unchanged step keeps its status"
+    );
+    assert_eq!(updated["plan"]["steps"][1]["title"], "Book a B&B");
+    let active = s.ok("planning", json!({"command": "get"})).await;
+    assert_eq!(active["plan"]["id"], "trip");
+    let listed = s.ok("planning", json!({"command": "list"})).await;
+    assert_eq!(listed["total"], 2);
+    assert_eq!(listed["active"], "trip");
+    s.ok("planning", json!({"command": "delete", "plan_id": "trip"}))
+        .await;
+    let gone = s
+        .fails("planning", json!({"command": "get", "plan_id": "trip"}))
+        .await;
+    assert_eq!(gone, "no plan with id `trip`");
+    let no_active = s.fails("planning", json!({"command": "get"})).await;
+    assert!(no_active.starts_with("No active plan"), "{no_active}");
+    // A bad command is rejected by the schema, as a protocol error or a tool error.
+    let bad = s
+        .client
+        .call_tool(
+            CallToolRequestParams::new("planning")
+                .with_arguments(json!({"command": "explode"}).as_object().cloned().unwrap()),
+        )
+        .await;
+    assert!(bad.is_err() || bad.unwrap().is_error == Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn templates_tool_saves_and_instantiates() {
+    let reply = json!({"title": "Weather in Paris", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}
+    ]});
+    let s = start(vec![reply.to_string()]).await;
+    let planned = s.ok("plan", json!({"query": "Weather in Paris"})).await;
+    let id = planned["plan_id"].as_str().unwrap().to_owned();
+    let saved = s
+        .ok(
+            "templates",
+            json!({"command": "save", "name": "city-weather", "plan_id": id,
+            "description": "Weather for a city",
+            "parameters": [{"name": "city", "literal": "Paris", "description": "the city"}]}),
+        )
+        .await;
+    assert_eq!(saved["version"], 1, "{saved}");
+    assert_eq!(
+        saved["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "{{city}}"
+    );
+    let listed = s.ok("templates", json!({"command": "list"})).await;
+    assert_eq!(listed["templates"][0]["name"], "city-weather");
+    let made = s
+        .ok("templates", json!({"command": "instantiate", "name": "city-weather", "arguments": {"city": "Rome"}}))
+        .await;
+    assert_eq!(
+        made["plan"]["steps"][0]["action"]["arguments"]["city"], "Rome",
+        "{made}"
+    );
+    assert_eq!(made["state"], "awaiting_review");
+    let new_id = made["plan"]["id"].as_str().unwrap();
+    assert_ne!(new_id, id);
+    let fetched = s
+        .ok("planning", json!({"command": "get", "plan_id": new_id}))
+        .await;
+    assert_eq!(
+        fetched["plan"]["title"],
+        "Weather in {{city}}".replace("{{city}}", "Rome")
+    );
+    let missing = s
+        .fails(
+            "templates",
+            json!({"command": "instantiate", "name": "city-weather"}),
+        )
+        .await;
+    assert!(missing.contains("needs values for: city"), "{missing}");
+    let unknown = s
+        .fails("templates", json!({"command": "instantiate", "name": "city-weather", "arguments": {"city": "Rome", "unit": "c"}}))
+        .await;
+    assert!(unknown.contains("no parameters named: unit"), "{unknown}");
+    let deleted = s
+        .ok(
+            "templates",
+            json!({"command": "delete", "name": "city-weather"}),
+        )
+        .await;
+    assert_eq!(deleted["deleted_versions"], 1);
+    let gone = s
+        .fails(
+            "templates",
+            json!({"command": "get", "name": "city-weather"}),
+        )
+        .await;
+    assert!(gone.contains("city-weather"), "{gone}");
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Drives plansmith's MCP server with the official Python MCP SDK (`mcp`, PyPI; installed by
+scripts/mcp-servers.sh), a client plansmith did not write.
+
+    mcp-client.py stdio COMMAND [ARG…]     spawn `plansmith mcp …` and talk over stdio
+    mcp-client.py http URL [TOKEN]         streamable HTTP (e.g. http://127.0.0.1:8080/mcp)
+
+Runs one scenario: list the tools, `plan` a request, read it back and mark a step with
+`planning`, `feedback accept`, and a few error cases; prints one JSON object with what the
+server answered (the Rust test asserts on it). Exit 0 when the session ran, 1 otherwise.
+"""
+import asyncio
+import json
+import sys
+
+import httpx2
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+
+async def call(session, name, arguments):
+    result = await session.call_tool(name, arguments)
+    text = "\n".join(getattr(block, "text", "") for block in result.content)
+    return {"is_error": result.is_error, "structured": result.structured_content, "text": text}
+
+
+async def scenario(session):
+    init = await session.initialize()
+    out = {"server": init.server_info.name, "protocol": init.protocol_version}
+    tools = await session.list_tools()
+    out["tools"] = sorted(tool.name for tool in tools.tools)
+    out["plan_required"] = next(t.input_schema for t in tools.tools if t.name == "plan").get("required")
+    planned = await call(session, "plan", {"query": "What's the weather in Paris? Email it to bob@example.com"})
+    out["plan"] = planned
+    plan_id = (planned["structured"] or {}).get("plan_id")
+    out["get"] = await call(session, "planning", {"command": "get", "plan_id": plan_id})
+    out["mark"] = await call(session, "planning", {"command": "mark_step", "plan_id": plan_id,
+                                                   "step_index": 0, "step_status": "completed"})
+    out["accept"] = await call(session, "feedback", {"plan_id": plan_id, "action": "accept"})
+    out["accept_again"] = await call(session, "feedback", {"plan_id": plan_id, "action": "accept"})
+    out["unknown"] = await call(session, "planning", {"command": "get", "plan_id": "no-such-plan"})
+    out["list"] = await call(session, "planning", {"command": "list"})
+    return out
+
+
+async def main():
+    mode = sys.argv[1]
+    if mode == "stdio":
+        params = StdioServerParameters(command=sys.argv[2], args=sys.argv[3:])
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                result = await scenario(session)
+    elif mode == "http":
+        headers = {"Authorization": f"Bearer {sys.argv[3]}"} if len(sys.argv) > 3 else {}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as client:
+            async with streamable_http_client(sys.argv[2], http_client=client) as (read, write):
+                async with ClientSession(read, write) as session:
+                    result = await scenario(session)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
