@@ -65,6 +65,8 @@
 
 pub mod events;
 pub mod invoke;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod policy;
 pub mod refs;
 pub mod replan;

@@ -97,16 +97,32 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
 }
 
 async fn run_async(args: RunArgs) -> Result<u8, CliError> {
-    if args.mcp.is_some() {
-        return Err(CliError::input(anyhow!(
-            "--mcp: this build has no MCP client yet (tools run through --commands)"
-        )));
-    }
     let on_failure: OnFailure = args
         .on_failure
         .parse()
         .map_err(|e: String| CliError::input(anyhow!(e)))?;
-    let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), None)?;
+    let mut catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), None)?;
+    let mcp = match &args.mcp {
+        Some(path) => {
+            let config = plansmith_mcp::ServersConfig::load(path).map_err(CliError::input)?;
+            let imported =
+                plansmith_mcp::McpTools::connect(&config, plansmith_mcp::ClientOptions::default())
+                    .await;
+            for problem in &imported.problems {
+                eprintln!("warning: {problem}");
+            }
+            let tools: Vec<plansmith_core::Tool> = catalog
+                .tools()
+                .chain(imported.catalog.tools())
+                .map(|t| t.tool.clone())
+                .collect();
+            catalog = plansmith_core::Catalog::new(tools, catalog.agents().to_vec())
+                .with_context(|| format!("the tools of {} and the catalog", path.display()))
+                .map_err(CliError::input)?;
+            Some(Arc::new(imported.tools))
+        }
+        None => None,
+    };
     let store = open(args.store.as_deref()).await?;
     let plan_id = resolve_plan(&store, &args.plan, &catalog).await?;
 
@@ -115,6 +131,12 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         let map = read_commands(path)?;
         invokers.tools = Some(Arc::new(CommandInvoker::new(map.tools)));
         invokers.agents = Some(Arc::new(CommandInvoker::new(map.agents)));
+    }
+    if let Some(tools) = mcp {
+        let fallback = invokers.tools.take();
+        invokers.tools = Some(Arc::new(plansmith_exec::mcp::McpInvoker::new(
+            tools, fallback,
+        )));
     }
     let model = match &args.model {
         Some(spec) => Some(crate::model::load(Some(spec))?),
