@@ -19,6 +19,7 @@ pub mod events;
 pub mod metrics;
 pub mod openapi;
 mod routes;
+pub mod run;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ pub use error::{ApiError, ERROR_TABLE, ErrorBody};
 pub use events::{EventBus, PlanBusEvent};
 pub use metrics::Metrics;
 pub use routes::{CreatePlan, Feedback, StepUpdate};
+pub use run::{RunRequest, RunStarted, Runner};
 
 /// Server settings (the CLI layers defaults → file → `PLANSMITH_*` env → flags into this).
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +99,8 @@ pub struct AppState {
     /// Rate-limit buckets by owner (bounded: the configured owners, plus one for requests
     /// without a valid token).
     limiter: Arc<Mutex<HashMap<String, Bucket>>>,
+    /// The executor (`POST /v1/plans/{id}/run`), when the server runs plans.
+    pub runner: Option<Runner>,
     /// The MCP endpoint mounted at `/mcp` ([`AppState::with_mcp`]), if any.
     mcp: Option<Router>,
 }
@@ -126,6 +130,7 @@ impl AppState {
             bus: EventBus::new(),
             metrics: Arc::new(Metrics::new()),
             limiter: Arc::new(Mutex::new(HashMap::new())),
+            runner: None,
             mcp: None,
         }
     }
@@ -154,6 +159,19 @@ impl AppState {
             Some(mcp) => Router::new().nest_service("/mcp", mcp.clone()),
             None => Router::new(),
         }
+    }
+
+    /// Runs plans with `executor` (its events go to the plan event streams); with `worker`,
+    /// also joins the running runs of the store every poll interval (several processes
+    /// on one PostgreSQL store share the work).
+    pub fn with_executor(mut self, executor: plansmith_exec::Executor, worker: bool) -> AppState {
+        let every = executor.config().poll_interval;
+        let runner = Runner::new(executor, self.bus.clone());
+        if worker {
+            run::spawn_worker(runner.clone(), every);
+        }
+        self.runner = Some(runner);
+        self
     }
 
     /// Takes one request from `key`'s rate-limit bucket (a full bucket for a new key). When

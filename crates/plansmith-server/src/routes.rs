@@ -52,6 +52,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(feedback))
         .routes(routes!(update_step))
         .routes(routes!(events))
+        .routes(routes!(run_plan))
 }
 
 pub(crate) fn router(state: AppState) -> Router {
@@ -585,6 +586,17 @@ pub enum Feedback {
         /// The answers.
         text: String,
     },
+    /// A decision about one step of a running plan: `approve` / `deny` a gated step, or
+    /// `retry` / `skip` / `abort` after a failure under the `ask` policy.
+    Step {
+        /// The step id.
+        step: String,
+        /// `approve`, `deny`, `retry`, `skip` or `abort`.
+        verdict: plansmith_store::StepVerdict,
+        /// A note for the log.
+        #[serde(default)]
+        note: String,
+    },
 }
 
 /// Answer of the feedback and step routes: the stored plan and the warnings of a patch.
@@ -625,6 +637,18 @@ async fn feedback(
         Feedback::Edit { text } => (store.edit(&id, &text, planner, &actor).await?, Vec::new()),
         Feedback::Answer { text } => (store.answer(&id, &text, planner, &actor).await?, Vec::new()),
         Feedback::Patch { patch } => store.patch(&id, &patch, planner.catalog(), &actor).await?,
+        Feedback::Step {
+            step,
+            verdict,
+            note,
+        } => {
+            let decision = plansmith_store::Decision::Step {
+                step,
+                verdict,
+                note,
+            };
+            (store.decide(&id, decision, None, &actor).await?, Vec::new())
+        }
     };
     publish_stored(&state, "plan_updated", &stored);
     Ok(Json(Updated {
@@ -761,6 +785,33 @@ async fn events(
         },
     );
     Ok(sse(stream).into_response())
+}
+
+#[utoipa::path(post, path = "/v1/plans/{id}/run", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")),
+    request_body(content = crate::run::RunRequest, description = "Optional: `{\"resume\": true}` continues the plan's unfinished run; an empty body starts a run"),
+    responses(
+        (status = 202, description = "The run is under way; follow it on `GET /v1/plans/{id}/events`", body = crate::run::RunStarted),
+        (status = 400, description = "`bad_request`: invalid body, or this server has no executor", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such plan", body = ErrorBody),
+        (status = 409, description = "`conflict`: a run is in progress, or nothing to resume", body = ErrorBody),
+    ))]
+async fn run_plan(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    load(&state, &caller, &id).await?;
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        crate::run::RunRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|err| ApiError::new("bad_request", format!("invalid run request: {err}")))?
+    };
+    Ok(crate::run::run_plan(State(state), id, request)
+        .await?
+        .into_response())
 }
 
 /// A receiver whose channel is closed (ends a stream after its last event).

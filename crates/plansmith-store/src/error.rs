@@ -92,6 +92,9 @@ pub enum StoreError {
         /// The cause.
         source: sqlx::Error,
     },
+    /// `exec_start` while a run of the plan is still running or waiting (resume it instead).
+    #[error("plan `{0}` has a run in progress: resume it, or wait until it ends")]
+    RunActive(String),
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -63,11 +63,16 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod error;
+pub mod exec;
 pub mod review;
 pub mod store;
 pub mod templates;
 
 pub use error::{Result, StoreError};
+pub use exec::{
+    AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RunState, StepDecision, StepEnd, StepSeed,
+    StepVerdict, idempotency_key,
+};
 pub use review::{
     Decision, MaxIterationsPolicy, REJECTED_WITHOUT_TEXT, Review, ReviewState, is_confirmation,
 };

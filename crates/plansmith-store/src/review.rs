@@ -210,6 +210,16 @@ pub enum Decision {
     Reject(Option<String>),
     /// Answers to the plan's questions: replan with them.
     Answer(String),
+    /// A decision about one step while the plan runs: approve a gated step, or retry, skip or
+    /// abort after a failure under the `ask` policy (picked up by the executor).
+    Step {
+        /// The step id.
+        step: String,
+        /// The decision.
+        verdict: crate::exec::StepVerdict,
+        /// A note for the log.
+        note: String,
+    },
 }
 
 /// The initial state of a freshly planned outcome under `review`.
@@ -263,6 +273,14 @@ impl PlanStore {
             Decision::Answer(text) => {
                 let planner = need_planner(planner, "answer")?;
                 self.answer(id, &text, planner, actor).await
+            }
+            Decision::Step {
+                step,
+                verdict,
+                note,
+            } => {
+                self.decide_step(id, &step, verdict, &note, actor).await?;
+                self.get(id).await
             }
             Decision::Patch(patch) => {
                 let planner = need_planner(planner, "patch")?;

@@ -391,6 +391,64 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
             PRIMARY KEY (name, version)
         )"],
     ),
+    (
+        4,
+        "execution runs, steps, attempts, step decisions",
+        &[
+            "CREATE TABLE IF NOT EXISTS exec_runs (
+            plan_id TEXT PRIMARY KEY,
+            base_version BIGINT NOT NULL,
+            state TEXT NOT NULL,
+            replans BIGINT NOT NULL,
+            node TEXT NOT NULL,
+            run_lease_owner TEXT,
+            run_lease_until TEXT,
+            outcome TEXT,
+            started_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )",
+            "CREATE INDEX IF NOT EXISTS exec_runs_by_state ON exec_runs (state, updated_at)",
+            "CREATE TABLE IF NOT EXISTS exec_steps (
+            plan_id TEXT NOT NULL,
+            step_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            reruns BIGINT NOT NULL,
+            result TEXT,
+            error TEXT,
+            note TEXT NOT NULL,
+            lease_owner TEXT,
+            lease_until TEXT,
+            not_before TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (plan_id, step_id)
+        )",
+            "CREATE TABLE IF NOT EXISTS exec_attempts (
+            idempotency_key TEXT PRIMARY KEY,
+            plan_id TEXT NOT NULL,
+            base_version BIGINT NOT NULL,
+            step_id TEXT NOT NULL,
+            attempt BIGINT NOT NULL,
+            node TEXT NOT NULL,
+            runs BIGINT NOT NULL,
+            outcome TEXT NOT NULL,
+            result TEXT,
+            error TEXT,
+            started_at TEXT NOT NULL,
+            finished_at TEXT
+        )",
+            "CREATE INDEX IF NOT EXISTS exec_attempts_by_plan ON exec_attempts (plan_id, started_at)",
+            "CREATE TABLE IF NOT EXISTS exec_decisions (
+            plan_id TEXT NOT NULL,
+            step_id TEXT NOT NULL,
+            verdict TEXT NOT NULL,
+            note TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (plan_id, step_id)
+        )",
+        ],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every
@@ -911,6 +969,14 @@ impl PlanStore {
             .bind(id.to_owned())
             .execute(&mut *tx)
             .await?;
+        for table in ["exec_runs", "exec_steps", "exec_attempts", "exec_decisions"] {
+            sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE plan_id = $1"
+            )))
+            .bind(id.to_owned())
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -1034,7 +1100,7 @@ fn to_json(plan: &Plan) -> Result<String> {
     serde_json::to_string(plan).map_err(bad_json)
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(id: &str, text: &str) -> Result<T> {
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(id: &str, text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|err| StoreError::Corrupt {
         id: id.to_owned(),
         reason: err.to_string(),
@@ -1045,7 +1111,7 @@ fn bad_json(err: serde_json::Error) -> StoreError {
     StoreError::BadEdit(format!("cannot encode the plan: {err}"))
 }
 
-fn to_u32(id: &str, value: i64) -> Result<u32> {
+pub(crate) fn to_u32(id: &str, value: i64) -> Result<u32> {
     u32::try_from(value).map_err(|_| StoreError::Corrupt {
         id: id.to_owned(),
         reason: format!("version {value} out of range"),

@@ -12,6 +12,9 @@
 //! | 5 | `plans`, `templates`: conflict — the plan changed since `--expected-version`, its id is taken, or its review state forbids the operation |
 //! | 10 | `plan`: the plan needs input (questions or guidance for the user) |
 //! | 11 | `plan`: a fallback plan was returned (the reason is printed) |
+//!
+//! `run`: 0 completed, 1 failed / aborted / stalled, 5 a run is in progress (use `--resume`)
+//! or the plan may not run in its review state, 10 paused waiting for a person's decision.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -29,6 +32,7 @@ mod model;
 mod models_cmd;
 mod plan_cmd;
 mod plans_cmd;
+mod run_cmd;
 mod serve_cmd;
 mod templates_cmd;
 mod tools_cmd;
@@ -98,6 +102,9 @@ enum Command {
     Validate(validate_cmd::ValidateArgs),
     /// Stored plans: list, show, history, accept, reject, edit, answer, mark, delete.
     Plans(plans_cmd::PlansArgs),
+    /// Run a plan: steps in parallel as their dependencies complete, failure policies,
+    /// approval gates, replanning, resumable after a crash.
+    Run(Box<run_cmd::RunArgs>),
     /// Serve the HTTP API, live events and the review page (and MCP at /mcp).
     Serve(serve_cmd::ServeArgs),
     /// Serve plansmith over MCP on stdio: the tools plan, planning and feedback.
@@ -228,6 +235,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
     match command {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
+        Command::Run(args) => run_cmd::run(*args),
         Command::Serve(args) => serve_cmd::run(args),
         Command::Mcp(args) => mcp_cmd::serve(args),
         Command::Tools(ToolsCommand::List(args)) => mcp_cmd::list(args),

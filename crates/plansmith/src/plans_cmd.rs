@@ -171,6 +171,19 @@ enum PlansCommand {
         #[arg(long)]
         expected_version: Option<u32>,
     },
+    /// Decide about a step while the plan runs: approve or deny a gated step, retry, skip or
+    /// abort after a failure under the `ask` policy (`plansmith run --resume` picks it up).
+    Decide {
+        /// Plan id.
+        id: String,
+        /// Step id (`s2`).
+        step: String,
+        /// approve, deny, retry, skip or abort.
+        verdict: String,
+        /// A note for the log.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
     /// Delete a plan and its history.
     Delete {
         /// Plan id.
@@ -387,6 +400,22 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             Ok(EXIT_OK)
         }
         PlansCommand::Accept { id } => show_result(store.accept(&id, actor).await),
+        PlansCommand::Decide {
+            id,
+            step,
+            verdict,
+            note,
+        } => {
+            let verdict = verdict
+                .parse()
+                .map_err(|e: String| CliError::input(anyhow!(e)))?;
+            let decision = plansmith_store::Decision::Step {
+                step,
+                verdict,
+                note,
+            };
+            show_result(store.decide(&id, decision, None, actor).await)
+        }
         PlansCommand::Reject { id, text } => {
             show_result(store.reject(&id, text.as_deref(), actor).await)
         }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -48,6 +49,26 @@ pub struct ServeArgs {
     /// Request timeout in seconds (env PLANSMITH_TIMEOUT_SECS).
     #[arg(long)]
     timeout_secs: Option<u64>,
+    #[command(flatten)]
+    exec: ExecServeArgs,
+}
+
+/// Plan execution in the service (`POST /v1/plans/{id}/run`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ExecServeArgs {
+    /// Run plans: tools and agents by command or HTTP callback (see `plansmith run`); also
+    /// joins runs started by other processes on the same store.
+    #[arg(long, env = "PLANSMITH_COMMANDS")]
+    commands: Option<PathBuf>,
+    /// Steps this process runs at once.
+    #[arg(long, default_value_t = 4)]
+    exec_concurrency: usize,
+    /// Lease of a running step in seconds (another process takes it over after it).
+    #[arg(long, default_value_t = 15)]
+    lease_secs: u64,
+    /// How long a run waits for people's decisions (approvals) before it pauses, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    wait_secs: u64,
 }
 
 /// One layer of settings: every field optional.
@@ -198,7 +219,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
     let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
     let catalog = crate::mcp_cmd::extend(catalog, layer.mcp.as_deref())?;
     let model = crate::model::load(layer.model.as_deref())?;
-    let planner = Planner::new(catalog, model);
+    let planner = Planner::new(catalog.clone(), model.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -222,13 +243,31 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             );
         }
         let tokens = config.tokens.clone();
-        let state = AppState::new(store, planner, config);
+        let state = AppState::new(store.clone(), planner, config);
         // The same tools as `plansmith mcp`, over streamable HTTP at /mcp.
         let mcp = plansmith_mcp::server::http_service(
             PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp"),
             tokens,
         );
-        let state = state.with_mcp(mcp);
+        let mut state = state.with_mcp(mcp);
+        if let Some(path) = &args.exec.commands {
+            let map = crate::run_cmd::read_commands(path)?;
+            let invokers = plansmith_exec::Invokers {
+                tools: Some(Arc::new(plansmith_exec::CommandInvoker::new(map.tools))),
+                agents: Some(Arc::new(plansmith_exec::CommandInvoker::new(map.agents))),
+                tasks: Some(Arc::new(plansmith_exec::TaskInvoker::new(model.clone(), 1024))),
+            };
+            let mut exec = plansmith_exec::ExecConfig::new(plansmith_exec::node_name());
+            exec.concurrency = args.exec.exec_concurrency.max(1);
+            exec.lease = Duration::from_secs(args.exec.lease_secs.max(1));
+            exec.wait_for_people = Duration::from_secs(args.exec.wait_secs);
+            eprintln!("plansmith serve: running plans as node {}", exec.node);
+            let executor = plansmith_exec::Executor::new(store, invokers, exec)
+                .with_catalog(catalog.clone())
+                .with_planner(Arc::new(Planner::new(catalog, model.clone())))
+                .with_summary_model(model);
+            state = state.with_executor(executor, true);
+        }
         plansmith_server::serve(listener, state, async {
             let _ = tokio::signal::ctrl_c().await;
         })
@@ -254,6 +293,7 @@ mod tests {
             rate_limit: None,
             max_body_bytes: None,
             timeout_secs: None,
+            exec: ExecServeArgs::default(),
         }
     }
 

@@ -4,6 +4,7 @@
 mod api;
 mod browser;
 mod openapi;
+mod run;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

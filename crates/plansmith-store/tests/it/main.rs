@@ -19,3 +19,6 @@ mod templates;
 
 /// Conversation memory: earlier plans of a conversation shown to the model.
 mod memory;
+
+/// The execution log: claims, leases, fencing, takeover, replans, step decisions.
+mod exec;

@@ -476,3 +476,6 @@ fn background_investigation_by_a_command() {
         "{shown}"
     );
 }
+
+/// `plansmith run`: progress and summary, approval gate, resume after SIGKILL.
+mod run;

@@ -1,0 +1,508 @@
+//! Invokers: what actually runs a step. One trait, [`Invoker`], and the implementations:
+//!
+//! - [`CommandInvoker`]: a map of tool (or agent) names to commands or HTTP callbacks
+//!   ([`Endpoint`]); the call goes to the command's stdin as JSON, its stdout is the result
+//!   (JSON, else the text), a non-zero exit is a failure. Tools and agent tasks use the same
+//!   one.
+//! - [`TaskInvoker`]: research / processing tasks through a [`LanguageModel`] call.
+//! - [`FnInvoker`]: an in-process function (embedding applications, benchmarks).
+//! - MCP `tools/call` is one more implementation, in the MCP crate's adapter.
+//!
+//! [`Invokers`] routes a step's action to the right one by its type; reply steps need no
+//! invoker (their result is their text).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plansmith_core::llm::BoxFuture;
+use plansmith_core::{Action, CompletionRequest, LanguageModel, Message};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest stdout or stderr read from a command (bytes); more is an error.
+const MAX_OUTPUT_BYTES: usize = 16 << 20;
+
+/// One call of a step, with its arguments already resolved (no `$ref` left).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Call {
+    /// The plan.
+    pub plan_id: String,
+    /// The step.
+    pub step_id: String,
+    /// The step's title.
+    pub title: String,
+    /// The step's description.
+    pub description: String,
+    /// The attempt number (1 for the first).
+    pub attempt: u32,
+    /// `plan:base_version:step:attempt`; the same key when an attempt is re-run after its
+    /// node crashed. Pass it on to anything with side effects.
+    pub idempotency_key: String,
+    /// The action, `$ref`s replaced by the referenced values.
+    pub action: Action,
+    /// The plan's goal.
+    pub goal: String,
+    /// Results of the step's dependencies, by step id.
+    pub inputs: BTreeMap<String, Value>,
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvokeError {
+    /// What went wrong, for people and for the replanner.
+    pub message: String,
+    /// Whether another attempt may succeed (a crash, a timeout, a non-zero exit); false for
+    /// a call that cannot work as written (no such tool, bad arguments).
+    pub retryable: bool,
+}
+
+impl InvokeError {
+    /// A failure another attempt may fix.
+    pub fn transient(message: impl Into<String>) -> InvokeError {
+        InvokeError {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
+    /// A failure no retry fixes.
+    pub fn permanent(message: impl Into<String>) -> InvokeError {
+        InvokeError {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+/// Runs calls. In the spirit of `tower::Service`: one required method, no `Clone`
+/// supertrait; share it behind an `Arc`.
+pub trait Invoker: Send + Sync {
+    /// Runs one call and returns its result.
+    fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>>;
+}
+
+/// The invokers of an executor, by action type.
+#[derive(Clone, Default)]
+pub struct Invokers {
+    /// Tool steps (`tool {name, arguments}`).
+    pub tools: Option<Arc<dyn Invoker>>,
+    /// Agent steps (`agent {agent, query}`).
+    pub agents: Option<Arc<dyn Invoker>>,
+    /// Task steps (`task {kind}`).
+    pub tasks: Option<Arc<dyn Invoker>>,
+}
+
+impl std::fmt::Debug for Invokers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invokers")
+            .field("tools", &self.tools.is_some())
+            .field("agents", &self.agents.is_some())
+            .field("tasks", &self.tasks.is_some())
+            .finish()
+    }
+}
+
+impl Invokers {
+    /// Runs `call` with the invoker for its action; a reply step's result is `{"text": …}`.
+    pub async fn invoke(&self, call: &Call) -> Result<Value, InvokeError> {
+        let (invoker, what) = match &call.action {
+            Action::Reply { text } => return Ok(json!({ "text": text })),
+            Action::Tool { .. } => (&self.tools, "tool"),
+            Action::Agent { .. } => (&self.agents, "agent"),
+            Action::Task { .. } => (&self.tasks, "task"),
+        };
+        match invoker {
+            Some(invoker) => invoker.invoke(call).await,
+            None => Err(InvokeError::permanent(format!(
+                "no invoker is configured for {what} steps"
+            ))),
+        }
+    }
+}
+
+/// How one tool or agent is reached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Endpoint {
+    /// A command: argv, the call as JSON on stdin, the result on stdout.
+    Command {
+        /// Program and arguments.
+        command: Vec<String>,
+        /// Extra environment variables.
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        /// Working directory (default: the executor's).
+        #[serde(default)]
+        cwd: Option<PathBuf>,
+        /// Longest run before the call fails (default 300,000 ms).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    /// An HTTP callback: the call is POSTed as JSON, a 2xx body is the result.
+    Http {
+        /// The URL.
+        url: String,
+        /// Longest wait for the answer (default 300,000 ms).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+}
+
+/// The file that maps names to endpoints (`plansmith run --commands FILE`):
+/// `{"tools": {"name": {"command": ["sh", "x.sh"]}}, "agents": {"Name": {"url": "http://…"}}}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandMap {
+    /// Tool name → endpoint.
+    #[serde(default)]
+    pub tools: BTreeMap<String, Endpoint>,
+    /// Agent name → endpoint.
+    #[serde(default)]
+    pub agents: BTreeMap<String, Endpoint>,
+}
+
+/// Runs tools or agents through commands and HTTP callbacks. The JSON sent is
+/// `{"plan_id", "step_id", "attempt", "idempotency_key", "goal", "inputs", …}` plus
+/// `"tool", "arguments"` for a tool or `"agent", "query"` for an agent; commands also get
+/// `PLANSMITH_IDEMPOTENCY_KEY`, `PLANSMITH_ATTEMPT`, `PLANSMITH_PLAN_ID` and
+/// `PLANSMITH_STEP_ID` in their environment.
+#[derive(Debug, Clone)]
+pub struct CommandInvoker {
+    endpoints: HashMap<String, Endpoint>,
+    http: reqwest::Client,
+}
+
+impl CommandInvoker {
+    /// An invoker over `endpoints` (name → endpoint).
+    pub fn new(endpoints: impl IntoIterator<Item = (String, Endpoint)>) -> CommandInvoker {
+        CommandInvoker {
+            endpoints: endpoints.into_iter().collect(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The names it can run.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.endpoints.keys().map(String::as_str)
+    }
+}
+
+impl Invoker for CommandInvoker {
+    fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        Box::pin(async move {
+            let (name, payload) = match &call.action {
+                Action::Tool { name, arguments } => {
+                    (name.as_str(), json!({"tool": name, "arguments": arguments}))
+                }
+                Action::Agent { agent, query } => {
+                    (agent.as_str(), json!({"agent": agent, "query": query}))
+                }
+                other => {
+                    return Err(InvokeError::permanent(format!(
+                        "a command invoker runs tools and agents, not {} steps",
+                        other.type_name()
+                    )));
+                }
+            };
+            let endpoint = self.endpoints.get(name).ok_or_else(|| {
+                InvokeError::permanent(format!("no command or URL is configured for `{name}`"))
+            })?;
+            let mut body = json!({
+                "plan_id": call.plan_id,
+                "step_id": call.step_id,
+                "attempt": call.attempt,
+                "idempotency_key": call.idempotency_key,
+                "goal": call.goal,
+                "inputs": call.inputs,
+            });
+            if let (Some(body), Some(extra)) = (body.as_object_mut(), payload.as_object()) {
+                body.extend(extra.clone());
+            }
+            match endpoint {
+                Endpoint::Command {
+                    command,
+                    env,
+                    cwd,
+                    timeout_ms,
+                } => run_command(call, command, env, cwd.as_ref(), *timeout_ms, &body).await,
+                Endpoint::Http { url, timeout_ms } => {
+                    post_json(&self.http, url, *timeout_ms, &call.idempotency_key, &body).await
+                }
+            }
+        })
+    }
+}
+
+async fn run_command(
+    call: &Call,
+    command: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&PathBuf>,
+    timeout_ms: Option<u64>,
+    body: &Value,
+) -> Result<Value, InvokeError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(InvokeError::permanent("empty command"));
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .envs(env)
+        .env("PLANSMITH_IDEMPOTENCY_KEY", &call.idempotency_key)
+        .env("PLANSMITH_ATTEMPT", call.attempt.to_string())
+        .env("PLANSMITH_PLAN_ID", &call.plan_id)
+        .env("PLANSMITH_STEP_ID", &call.step_id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|err| InvokeError::permanent(format!("cannot start `{program}`: {err}")))?;
+    let input = serde_json::to_vec(body).map_err(|err| InvokeError::permanent(err.to_string()))?;
+    let mut stdin = child.stdin.take();
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let timeout = Duration::from_millis(timeout_ms.unwrap_or(300_000));
+    let work = async {
+        let write = async {
+            if let Some(mut pipe) = stdin.take() {
+                // A command that does not read its stdin closes the pipe: not an error.
+                let _ = pipe.write_all(&input).await;
+                let _ = pipe.shutdown().await;
+            }
+        };
+        let (_, out, err, status) = tokio::join!(
+            write,
+            read_bounded(stdout.as_mut()),
+            read_bounded(stderr.as_mut()),
+            child.wait()
+        );
+        (out, err, status)
+    };
+    let (out, err, status) = tokio::time::timeout(timeout, work).await.map_err(|_| {
+        InvokeError::transient(format!(
+            "`{program}` timed out after {} ms",
+            timeout.as_millis()
+        ))
+    })?;
+    let status = status.map_err(|err| InvokeError::transient(format!("`{program}`: {err}")))?;
+    let out = out?;
+    let err = err?;
+    if !status.success() {
+        let stderr_text = String::from_utf8_lossy(&err);
+        let tail: String = tail(stderr_text.trim(), 400);
+        return Err(InvokeError::transient(format!(
+            "`{program}` exited with {}{}",
+            status
+                .code()
+                .map_or_else(|| "a signal".to_owned(), |c| format!("status {c}")),
+            if tail.is_empty() {
+                String::new()
+            } else {
+                format!(": {tail}")
+            }
+        )));
+    }
+    Ok(parse_output(&out))
+}
+
+async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(
+    pipe: Option<&mut R>,
+) -> Result<Vec<u8>, InvokeError> {
+    let mut buf = Vec::new();
+    if let Some(pipe) = pipe {
+        let limit = u64::try_from(MAX_OUTPUT_BYTES + 1).unwrap_or(u64::MAX);
+        pipe.take(limit)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(|err| InvokeError::transient(format!("reading output: {err}")))?;
+        if buf.len() > MAX_OUTPUT_BYTES {
+            return Err(InvokeError::permanent(format!(
+                "output larger than {MAX_OUTPUT_BYTES} bytes"
+            )));
+        }
+    }
+    Ok(buf)
+}
+
+/// Output as JSON when it is JSON, else the trimmed text as a string.
+fn parse_output(bytes: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(bytes);
+    let trimmed = text.trim();
+    serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(trimmed.to_owned()))
+}
+
+fn tail(text: &str, max_chars: usize) -> String {
+    let n = text.chars().count();
+    text.chars().skip(n.saturating_sub(max_chars)).collect()
+}
+
+async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    timeout_ms: Option<u64>,
+    key: &str,
+    body: &Value,
+) -> Result<Value, InvokeError> {
+    let timeout = Duration::from_millis(timeout_ms.unwrap_or(300_000));
+    let bytes = serde_json::to_vec(body).map_err(|err| InvokeError::permanent(err.to_string()))?;
+    let response = http
+        .post(url)
+        .timeout(timeout)
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(bytes)
+        .send()
+        .await
+        .map_err(|err| InvokeError::transient(format!("POST {url}: {err}")))?;
+    let status = response.status();
+    let text = response
+        .text()
+        .await
+        .map_err(|err| InvokeError::transient(format!("POST {url}: {err}")))?;
+    if !status.is_success() {
+        let message = format!("POST {url} answered {status}: {}", tail(text.trim(), 400));
+        // 4xx (other than 408/429) will not change on retry.
+        return Err(
+            if status.is_client_error() && status != 408 && status != 429 {
+                InvokeError::permanent(message)
+            } else {
+                InvokeError::transient(message)
+            },
+        );
+    }
+    Ok(parse_output(text.as_bytes()))
+}
+
+/// Research and processing tasks through a language model: the task, the goal and the
+/// dependencies' results go in, the model's text is the result (`{"text": …}`).
+pub struct TaskInvoker {
+    model: Arc<dyn LanguageModel>,
+    max_tokens: u32,
+}
+
+impl std::fmt::Debug for TaskInvoker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskInvoker")
+            .field("model", &self.model.name())
+            .finish()
+    }
+}
+
+impl TaskInvoker {
+    /// Tasks through `model`, at most `max_tokens` per answer.
+    pub fn new(model: Arc<dyn LanguageModel>, max_tokens: u32) -> TaskInvoker {
+        TaskInvoker { model, max_tokens }
+    }
+}
+
+impl Invoker for TaskInvoker {
+    fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        Box::pin(async move {
+            let Action::Task {
+                kind,
+                need_web_search,
+            } = &call.action
+            else {
+                return Err(InvokeError::permanent(
+                    "a task invoker runs task steps only",
+                ));
+            };
+            let inputs = serde_json::to_string_pretty(&call.inputs).unwrap_or_default();
+            let mut prompt = format!(
+                "Goal: {}\nTask ({kind}): {}\n{}\n",
+                call.goal, call.title, call.description
+            );
+            if !call.inputs.is_empty() {
+                prompt.push_str(&format!("Results of earlier steps:\n{inputs}\n"));
+            }
+            if *need_web_search {
+                prompt.push_str("No web search is available: say what could not be checked.\n");
+            }
+            let request = CompletionRequest {
+                messages: vec![
+                    Message::system(
+                        "You carry out one step of a plan. Answer with the step's result only, \
+                         based on the results given; do not invent results of steps not shown.",
+                    ),
+                    Message::user(prompt),
+                ],
+                constraint: None,
+                max_tokens: self.max_tokens,
+                temperature: 0.0,
+            };
+            let completion = self
+                .model
+                .complete(request)
+                .await
+                .map_err(|err| InvokeError::transient(err.to_string()))?;
+            Ok(json!({ "text": completion.text.trim() }))
+        })
+    }
+}
+
+/// The signature of the function behind an [`FnInvoker`].
+pub type InvokeFn = dyn Fn(&Call) -> Result<Value, InvokeError> + Send + Sync;
+
+/// An in-process invoker: a function of the call (for applications that embed the executor
+/// with their own tools, and for measuring the scheduler without process start-up).
+#[derive(Clone)]
+pub struct FnInvoker {
+    function: Arc<InvokeFn>,
+}
+
+impl std::fmt::Debug for FnInvoker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FnInvoker")
+    }
+}
+
+impl FnInvoker {
+    /// An invoker calling `function`.
+    pub fn new(
+        function: impl Fn(&Call) -> Result<Value, InvokeError> + Send + Sync + 'static,
+    ) -> FnInvoker {
+        FnInvoker {
+            function: Arc::new(function),
+        }
+    }
+}
+
+impl Invoker for FnInvoker {
+    fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        let result = (self.function)(call);
+        Box::pin(async move { result })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_json_or_text() {
+        assert_eq!(parse_output(b" {\"a\": 1}\n"), json!({"a": 1}));
+        assert_eq!(parse_output(b"hello\n"), json!("hello"));
+        assert_eq!(parse_output(b""), json!(""));
+    }
+
+    #[test]
+    fn command_map_reads_both_endpoint_kinds() {
+        let map: CommandMap = serde_json::from_value(json!({
+            "tools": {"a": {"command": ["sh", "-c", "echo 1"], "timeout_ms": 5}},
+            "agents": {"B": {"url": "http://127.0.0.1:9/x"}}
+        }))
+        .unwrap();
+        assert!(matches!(map.tools["a"], Endpoint::Command { .. }));
+        assert!(matches!(map.agents["B"], Endpoint::Http { .. }));
+        assert!(serde_json::from_value::<CommandMap>(json!({"tool": {}})).is_err());
+    }
+}

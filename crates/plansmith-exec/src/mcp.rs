@@ -1,0 +1,77 @@
+//! MCP `tools/call` as an [`Invoker`] (feature `mcp`): tools that the MCP servers export run
+//! there, any other tool goes to a fallback invoker (commands).
+//!
+//! A tool result with `isError` is a failed attempt (retryable: the policy bounds it); its
+//! text is the error. The result is the tool's `structuredContent` when it sends one, else
+//! its text content (as JSON when the text is JSON). MCP's `tools/call` has no idempotency
+//! slot, so the key is not passed on: an MCP call re-run after its node died is
+//! at-least-once.
+
+use std::sync::Arc;
+
+use plansmith_core::Action;
+use plansmith_core::llm::BoxFuture;
+use plansmith_mcp::{McpError, McpTools};
+use serde_json::Value;
+
+use crate::invoke::{Call, InvokeError, Invoker};
+
+/// Calls MCP tools; other tools go to `fallback`.
+pub struct McpInvoker {
+    tools: Arc<McpTools>,
+    fallback: Option<Arc<dyn Invoker>>,
+}
+
+impl std::fmt::Debug for McpInvoker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpInvoker")
+            .field("fallback", &self.fallback.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpInvoker {
+    /// MCP tools from connected servers, with an optional invoker for the other tools.
+    pub fn new(tools: Arc<McpTools>, fallback: Option<Arc<dyn Invoker>>) -> McpInvoker {
+        McpInvoker { tools, fallback }
+    }
+}
+
+impl Invoker for McpInvoker {
+    fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        Box::pin(async move {
+            let Action::Tool { name, arguments } = &call.action else {
+                return Err(InvokeError::permanent(
+                    "an MCP invoker runs tool steps only",
+                ));
+            };
+            if self.tools.route(name).is_none() {
+                return match &self.fallback {
+                    Some(fallback) => fallback.invoke(call).await,
+                    None => Err(InvokeError::permanent(format!(
+                        "no MCP server exports `{name}`"
+                    ))),
+                };
+            }
+            let output =
+                self.tools
+                    .call(name, arguments.clone())
+                    .await
+                    .map_err(|err| match err {
+                        McpError::UnknownTool(_) => InvokeError::permanent(err.to_string()),
+                        other => InvokeError::transient(other.to_string()),
+                    })?;
+            if output.is_error {
+                return Err(InvokeError::transient(format!(
+                    "`{name}` answered an error: {}",
+                    output.text.trim()
+                )));
+            }
+            Ok(match output.structured {
+                Some(value) => value,
+                None => serde_json::from_str(output.text.trim())
+                    .unwrap_or_else(|_| Value::String(output.text)),
+            })
+        })
+    }
+}

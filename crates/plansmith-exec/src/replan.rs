@@ -1,0 +1,245 @@
+//! Replanning from observations: the merge of a new plan into the completed part of the old
+//! one, and the fingerprints that detect a stall (the same failure, or the same failing call,
+//! coming back after a replan).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use plansmith_core::{Action, Plan, StepRef, StepStatus};
+use serde_json::Value;
+
+/// The merged plan and what happened to its steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Merged {
+    /// The plan to store as the next version.
+    pub plan: Plan,
+    /// Completed steps kept from the old plan.
+    pub kept: Vec<String>,
+    /// Steps still to run.
+    pub added: Vec<String>,
+}
+
+/// Keeps the old plan's completed steps (`completed`: id → result) and appends the new plan's
+/// other steps. A new step equal to a completed one (title, description, action) is that
+/// step; a new step whose id is taken gets the next free `sN`; dependencies and `$ref`s follow
+/// the renames.
+pub fn merge(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -> Merged {
+    let mut steps = Vec::new();
+    let mut kept = Vec::new();
+    for step in &old.steps {
+        if let Some(result) = completed.get(&step.id) {
+            let mut step = step.clone();
+            step.status = StepStatus::Completed;
+            step.result = Some(result.clone());
+            step.error = None;
+            kept.push(step.id.clone());
+            steps.push(step);
+        }
+    }
+    let mut taken: HashSet<String> = kept.iter().cloned().collect();
+    let mut next_n = old
+        .steps
+        .iter()
+        .chain(new.steps.iter())
+        .filter_map(|s| s.id.strip_prefix('s')?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    let mut fresh = Vec::new();
+    for step in new.steps {
+        let same = steps.iter().find(|k| {
+            k.title == step.title && k.description == step.description && k.action == step.action
+        });
+        if let Some(same) = same {
+            renamed.insert(step.id.clone(), same.id.clone());
+            continue;
+        }
+        let id = if taken.contains(&step.id) {
+            let id = format!("s{next_n}");
+            next_n += 1;
+            id
+        } else {
+            step.id.clone()
+        };
+        taken.insert(id.clone());
+        renamed.insert(step.id.clone(), id);
+        fresh.push(step);
+    }
+    let mut added = Vec::new();
+    for mut step in fresh {
+        step.id = renamed.get(&step.id).cloned().unwrap_or(step.id);
+        for dep in &mut step.depends_on {
+            if let Some(to) = renamed.get(dep) {
+                *dep = to.clone();
+            }
+        }
+        step.depends_on.dedup();
+        if let Action::Tool { arguments, .. } = &mut step.action {
+            for value in arguments.values_mut() {
+                rename_refs(value, &renamed, 0);
+            }
+        }
+        step.status = StepStatus::NotStarted;
+        step.result = None;
+        step.error = None;
+        added.push(step.id.clone());
+        steps.push(step);
+    }
+    let mut plan = old.clone();
+    plan.steps = steps;
+    if !new.thought.is_empty() {
+        plan.thought = new.thought;
+    }
+    plan.questions = new.questions;
+    Merged { plan, kept, added }
+}
+
+fn rename_refs(value: &mut Value, renamed: &HashMap<String, String>, depth: usize) {
+    if depth > 64 {
+        return;
+    }
+    if let Some(text) = StepRef::reference_in(value)
+        && let Ok(mut reference) = StepRef::parse(text)
+    {
+        if let Some(to) = renamed.get(&reference.step) {
+            reference.step = to.clone();
+            *value = serde_json::json!({"$ref": reference.to_string()});
+        }
+        return;
+    }
+    match value {
+        Value::Object(map) => map
+            .values_mut()
+            .for_each(|v| rename_refs(v, renamed, depth + 1)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| rename_refs(v, renamed, depth + 1)),
+        _ => {}
+    }
+}
+
+/// What a step calls, independent of its id: the action type, name and canonical arguments.
+pub fn call_fingerprint(action: &Action) -> String {
+    match action {
+        Action::Tool { name, arguments } => {
+            let sorted: BTreeMap<&String, String> =
+                arguments.iter().map(|(k, v)| (k, canonical(v))).collect();
+            format!("tool:{name}:{sorted:?}")
+        }
+        Action::Agent { agent, query } => format!("agent:{agent}:{query}"),
+        Action::Task { kind, .. } => format!("task:{kind}"),
+        Action::Reply { text } => format!("reply:{text}"),
+    }
+}
+
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let sorted: BTreeMap<&String, String> =
+                map.iter().map(|(k, v)| (k, canonical(v))).collect();
+            format!("{sorted:?}")
+        }
+        Value::Array(items) => format!("{:?}", items.iter().map(canonical).collect::<Vec<_>>()),
+        other => other.to_string(),
+    }
+}
+
+/// What failed and how, independent of ids, attempt numbers and timings: the action's name
+/// and the error with digits removed.
+pub fn failure_fingerprint(action: &Action, error: &str) -> String {
+    let name = match action {
+        Action::Tool { name, .. } => format!("tool:{name}"),
+        Action::Agent { agent, .. } => format!("agent:{agent}"),
+        Action::Task { kind, .. } => format!("task:{kind}"),
+        Action::Reply { .. } => "reply".to_owned(),
+    };
+    let error: String = error
+        .chars()
+        .filter(|c| !c.is_ascii_digit())
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!("{name}|{error}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plansmith_core::Step;
+    use serde_json::json;
+
+    fn tool(id: &str, name: &str, args: Value) -> Step {
+        Step::new(
+            id,
+            name,
+            Action::Tool {
+                name: name.into(),
+                arguments: args.as_object().cloned().unwrap_or_default(),
+            },
+        )
+    }
+
+    #[test]
+    fn merge_keeps_completed_and_renames_collisions() {
+        let mut old = Plan::new("p", "g");
+        old.steps = vec![
+            tool("s1", "fetch", json!({})),
+            tool("s2", "parse", json!({"x": {"$ref": "s1.output"}})),
+        ];
+        let completed: HashMap<String, Value> = [("s1".to_owned(), json!({"v": 1}))].into();
+        let mut new = Plan::new("p", "g");
+        let mut s2 = tool("s2", "parse_v2", json!({"x": {"$ref": "s1.output.v"}}));
+        s2.depends_on = vec!["s1".into()];
+        let mut s1_new = tool("s1", "other", json!({}));
+        s1_new.depends_on = vec![];
+        // The model re-listed the completed fetch as s1, and put a new step under the taken id s1.
+        new.steps = vec![tool("s1", "fetch", json!({})), s2];
+        let merged = merge(&old, &completed, new);
+        assert_eq!(merged.kept, ["s1"]);
+        assert_eq!(merged.added, ["s2"]);
+        assert_eq!(merged.plan.steps[0].status, StepStatus::Completed);
+        assert_eq!(merged.plan.steps[0].result, Some(json!({"v": 1})));
+
+        let mut other = Plan::new("p", "g");
+        let mut dep = tool("s2", "use", json!({"a": {"$ref": "s1.output"}}));
+        dep.depends_on = vec!["s1".into()];
+        other.steps = vec![s1_new, dep];
+        let merged = merge(&old, &completed, other);
+        // New s1 collides with the kept s1: renamed to s3; its dependent follows.
+        assert_eq!(merged.added, ["s3", "s2"]);
+        let dep = merged.plan.step("s2").unwrap();
+        assert_eq!(dep.depends_on, ["s3"]);
+        let Action::Tool { arguments, .. } = &dep.action else {
+            panic!()
+        };
+        assert_eq!(arguments["a"], json!({"$ref": "s3.output"}));
+    }
+
+    #[test]
+    fn fingerprints_ignore_ids_digits_and_key_order() {
+        let a = Action::Tool {
+            name: "t".into(),
+            arguments: json!({"a": 1, "b": {"y": 2, "x": 1}})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        };
+        let b = Action::Tool {
+            name: "t".into(),
+            arguments: json!({"b": {"x": 1, "y": 2}, "a": 1})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        };
+        assert_eq!(call_fingerprint(&a), call_fingerprint(&b));
+        assert_eq!(
+            failure_fingerprint(&a, "exit 3 after 120 ms"),
+            failure_fingerprint(&b, "exit 4 after  7 ms")
+        );
+        assert_ne!(
+            failure_fingerprint(&a, "timeout"),
+            failure_fingerprint(&a, "refused")
+        );
+    }
+}

@@ -1,0 +1,132 @@
+use std::time::Duration;
+
+use plansmith_core::Catalog;
+use plansmith_exec::Executor;
+use plansmith_store::{Decision, ExecStatus, RunState, StepVerdict};
+use serde_json::json;
+
+use crate::support::*;
+
+fn steps() -> serde_json::Value {
+    json!([
+        {"id": "s1", "title": "list", "action": {"type": "tool", "name": "items", "arguments": {}}},
+        {"id": "s2", "title": "delete", "depends_on": ["s1"], "requires_approval": true,
+         "action": {"type": "tool", "name": "delete_file", "arguments": {"path": "/tmp/x"}}},
+        {"id": "s3", "title": "other", "action": {"type": "tool", "name": "items", "arguments": {}}}
+    ])
+}
+
+fn decision(verdict: StepVerdict) -> Decision {
+    Decision::Step {
+        step: "s2".into(),
+        verdict,
+        note: String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_step_waits_for_approval_through_the_feedback_path() {
+    let env = env().await;
+    env.plan("gate", steps(), json!({})).await;
+    let deleted = env.path("deleted");
+    let tools = || {
+        invokers(vec![
+            ("items", script("items.sh", &[])),
+            (
+                "delete_file",
+                script("append.sh", &[deleted.to_str().unwrap()]),
+            ),
+        ])
+    };
+    let report = Executor::new(env.store.clone(), tools(), config("n"))
+        .run("gate")
+        .await
+        .unwrap();
+    assert_eq!(report.state, RunState::Waiting);
+    let by_id = |id: &str| report.steps.iter().find(|s| s.id == id).unwrap().clone();
+    assert_eq!(by_id("s1").status, ExecStatus::Completed);
+    assert_eq!(
+        by_id("s3").status,
+        ExecStatus::Completed,
+        "ungated work goes on"
+    );
+    assert_eq!(by_id("s2").status, ExecStatus::Blocked);
+    assert_eq!(by_id("s2").note, "waiting for approval");
+    assert!(
+        lines(&deleted).is_empty(),
+        "the gated tool ran without approval"
+    );
+
+    env.store
+        .decide("gate", decision(StepVerdict::Approve), None, "alice")
+        .await
+        .unwrap();
+    let report = Executor::new(env.store.clone(), tools(), config("n"))
+        .resume("gate")
+        .await
+        .unwrap();
+    assert_eq!(report.state, RunState::Completed, "{report:?}");
+    assert_eq!(lines(&deleted).len(), 2, "start + done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destructive_tools_are_gated_and_a_denial_skips() {
+    let env = env().await;
+    let mut plan_steps = steps();
+    plan_steps[1]["requires_approval"] = json!(false);
+    env.plan("deny", plan_steps, json!({})).await;
+    // The catalog marks delete_file destructive; validation flags such steps when planning.
+    let catalog = Catalog::from_json(&json!([
+        {"name": "items", "input_schema": {"type": "object"}},
+        {"name": "delete_file", "input_schema": {"type": "object"}, "annotations": {"destructiveHint": true}}
+    ]))
+    .unwrap();
+    let (checked, _) = plansmith_core::validate::validate(
+        env.store.get("deny").await.unwrap().plan,
+        &catalog,
+        &Default::default(),
+    );
+    assert!(checked.steps[1].requires_approval);
+    env.store
+        .update("deny", checked, None, "planner")
+        .await
+        .unwrap();
+
+    let mut waiting = config("n");
+    waiting.wait_for_people = Duration::from_secs(10);
+    let store = env.store.clone();
+    let decide = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        store
+            .decide("deny", decision(StepVerdict::Deny), None, "bob")
+            .await
+            .unwrap();
+    });
+    let tools = invokers(vec![
+        ("items", script("items.sh", &[])),
+        ("delete_file", script("fail.sh", &["must not run"])),
+    ]);
+    let report = Executor::new(env.store.clone(), tools, waiting)
+        .run("deny")
+        .await
+        .unwrap();
+    decide.await.unwrap();
+    assert_eq!(report.state, RunState::Completed, "{report:?}");
+    let s2 = &report.steps[1];
+    assert_eq!((s2.status, s2.attempts), (ExecStatus::Skipped, 0));
+    assert_eq!(s2.note, "denied by bob");
+
+    // --approve-all: no gate.
+    env.plan("all", steps(), json!({})).await;
+    let mut approve_all = config("n");
+    approve_all.approve_all = true;
+    let tools = invokers(vec![
+        ("items", script("items.sh", &[])),
+        ("delete_file", script("items.sh", &[])),
+    ]);
+    let report = Executor::new(env.store.clone(), tools, approve_all)
+        .run("all")
+        .await
+        .unwrap();
+    assert_eq!(report.state, RunState::Completed);
+}

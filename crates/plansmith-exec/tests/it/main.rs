@@ -1,0 +1,21 @@
+//! plansmith-exec integration tests: real command tools (small shell scripts under
+//! `tests/tools/` that sleep, fail, fail a few times, or append to a file) on a real store.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// Stores, plans, tools and executors for the tests.
+mod support;
+
+/// DAG scheduling: parallel speed-up, `$ref`s, statuses in the document, output schemas.
+mod scheduler;
+
+/// Failure policies: retry, skip, abort, ask, the OpenManus bounded-retry scenario.
+mod policies;
+
+/// Approval gates through the feedback path.
+mod gates;
+
+/// Replanning from observations (scripted model at the LLM boundary), stall detection.
+mod replanning;
+
+/// Several nodes on one store: every step exactly once, takeover after a node dies.
+mod nodes;

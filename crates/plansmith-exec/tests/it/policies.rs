@@ -1,0 +1,245 @@
+use std::time::{Duration, Instant};
+
+use plansmith_exec::Executor;
+use plansmith_store::{ExecStatus, RunState, StepVerdict};
+use serde_json::json;
+
+use crate::support::*;
+
+fn tool(id: &str, name: &str, deps: &[&str]) -> serde_json::Value {
+    json!({"id": id, "title": format!("{name} {id}"), "depends_on": deps,
+           "action": {"type": "tool", "name": name, "arguments": {}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_with_backoff_until_success() {
+    let env = env().await;
+    env.plan("retry", json!([tool("s1", "flaky", &[])]), json!({}))
+        .await;
+    let counter = env.path("count");
+    let tools = invokers(vec![(
+        "flaky",
+        script("flaky.sh", &[counter.to_str().unwrap(), "2"]),
+    )]);
+    let seen = Seen::default();
+    let report = seen
+        .attach(Executor::new(env.store.clone(), tools, config("n")))
+        .run("retry")
+        .await
+        .unwrap();
+    assert_eq!(report.state, RunState::Completed, "{report:?}");
+    assert_eq!(report.steps[0].attempts, 3);
+    assert_eq!(report.steps[0].result, Some(json!({"calls": 3})));
+    assert_eq!(
+        seen.kinds()
+            .iter()
+            .filter(|k| *k == "step_retrying")
+            .count(),
+        2
+    );
+    let keys: Vec<String> = env
+        .store
+        .exec_attempts("retry")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| format!("{} {}", a.idempotency_key, a.outcome))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "retry:1:s1:1 failed",
+            "retry:1:s1:2 failed",
+            "retry:1:s1:3 succeeded"
+        ]
+    );
+}
+
+/// OpenManus re-runs a failed step forever; here it is retried a bounded number of times,
+/// then failed, and the run ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmanus_failing_step_is_bounded_and_the_run_ends() {
+    let env = env().await;
+    env.plan(
+        "manus",
+        json!([tool("s1", "broken", &[]), tool("s2", "broken", &["s1"])]),
+        json!({"execution": {"retries": 3}}),
+    )
+    .await;
+    let calls = env.path("calls");
+    let tools = invokers(vec![(
+        "broken",
+        script("fail.sh", &["tool exploded", calls.to_str().unwrap()]),
+    )]);
+    let began = Instant::now();
+    let report = Executor::new(env.store.clone(), tools, config("n"))
+        .run("manus")
+        .await
+        .unwrap();
+    assert!(began.elapsed() < Duration::from_secs(10));
+    assert_eq!(report.state, RunState::Failed);
+    assert_eq!(report.reason.as_deref(), Some("failed step(s): s1"));
+    assert_eq!(report.steps[0].status, ExecStatus::Failed);
+    assert_eq!(report.steps[0].attempts, 4);
+    let error = report.steps[0].error.as_deref().unwrap();
+    assert!(
+        error.contains("tool exploded") && error.contains("attempt 4 of 4"),
+        "{error}"
+    );
+    assert_eq!(lines(&calls).len(), 4, "exactly retries + 1 calls");
+    assert_eq!(report.steps[1].status, ExecStatus::Skipped);
+    let stored = env.store.get("manus").await.unwrap();
+    assert_eq!(
+        stored.plan.steps[0].status,
+        plansmith_core::StepStatus::Failed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_marks_descendants_and_the_rest_runs() {
+    let env = env().await;
+    env.plan(
+        "skip",
+        json!([
+            tool("s1", "broken", &[]),
+            tool("s2", "ok", &["s1"]),
+            tool("s3", "ok", &["s2"]),
+            tool("s4", "ok", &[]),
+            tool("s5", "ok", &["s4"])
+        ]),
+        json!({"execution": {"steps": {"s1": {"on_failure": "skip", "retries": 0}}}}),
+    )
+    .await;
+    let tools = invokers(vec![
+        ("broken", script("fail.sh", &[])),
+        ("ok", script("items.sh", &[])),
+    ]);
+    let report = Executor::new(env.store.clone(), tools, config("n"))
+        .run("skip")
+        .await
+        .unwrap();
+    assert_eq!(report.state, RunState::Completed, "skipping is not failing");
+    let statuses: Vec<(&str, ExecStatus, &str)> = report
+        .steps
+        .iter()
+        .map(|s| (s.id.as_str(), s.status, s.note.as_str()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("s1", ExecStatus::Skipped, "skipped by policy"),
+            ("s2", ExecStatus::Skipped, "dependency s1 skipped"),
+            ("s3", ExecStatus::Skipped, "dependency s2 skipped"),
+            ("s4", ExecStatus::Completed, ""),
+            ("s5", ExecStatus::Completed, ""),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_stops_running_steps_and_starts_nothing_else() {
+    let env = env().await;
+    env.plan(
+        "abort",
+        json!([
+            tool("s1", "broken", &[]),
+            tool("s2", "slow", &[]),
+            tool("s3", "ok", &["s2"])
+        ]),
+        json!({"execution": {"on_failure": "abort", "retries": 0}}),
+    )
+    .await;
+    let tools = invokers(vec![
+        ("broken", script("fail.sh", &[])),
+        ("slow", script("sleep.sh", &["5"])),
+        ("ok", script("items.sh", &[])),
+    ]);
+    let began = Instant::now();
+    let report = Executor::new(env.store.clone(), tools, config("n"))
+        .run("abort")
+        .await
+        .unwrap();
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(report.state, RunState::Aborted);
+    assert!(
+        report.reason.as_deref().unwrap().contains("abort policy"),
+        "{report:?}"
+    );
+    assert_eq!(report.steps[1].status, ExecStatus::Skipped);
+    assert!(
+        report.steps[1]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("stopped"),
+        "{report:?}"
+    );
+    assert_eq!(report.steps[2].status, ExecStatus::Skipped);
+    assert_eq!(report.steps[2].attempts, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_waits_for_a_person_then_retries() {
+    let env = env().await;
+    env.plan(
+        "ask",
+        json!([tool("s1", "flaky", &[]), tool("s2", "ok", &["s1"])]),
+        json!({"execution": {"on_failure": "ask", "retries": 0}}),
+    )
+    .await;
+    let counter = env.path("count");
+    let tools = || {
+        invokers(vec![
+            (
+                "flaky",
+                script("flaky.sh", &[counter.to_str().unwrap(), "1"]),
+            ),
+            ("ok", script("items.sh", &[])),
+        ])
+    };
+    // No wait: the run pauses.
+    let report = Executor::new(env.store.clone(), tools(), config("n"))
+        .run("ask")
+        .await
+        .unwrap();
+    assert_eq!(report.state, RunState::Waiting);
+    assert_eq!(report.steps[0].status, ExecStatus::Blocked);
+    assert!(report.reason.as_deref().unwrap().contains("s1"));
+    let stored = env.store.get("ask").await.unwrap();
+    assert_eq!(
+        stored.plan.steps[0].status,
+        plansmith_core::StepStatus::Blocked
+    );
+
+    // With a wait, a decision arriving meanwhile is applied.
+    let mut waiting = config("n");
+    waiting.wait_for_people = Duration::from_secs(10);
+    let store = env.store.clone();
+    let decide = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        store
+            .decide(
+                "ask",
+                plansmith_store::Decision::Step {
+                    step: "s1".into(),
+                    verdict: StepVerdict::Retry,
+                    note: "try again".into(),
+                },
+                None,
+                "alice",
+            )
+            .await
+            .unwrap();
+    });
+    let report = Executor::new(env.store.clone(), tools(), waiting)
+        .resume("ask")
+        .await
+        .unwrap();
+    decide.await.unwrap();
+    assert_eq!(report.state, RunState::Completed, "{report:?}");
+    assert_eq!(report.steps[0].attempts, 2);
+}

@@ -1,0 +1,192 @@
+//! Plan execution over HTTP: `POST /v1/plans/{id}/run` starts (or, with `{"resume": true}`,
+//! continues) a run with the executor of `plansmith-exec`, and the run's events go to the
+//! plan's event stream (`exec_run_started`, `exec_step_started`, `exec_step_completed`,
+//! `exec_step_retrying`, `exec_step_ended`, `exec_replanned`, `exec_run_finished`, plus
+//! `step_status` for the review page). Every serve process with an executor also runs a
+//! worker ([`spawn_worker`]) that joins the running runs in the store, so several processes
+//! on one PostgreSQL store share the steps (leases decide who runs which).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use plansmith_exec::{ExecError, ExecEvent, Executor};
+use plansmith_store::{ExecStatus, RunState, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::events::{EventBus, PlanBusEvent};
+
+/// The executor of a serve process and the runs it takes part in.
+#[derive(Clone)]
+pub struct Runner {
+    executor: Executor,
+    active: Arc<Mutex<HashSet<String>>>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("executor", &self.executor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runner {
+    /// A runner whose executor publishes its events on `bus`.
+    pub fn new(executor: Executor, bus: EventBus) -> Runner {
+        let executor = executor.with_observer(Arc::new(move |plan_id, event| {
+            publish(&bus, plan_id, event);
+        }));
+        Runner {
+            executor,
+            active: Arc::default(),
+        }
+    }
+
+    /// Takes part in the plan's run on a background task, unless this process already does.
+    pub fn spawn_join(&self, plan_id: &str, resume: bool) {
+        let Ok(mut active) = self.active.lock() else {
+            return;
+        };
+        if !active.insert(plan_id.to_owned()) {
+            return;
+        }
+        let runner = self.clone();
+        let plan_id = plan_id.to_owned();
+        tokio::spawn(async move {
+            let result = if resume {
+                runner.executor.resume(&plan_id).await.map(Some)
+            } else {
+                runner.executor.join(&plan_id).await
+            };
+            if let Err(err) = result {
+                tracing::warn!("run of plan {plan_id}: {err}");
+            }
+            if let Ok(mut active) = runner.active.lock() {
+                active.remove(&plan_id);
+            }
+        });
+    }
+}
+
+fn publish(bus: &EventBus, plan_id: &str, event: &ExecEvent) {
+    let data = serde_json::to_value(event).unwrap_or(Value::Null);
+    let status = match event {
+        ExecEvent::StepStarted { step_id, .. } => Some((step_id, ExecStatus::Running)),
+        ExecEvent::StepCompleted { step_id, .. } => Some((step_id, ExecStatus::Completed)),
+        ExecEvent::StepEnded {
+            step_id, status, ..
+        } => Some((step_id, *status)),
+        _ => None,
+    };
+    if let Some((step, status)) = status {
+        bus.publish(PlanBusEvent {
+            kind: "step_status".to_owned(),
+            plan_id: plan_id.to_owned(),
+            version: None,
+            data: json!({"step": step, "status": status.step_status()}),
+        });
+    }
+    bus.publish(PlanBusEvent {
+        kind: format!("exec_{}", event.kind()),
+        plan_id: plan_id.to_owned(),
+        version: None,
+        data,
+    });
+}
+
+/// Joins the store's running runs every `every` (bounded page of 100 per round), so a run
+/// started on another process, or left by a process that died, is carried on here.
+pub fn spawn_worker(runner: Runner, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            match runner.executor.store().exec_active_runs(100).await {
+                Ok(runs) => {
+                    for run in runs {
+                        runner.spawn_join(&run.plan_id, false);
+                    }
+                }
+                Err(err) => tracing::warn!("worker: listing runs: {err}"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+/// Body of `POST /v1/plans/{id}/run`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// Continue the plan's unfinished run instead of starting one.
+    #[serde(default)]
+    pub resume: bool,
+}
+
+/// Answer of `POST /v1/plans/{id}/run` (202): the run is under way; follow it on
+/// `GET /v1/plans/{id}/events`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunStarted {
+    /// The plan.
+    pub plan_id: String,
+    /// `running`.
+    pub state: RunState,
+    /// The plan version the run's steps come from.
+    pub base_version: u32,
+}
+
+pub(crate) async fn run_plan(
+    State(state): State<AppState>,
+    id: String,
+    body: RunRequest,
+) -> Result<(StatusCode, Json<RunStarted>), ApiError> {
+    let Some(runner) = state.runner.clone() else {
+        return Err(ApiError::new(
+            "bad_request",
+            "this server has no executor: start it with --commands FILE",
+        ));
+    };
+    let run = if body.resume {
+        match state.store.exec_run(&id).await? {
+            Some(run) if !run.state.is_final() => run,
+            Some(run) => {
+                return Err(ApiError::new(
+                    "conflict",
+                    format!(
+                        "plan `{id}` has no run to resume (its last run is {})",
+                        run.state
+                    ),
+                ));
+            }
+            None => {
+                return Err(ApiError::new(
+                    "conflict",
+                    format!("plan `{id}` has no run to resume (it never ran)"),
+                ));
+            }
+        }
+    } else {
+        runner.executor.start(&id).await.map_err(|err| match err {
+            ExecError::Store(StoreError::RunActive(_)) => ApiError::new(
+                "conflict",
+                format!("plan `{id}` has a run in progress: resume it with {{\"resume\": true}}"),
+            ),
+            ExecError::Store(err) => ApiError::from(err),
+            other => ApiError::new("conflict", other.to_string()),
+        })?
+    };
+    runner.spawn_join(&id, body.resume);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunStarted {
+            plan_id: id,
+            state: RunState::Running,
+            base_version: run.base_version,
+        }),
+    ))
+}

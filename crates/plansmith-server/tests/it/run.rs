@@ -1,0 +1,175 @@
+//! `POST /v1/plans/{id}/run` and the execution events on the plan's stream.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use plansmith_core::{Action, Catalog, Planner, ScriptedModel};
+use plansmith_exec::{ExecConfig, Executor, FnInvoker, Invokers};
+use plansmith_server::{AppState, ServerConfig};
+use plansmith_store::{Location, PlanStore};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::{Server, call, read_sse, reply, root};
+
+/// A server over a fresh store whose executor runs the example tools in process; `calls`
+/// records the tool calls.
+async fn start_with_executor(calls: Arc<Mutex<Vec<String>>>) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
+        .await
+        .unwrap();
+    let tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/tools.json")).unwrap())
+            .unwrap();
+    let catalog = Catalog::from_json(&tools).unwrap();
+    let planner = Planner::new(
+        catalog.clone(),
+        Arc::new(ScriptedModel::new(reply("weather-email.json", 1))),
+    );
+    let invoker = FnInvoker::new(move |call| {
+        let Action::Tool { name, arguments } = &call.action else {
+            return Ok(Value::Null);
+        };
+        calls
+            .lock()
+            .unwrap()
+            .push(format!("{name} {}", Value::Object(arguments.clone())));
+        std::thread::sleep(Duration::from_millis(150));
+        Ok(match name.as_str() {
+            "get_weather" => json!({"temperature": 21, "summary": "Sunny, 21 °C"}),
+            _ => json!({"sent": true}),
+        })
+    });
+    let invokers = Invokers {
+        tools: Some(Arc::new(invoker)),
+        ..Invokers::default()
+    };
+    let mut config = ExecConfig::new("test-node");
+    config.poll_interval = Duration::from_millis(20);
+    let executor = Executor::new(store.clone(), invokers, config).with_catalog(catalog);
+    let state =
+        AppState::new(store, planner, ServerConfig::default()).with_executor(executor, false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(plansmith_server::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    Server {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap(),
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_endpoint_streams_execution_events() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let s = start_with_executor(calls.clone()).await;
+    let (status, created) = call(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"query": "Email Bob the weather in Paris", "auto_accept": true})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+
+    let events = s
+        .client
+        .get(format!("{}/v1/plans/{id}/events", s.base))
+        .send()
+        .await
+        .unwrap();
+    let reader = tokio::spawn(read_sse(events, |kind, _| kind == "exec_run_finished"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let (status, body) = call(&s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["state"], "running");
+    // A second start while it runs is a conflict.
+    let (status, body) = call(&s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
+    assert_eq!(status, 409, "{body}");
+
+    let seen = reader.await.unwrap();
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    for kind in [
+        "exec_run_started",
+        "exec_step_started",
+        "exec_step_completed",
+        "step_status",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing in {kinds:?}");
+    }
+    let (_, finished) = seen.last().unwrap();
+    assert_eq!(finished["data"]["state"], "completed", "{finished}");
+    // The $ref was filled from the weather result.
+    let calls = calls.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.contains("\"body\":\"Sunny, 21 °C\"")),
+        "{calls:?}"
+    );
+
+    let (_, plan) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(plan["plan"]["steps"][0]["status"], "completed", "{plan}");
+    assert_eq!(plan["plan"]["metadata"]["last_run"]["state"], "completed");
+
+    // Nothing to resume; a bad body is a bad request.
+    let (status, _) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/plans/{id}/run"),
+        Some(json!({"resume": true})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409);
+    let (status, _) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/plans/{id}/run"),
+        Some(json!({"resum": true})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400);
+    // A step decision through the feedback route names an unknown step.
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/plans/{id}/feedback"),
+        Some(json!({"action": "step", "step": "s9", "verdict": "approve"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_without_an_executor_is_a_bad_request() {
+    let s = crate::start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let (_, created) = call(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"query": "x", "auto_accept": true})),
+        None,
+    )
+    .await;
+    let id = created["stored"]["plan"]["id"].as_str().unwrap();
+    let (status, body) = call(&s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("--commands"),
+        "{body}"
+    );
+}

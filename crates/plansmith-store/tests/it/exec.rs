@@ -1,0 +1,290 @@
+//! The execution log (migration 4): claims under leases, fencing, takeover after a lease
+//! expires with the same idempotency key, completed steps never claimed again, concurrent
+//! claimers each getting distinct steps, replans keeping completed rows, step decisions.
+
+use std::time::Duration;
+
+use plansmith_core::{Action, Plan, Step};
+use plansmith_store::{
+    ExecStatus, Review, ReviewState, RunState, StepEnd, StepSeed, StepVerdict, StoreError,
+};
+use serde_json::json;
+
+use crate::support::{TestDb, both_backends};
+
+fn seeds(ids: &[&str]) -> Vec<StepSeed> {
+    ids.iter()
+        .map(|id| StepSeed {
+            step_id: (*id).to_owned(),
+            completed: None,
+        })
+        .collect()
+}
+
+async fn stored_plan(db: &TestDb, id: &str, n_steps: usize) {
+    let mut plan = Plan::new(id, "goal");
+    for idx in 1..=n_steps {
+        plan.steps.push(Step::new(
+            format!("s{idx}"),
+            format!("step {idx}"),
+            Action::Reply { text: "x".into() },
+        ));
+    }
+    db.store
+        .create(plan, ReviewState::Accepted, Review::default(), "t")
+        .await
+        .unwrap();
+}
+
+async fn claims_leases_and_fencing(db: TestDb) {
+    let store = &db.store;
+    stored_plan(&db, "p", 3).await;
+    let run = store
+        .exec_start("p", 1, &seeds(&["s1", "s2", "s3"]), "a")
+        .await
+        .unwrap();
+    assert_eq!(run.state, RunState::Running);
+    // A second start while running is refused.
+    let again = store.exec_start("p", 1, &seeds(&["s1"]), "b").await;
+    assert!(matches!(again, Err(StoreError::RunActive(_))), "{again:?}");
+
+    let ids: Vec<String> = ["s1", "s2"].iter().map(|s| s.to_string()).collect();
+    let lease = Duration::from_millis(300);
+    let claims = store.exec_claim("p", 1, &ids, "a", lease, 8).await.unwrap();
+    assert_eq!(claims.len(), 2);
+    assert_eq!(claims[0].idempotency_key, "p:1:s1:1");
+    assert!(!claims[0].rerun);
+    // Node b sees them leased.
+    assert!(
+        store
+            .exec_claim("p", 1, &ids, "b", lease, 8)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // s1 completes on a.
+    let ok = store
+        .exec_finish(
+            "p",
+            &claims[0],
+            "a",
+            &StepEnd::Completed(json!({"n": 1})),
+            "",
+        )
+        .await
+        .unwrap();
+    assert!(ok);
+    // a dies holding s2: after the lease, b takes it over with the same attempt and key.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let taken = store.exec_claim("p", 1, &ids, "b", lease, 8).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0].step_id, "s2");
+    assert_eq!(taken[0].idempotency_key, "p:1:s2:1");
+    assert!(taken[0].rerun);
+    // a comes back too late: its write is fenced off.
+    let late = store
+        .exec_finish("p", &claims[1], "a", &StepEnd::Completed(json!("late")), "")
+        .await
+        .unwrap();
+    assert!(!late);
+    // b fails it with a retry later; a claim before not_before gets nothing.
+    let retry_at = chrono::Utc::now() + chrono::Duration::milliseconds(300);
+    assert!(
+        store
+            .exec_finish(
+                "p",
+                &taken[0],
+                "b",
+                &StepEnd::Retry {
+                    error: "boom".into(),
+                    not_before: retry_at
+                },
+                "retry"
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .exec_claim("p", 1, &ids, "b", lease, 8)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let second = store.exec_claim("p", 1, &ids, "a", lease, 8).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].idempotency_key, "p:1:s2:2");
+    assert!(!second[0].rerun);
+
+    // Completed never changes.
+    assert!(
+        !store
+            .exec_set_status("p", "s1", ExecStatus::Skipped, "no")
+            .await
+            .unwrap()
+    );
+    let steps = store.exec_steps("p").await.unwrap();
+    assert_eq!(steps[0].status, ExecStatus::Completed);
+    assert_eq!(steps[0].result, Some(json!({"n": 1})));
+
+    let attempts = store.exec_attempts("p").await.unwrap();
+    let s2_first = attempts
+        .iter()
+        .find(|a| a.idempotency_key == "p:1:s2:1")
+        .unwrap();
+    assert_eq!(s2_first.runs, 2, "{attempts:?}");
+    assert_eq!(s2_first.outcome, "failed");
+}
+both_backends!(claims_leases_and_fencing, super::claims_leases_and_fencing);
+
+async fn concurrent_claimers_get_distinct_steps(db: TestDb) {
+    stored_plan(&db, "q", 40).await;
+    let ids: Vec<String> = (1..=40).map(|i| format!("s{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    db.store
+        .exec_start("q", 1, &seeds(&refs), "n0")
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for node in 0..4 {
+        let store = db.store.clone();
+        let ids = ids.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            for _ in 0..40 {
+                let got = store
+                    .exec_claim(
+                        "q",
+                        1,
+                        &ids,
+                        &format!("n{node}"),
+                        Duration::from_secs(60),
+                        3,
+                    )
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                mine.extend(got.into_iter().map(|c| c.step_id));
+            }
+            mine
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort();
+    let before = all.len();
+    all.dedup();
+    assert_eq!(before, all.len(), "a step was claimed twice");
+    assert_eq!(all.len(), 40);
+}
+both_backends!(
+    concurrent_claimers_get_distinct_steps,
+    super::concurrent_claimers_get_distinct_steps
+);
+
+async fn replan_keeps_completed_and_decisions(db: TestDb) {
+    let store = &db.store;
+    stored_plan(&db, "r", 3).await;
+    store
+        .exec_start("r", 1, &seeds(&["s1", "s2", "s3"]), "a")
+        .await
+        .unwrap();
+    let claims = store
+        .exec_claim("r", 1, &["s1".to_owned()], "a", Duration::from_secs(5), 1)
+        .await
+        .unwrap();
+    store
+        .exec_finish("r", &claims[0], "a", &StepEnd::Completed(json!(7)), "")
+        .await
+        .unwrap();
+    let run = store
+        .exec_replan(
+            "r",
+            4,
+            &[
+                StepSeed {
+                    step_id: "s1".into(),
+                    completed: Some(json!("ignored")),
+                },
+                StepSeed {
+                    step_id: "s4".into(),
+                    completed: None,
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!((run.base_version, run.replans), (4, 1));
+    let steps = store.exec_steps("r").await.unwrap();
+    let ids: Vec<&str> = steps.iter().map(|s| s.step_id.as_str()).collect();
+    assert_eq!(ids, ["s1", "s4"]);
+    assert_eq!(steps[0].result, Some(json!(7)));
+
+    let bad = store
+        .decide_step("r", "s9", StepVerdict::Approve, "", "me")
+        .await;
+    assert!(
+        matches!(bad, Err(StoreError::InvalidStep { .. })),
+        "{bad:?}"
+    );
+    store
+        .decide_step("r", "s2", StepVerdict::Approve, "ok", "me")
+        .await
+        .unwrap();
+    let decisions = store.step_decisions("r").await.unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0].verdict, StepVerdict::Approve);
+    store.consume_step_decision("r", "s2").await.unwrap();
+    assert!(store.step_decisions("r").await.unwrap().is_empty());
+
+    assert!(
+        store
+            .exec_set_run_state("r", RunState::Completed, Some(&json!({"ok": true})))
+            .await
+            .unwrap()
+    );
+    // Over: not reopened by a late writer; a new run may start.
+    assert!(
+        !store
+            .exec_set_run_state("r", RunState::Failed, None)
+            .await
+            .unwrap()
+    );
+    let run = store.exec_run("r").await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    assert_eq!(run.outcome, Some(json!({"ok": true})));
+    store
+        .exec_start("r", 5, &seeds(&["s1"]), "b")
+        .await
+        .unwrap();
+    // Deleting the plan removes its log.
+    store.delete("r").await.unwrap();
+    assert!(store.exec_run("r").await.unwrap().is_none());
+}
+both_backends!(
+    replan_keeps_completed_and_decisions,
+    super::replan_keeps_completed_and_decisions
+);
+
+async fn run_lease_is_exclusive(db: TestDb) {
+    let store = &db.store;
+    stored_plan(&db, "l", 1).await;
+    store
+        .exec_start("l", 1, &seeds(&["s1"]), "a")
+        .await
+        .unwrap();
+    let lease = Duration::from_millis(200);
+    assert!(store.exec_claim_run("l", "a", lease).await.unwrap());
+    assert!(!store.exec_claim_run("l", "b", lease).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(store.exec_claim_run("l", "b", lease).await.unwrap());
+    store.exec_release_run("l", "b").await.unwrap();
+    assert!(store.exec_claim_run("l", "a", lease).await.unwrap());
+}
+both_backends!(run_lease_is_exclusive, super::run_lease_is_exclusive);

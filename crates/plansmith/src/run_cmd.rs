@@ -1,0 +1,433 @@
+//! `plansmith run PLAN_ID|plan.json`: runs a plan with the executor (`plansmith-exec`), with
+//! live per-step progress on stderr and the final summary on stdout.
+//!
+//! Tools and agents run through `--commands FILE` (name → command or HTTP callback); tasks,
+//! the summary and replanning use `--model` when one is given. Exit codes: 0 completed, 1
+//! failed / aborted / stalled, 2 bad input, 4 no such plan, 5 a run of the plan is already in
+//! progress (use `--resume`) or the plan's review state forbids running it, 10 waiting for a
+//! person's decision (approve with `plansmith plans decide`, then `--resume`).
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use chrono::Utc;
+use clap::Args;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use plansmith_core::parse::{self, ParseDefaults};
+use plansmith_core::validate::validate;
+use plansmith_core::{PlanOptions, Planner};
+use plansmith_exec::{
+    CommandInvoker, CommandMap, ExecConfig, ExecError, ExecEvent, Executor, Invokers, OnFailure,
+    RunReport, TaskInvoker,
+};
+use plansmith_store::{ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
+
+use crate::plans_cmd::{EXIT_CONFLICT, open, store_error};
+use crate::{CliError, EXIT_FAILED, EXIT_NEEDS_INPUT, EXIT_OK};
+
+/// `plansmith run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A stored plan's id, or a plan file (JSON in any accepted shape; stored as accepted).
+    plan: String,
+    /// Plan store: `sqlite:PATH`, `postgres://…` (default: SQLite in the data directory).
+    #[arg(long, env = "PLANSMITH_STORE")]
+    store: Option<String>,
+    /// Tools and agents: `{"tools": {"name": {"command": [...]} | {"url": "…"}}, "agents": {…}}`
+    /// (JSON or TOML).
+    #[arg(long)]
+    commands: Option<PathBuf>,
+    /// MCP servers (`mcpServers` JSON) whose tools the plan calls.
+    #[arg(long)]
+    mcp: Option<PathBuf>,
+    /// Tool catalog: output schemas checked, destructive tools gated, replans validated.
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// Model for task steps, the final summary and replanning (none: task steps fail, the
+    /// summary is a plain rendering, failures are not replanned).
+    #[arg(long, env = "PLANSMITH_MODEL")]
+    model: Option<String>,
+    /// Continue the plan's unfinished run (after a crash, or after a decision).
+    #[arg(long)]
+    resume: bool,
+    /// Approve every gated step.
+    #[arg(long)]
+    approve_all: bool,
+    /// Also gate this step (repeatable).
+    #[arg(long = "require-approval")]
+    require_approval: Vec<String>,
+    /// Steps running at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// After the retries: fail, skip, abort, ask or replan.
+    #[arg(long, default_value = "fail")]
+    on_failure: String,
+    /// Retries of a failed step.
+    #[arg(long, default_value_t = 2)]
+    retries: u32,
+    /// First retry delay in ms (doubled each time, at most 5 s).
+    #[arg(long, default_value_t = 200)]
+    backoff_ms: u64,
+    /// Most replans of the run.
+    #[arg(long, default_value_t = 2)]
+    max_replans: u32,
+    /// Lease of a running step in seconds (another process takes the step over after it).
+    #[arg(long, default_value_t = 15)]
+    lease_secs: u64,
+    /// Wait this many seconds for people's decisions before pausing (exit 10).
+    #[arg(long, default_value_t = 0)]
+    wait_secs: u64,
+    /// Print the run report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `plansmith run`.
+pub fn run(args: RunArgs) -> Result<u8, CliError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(CliError::failed)?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: RunArgs) -> Result<u8, CliError> {
+    let on_failure: OnFailure = args
+        .on_failure
+        .parse()
+        .map_err(|e: String| CliError::input(anyhow!(e)))?;
+    let mut catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), None)?;
+    let mcp = match &args.mcp {
+        Some(path) => {
+            let config = plansmith_mcp::ServersConfig::load(path).map_err(CliError::input)?;
+            let imported =
+                plansmith_mcp::McpTools::connect(&config, plansmith_mcp::ClientOptions::default())
+                    .await;
+            for problem in &imported.problems {
+                eprintln!("warning: {problem}");
+            }
+            let tools: Vec<plansmith_core::Tool> = catalog
+                .tools()
+                .chain(imported.catalog.tools())
+                .map(|t| t.tool.clone())
+                .collect();
+            catalog = plansmith_core::Catalog::new(tools, catalog.agents().to_vec())
+                .with_context(|| format!("the tools of {} and the catalog", path.display()))
+                .map_err(CliError::input)?;
+            Some(Arc::new(imported.tools))
+        }
+        None => None,
+    };
+    let store = open(args.store.as_deref()).await?;
+    let plan_id = resolve_plan(&store, &args.plan, &catalog).await?;
+
+    let mut invokers = Invokers::default();
+    if let Some(path) = &args.commands {
+        let map = read_commands(path)?;
+        invokers.tools = Some(Arc::new(CommandInvoker::new(map.tools)));
+        invokers.agents = Some(Arc::new(CommandInvoker::new(map.agents)));
+    }
+    if let Some(tools) = mcp {
+        let fallback = invokers.tools.take();
+        invokers.tools = Some(Arc::new(plansmith_exec::mcp::McpInvoker::new(
+            tools, fallback,
+        )));
+    }
+    let model = match &args.model {
+        Some(spec) => Some(crate::model::load(Some(spec))?),
+        None => None,
+    };
+    if let Some(model) = &model {
+        invokers.tasks = Some(Arc::new(TaskInvoker::new(model.clone(), 1024)));
+    }
+
+    let mut config = ExecConfig::new(plansmith_exec::node_name());
+    config.concurrency = args.concurrency.max(1);
+    config.policy.on_failure = on_failure;
+    config.policy.retries = args.retries;
+    config.policy.backoff = Duration::from_millis(args.backoff_ms);
+    config.max_replans = args.max_replans;
+    config.lease = Duration::from_secs(args.lease_secs.max(1));
+    config.wait_for_people = Duration::from_secs(args.wait_secs);
+    config.approve_all = args.approve_all;
+    config.require_approval = args.require_approval.clone();
+
+    let progress = Progress::new();
+    let observer = progress.clone();
+    let mut executor = Executor::new(store.clone(), invokers, config)
+        .with_catalog(catalog.clone())
+        .with_observer(Arc::new(move |_plan, event| observer.show(event)));
+    if let Some(model) = model {
+        executor = executor
+            .with_planner(Arc::new(Planner::new(catalog, model.clone())))
+            .with_summary_model(model);
+    }
+    let result = if args.resume {
+        executor.resume(&plan_id).await
+    } else {
+        executor.run(&plan_id).await
+    };
+    progress.clear();
+    let report = result.map_err(exec_error)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(CliError::failed)?;
+        println!("{text}");
+    } else {
+        print_report(&report);
+    }
+    Ok(match report.state {
+        RunState::Completed => EXIT_OK,
+        RunState::Waiting | RunState::Running => EXIT_NEEDS_INPUT,
+        RunState::Failed | RunState::Aborted | RunState::Stalled => EXIT_FAILED,
+    })
+}
+
+fn exec_error(err: ExecError) -> CliError {
+    match err {
+        ExecError::Store(err @ StoreError::RunActive(_)) => CliError {
+            code: EXIT_CONFLICT,
+            error: anyhow::Error::new(err).context("use --resume to continue it"),
+        },
+        ExecError::Store(err) => store_error(err),
+        other @ (ExecError::NotRunnable { .. } | ExecError::NothingToResume { .. }) => CliError {
+            code: EXIT_CONFLICT,
+            error: anyhow::Error::new(other),
+        },
+        other => CliError::failed(other),
+    }
+}
+
+/// The stored plan's id: `plan` itself, or the id of the plan file stored now (accepted).
+async fn resolve_plan(
+    store: &PlanStore,
+    plan: &str,
+    catalog: &plansmith_core::Catalog,
+) -> Result<String, CliError> {
+    let path = Path::new(plan);
+    if !path.is_file() {
+        return Ok(plan.to_owned());
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(CliError::input)?;
+    let fresh = format!("plan-{}", uuid::Uuid::new_v4().simple());
+    let defaults = ParseDefaults {
+        plan_id: &fresh,
+        goal: "",
+        locale: "en-US",
+        now: Utc::now(),
+    };
+    let parsed = parse::parse(&text, &defaults)
+        .with_context(|| format!("{} is not a plan in any accepted shape", path.display()))
+        .map_err(CliError::input)?;
+    let (plan, diagnostics) = if catalog.is_empty() {
+        (parsed.plan, Vec::new())
+    } else {
+        validate(parsed.plan, catalog, &PlanOptions::default())
+    };
+    let errors: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| format!("  {d}"))
+        .collect();
+    if !errors.is_empty() {
+        return Err(CliError::input(anyhow!(
+            "{} is not a valid plan:\n{}",
+            path.display(),
+            errors.join("\n")
+        )));
+    }
+    let id = plan.id.clone();
+    store
+        .create(plan, ReviewState::Accepted, Review::default(), "cli")
+        .await
+        .map_err(store_error)?;
+    eprintln!("stored plan {id}");
+    Ok(id)
+}
+
+/// Reads a commands file (JSON, or TOML by extension).
+pub(crate) fn read_commands(path: &Path) -> Result<CommandMap, CliError> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(CliError::input)?;
+    let parsed = if path.extension().is_some_and(|e| e == "toml") {
+        toml::from_str::<CommandMap>(&text).map_err(anyhow::Error::new)
+    } else {
+        serde_json::from_str::<CommandMap>(&text).map_err(anyhow::Error::new)
+    };
+    parsed
+        .with_context(|| format!("{} is not a commands file", path.display()))
+        .map_err(CliError::input)
+}
+
+/// Live progress: a spinner per running step on a terminal, else one line per event.
+#[derive(Clone)]
+struct Progress {
+    bars: Option<MultiProgress>,
+    running: Arc<Mutex<HashMap<String, ProgressBar>>>,
+    titles: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            bars: std::io::stderr().is_terminal().then(MultiProgress::new),
+            running: Arc::default(),
+            titles: Arc::default(),
+        }
+    }
+
+    fn title(&self, id: &str) -> String {
+        self.titles
+            .lock()
+            .ok()
+            .and_then(|t| t.get(id).cloned())
+            .unwrap_or_default()
+    }
+
+    fn line(&self, id: &str, text: String) {
+        let bar = self.running.lock().ok().and_then(|mut r| r.remove(id));
+        match (&self.bars, bar) {
+            (Some(_), Some(bar)) => bar.finish_with_message(text),
+            (Some(bars), None) => {
+                let _ = bars.println(text);
+            }
+            (None, _) => eprintln!("{text}"),
+        }
+    }
+
+    fn show(&self, event: &ExecEvent) {
+        match event {
+            ExecEvent::RunStarted {
+                plan_id,
+                resumed,
+                steps,
+                ..
+            } => {
+                if let Ok(mut titles) = self.titles.lock() {
+                    titles.extend(steps.iter().cloned());
+                }
+                let verb = if *resumed { "resuming" } else { "running" };
+                self.line("", format!("{verb} plan {plan_id} ({} steps)", steps.len()));
+            }
+            ExecEvent::StepStarted {
+                step_id,
+                attempt,
+                rerun,
+                ..
+            } => {
+                let text = format!(
+                    "[{step_id}] {} — attempt {attempt}{}",
+                    self.title(step_id),
+                    if *rerun {
+                        " (re-run after a lost lease)"
+                    } else {
+                        ""
+                    }
+                );
+                match &self.bars {
+                    Some(bars) => {
+                        let bar = bars.add(ProgressBar::new_spinner());
+                        bar.set_style(
+                            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                        );
+                        bar.set_message(text);
+                        bar.enable_steady_tick(Duration::from_millis(100));
+                        if let Ok(mut running) = self.running.lock() {
+                            running.insert(step_id.clone(), bar);
+                        }
+                    }
+                    None => eprintln!("→ {text}"),
+                }
+            }
+            ExecEvent::StepCompleted {
+                step_id,
+                elapsed_ms,
+                ..
+            } => self.line(
+                step_id,
+                format!("✓ [{step_id}] {} ({elapsed_ms} ms)", self.title(step_id)),
+            ),
+            ExecEvent::StepRetrying {
+                step_id,
+                attempt,
+                error,
+                delay_ms,
+            } => self.line(
+                step_id,
+                format!("↻ [{step_id}] attempt {attempt} failed: {error}; retry in {delay_ms} ms"),
+            ),
+            ExecEvent::StepEnded {
+                step_id,
+                status,
+                reason,
+            } => {
+                let mark = match status {
+                    ExecStatus::Skipped => "-",
+                    ExecStatus::Blocked => "⏸",
+                    _ => "✗",
+                };
+                self.line(
+                    step_id,
+                    format!(
+                        "{mark} [{step_id}] {} {}: {reason}",
+                        self.title(step_id),
+                        status.as_str()
+                    ),
+                );
+            }
+            ExecEvent::Replanned {
+                version,
+                kept,
+                added,
+                ..
+            } => self.line(
+                "",
+                format!(
+                    "replanned as version {version}: kept {}, new {}",
+                    kept.join(", "),
+                    added.join(", ")
+                ),
+            ),
+            ExecEvent::RunFinished { .. } => {}
+            _ => {}
+        }
+    }
+
+    fn clear(&self) {
+        if let Ok(mut running) = self.running.lock() {
+            for (_, bar) in running.drain() {
+                bar.finish_and_clear();
+            }
+        }
+    }
+}
+
+fn print_report(report: &RunReport) {
+    let done = report
+        .steps
+        .iter()
+        .filter(|s| s.status == ExecStatus::Completed)
+        .count();
+    println!(
+        "Run of {}: {} · {done}/{} step(s) completed · {} replan(s) · {} ms",
+        report.plan_id,
+        report.state,
+        report.steps.len(),
+        report.replans,
+        report.elapsed_ms
+    );
+    if let Some(reason) = &report.reason {
+        println!("Reason: {reason}");
+    }
+    if !report.summary.is_empty() {
+        println!("{}", report.summary.trim_end());
+    }
+}
