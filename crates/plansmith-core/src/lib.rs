@@ -12,6 +12,8 @@
 //! | stage | module | what it does |
 //! |---|---|---|
 //! | triage | [`pipeline`] | passthrough agents get a one-task plan without a model call |
+//! | investigate | [`investigate`] | optional read-only tool run before planning, findings in the prompt |
+//! | memory | [`memory`] | earlier turns of the conversation as bounded history |
 //! | select | [`retrieve`] | BM25 top-K tools for the prompt, pinned tools always in |
 //! | render | [`template`], [`schema`] | minijinja prompts; the JSON Schema the output must follow |
 //! | generate | [`llm`] | the [`LanguageModel`] boundary, strategy negotiation |
@@ -81,9 +83,11 @@ pub mod diagnostic;
 pub mod export;
 pub mod investigate;
 pub mod llm;
+pub mod memory;
 pub mod parse;
 pub mod pipeline;
 pub mod plan;
+pub mod plan_template;
 pub mod request;
 pub mod retrieve;
 pub mod schema;
@@ -100,8 +104,10 @@ pub use llm::{
     Capabilities, Completion, CompletionRequest, LanguageModel, LlmError, Message,
     OutputConstraint, Role, ScriptedModel, Strategy, Usage,
 };
+pub use memory::{MemoryReport, Turn};
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};
 pub use plan::{Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
+pub use plan_template::{PlanTemplate, PlanTemplateError, TemplateParameter};
 pub use request::{FallbackPolicy, Feedback, PlanOptions, PlanRequest, Shape};
 pub use retrieve::{Bm25Index, Retriever};
 pub use template::Templates;

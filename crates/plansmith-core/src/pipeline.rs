@@ -17,6 +17,7 @@ use crate::llm::{
     Completion, CompletionRequest, FinishReason, LanguageModel, LlmError, Message,
     OutputConstraint, Strategy, StreamEvent, Usage,
 };
+use crate::memory::MemoryReport;
 use crate::parse::{self, ParseDefaults, SourceShape};
 use crate::plan::{Action, Plan, Question, Step, StepStatus, TaskKind};
 use crate::request::{FallbackPolicy, PlanRequest};
@@ -148,6 +149,9 @@ pub struct Diagnostics {
     pub repairs: u32,
     /// Findings about the returned plan (auto-fixes, dropped steps, questions asked).
     pub findings: Vec<Diagnostic>,
+    /// The conversation memory shown to the model (when the request has earlier turns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryReport>,
     /// Tokens, summed.
     pub usage: Usage,
     /// Time per stage.
@@ -362,9 +366,20 @@ impl Planner {
             .iter()
             .map(|f| format!("[{}] {}", f.source, f.text))
             .collect();
+        let mut history = Vec::new();
+        if !request.turns.is_empty() {
+            let (messages, report) = crate::memory::history(
+                &request.turns,
+                request.options.memory_turns,
+                request.options.memory_tokens,
+            );
+            history = messages;
+            diagnostics.memory = Some(report);
+        }
+        history.extend(request.history.iter().cloned());
         if request.options.triage
             && let Some(mut outcome) = self
-                .model_triage(request, &context, &plan_id, now, &mut diagnostics)
+                .model_triage(request, &history, &context, &plan_id, now, &mut diagnostics)
                 .await?
         {
             outcome.diagnostics.timings.total_us = micros(started);
@@ -373,7 +388,7 @@ impl Planner {
         let system = self.templates.system(request.options.shape, &context)?;
         let user = self.templates.user(&context)?;
         let mut base_messages = vec![Message::system(system)];
-        base_messages.extend(request.history.iter().cloned());
+        base_messages.extend(history);
         base_messages.push(Message::user(user));
         let strategy = Strategy::negotiate(self.model.capabilities());
         diagnostics.strategy = Some(strategy);
@@ -701,6 +716,7 @@ impl Planner {
     async fn model_triage(
         &self,
         request: &PlanRequest,
+        history: &[Message],
         context: &PromptContext,
         plan_id: &str,
         now: DateTime<Utc>,
@@ -746,7 +762,7 @@ impl Planner {
             Strategy::PromptOnly => None,
         };
         let mut messages = vec![Message::system(self.templates.triage(context)?)];
-        messages.extend(request.history.iter().cloned());
+        messages.extend(history.iter().cloned());
         messages.push(Message::user(request.query.clone()));
         let call = CompletionRequest {
             messages,

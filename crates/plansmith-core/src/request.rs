@@ -16,9 +16,14 @@ pub struct PlanRequest {
     /// System prompt, persona or constraints of the calling agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
-    /// Earlier turns of the conversation.
+    /// Earlier turns of the conversation, as messages (sent as they are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<Message>,
+    /// Earlier planning turns of the conversation, oldest first (conversation memory): the
+    /// planner turns them into history messages within [`PlanOptions::memory_turns`] and
+    /// [`PlanOptions::memory_tokens`], folding older ones into a summary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<crate::memory::Turn>,
     /// Background findings, documents, business knowledge.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<String>,
@@ -183,6 +188,11 @@ pub struct PlanOptions {
     pub investigation_budget_ms: u64,
     /// Characters of findings that go into the prompt (the rest is cut).
     pub max_findings_chars: usize,
+    /// Most earlier turns of the conversation ([`PlanRequest::turns`]) shown in full.
+    pub memory_turns: usize,
+    /// Token budget (estimated as characters / 4) for the earlier turns; older turns are folded
+    /// into one summary message.
+    pub memory_tokens: usize,
 }
 
 impl Default for PlanOptions {
@@ -202,6 +212,8 @@ impl Default for PlanOptions {
             investigate: false,
             investigation_budget_ms: 10_000,
             max_findings_chars: 4_000,
+            memory_turns: 6,
+            memory_tokens: 1_500,
         }
     }
 }

@@ -352,6 +352,7 @@ mod tests {
             user.contains("Lyon")
                 && user.contains("- [web_search] Paris: 12 °C, light rain")
                 && user.contains("add a step")
+                && user.contains("## Background investigation")
                 && user.ends_with("Weather in Paris?"),
             "{user}"
         );

@@ -50,6 +50,9 @@ pub enum StoreError {
         /// The state it is in.
         state: ReviewState,
     },
+    /// No plan template with this name (or not this version of it: `name@v2`).
+    #[error("no plan template `{0}`")]
+    TemplateNotFound(String),
     /// No active plan for this conversation.
     #[error("no active plan for conversation `{0}`")]
     NoActivePlan(String),

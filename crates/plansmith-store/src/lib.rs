@@ -22,6 +22,12 @@
 //!   reject, answer, `auto_accept`, `max_iterations` with a policy, recurring schedules only
 //!   after an explicit confirmation, ownership and thread ids.
 //!
+//! - plan templates in [`templates`]: named, versioned plans with `{{param}}` placeholders
+//!   ([`plansmith_core::PlanTemplate`]), saved, listed, fetched and deleted; instantiation
+//!   (substitution and re-validation) is core's;
+//! - conversation memory: [`PlanStore::conversation_plans`] gives a conversation's earlier
+//!   plans, oldest first.
+//!
 //! This is the only crate of the workspace that speaks SQL.
 //!
 //! # Example
@@ -59,6 +65,7 @@
 pub mod error;
 pub mod review;
 pub mod store;
+pub mod templates;
 
 pub use error::{Result, StoreError};
 pub use review::{
@@ -68,3 +75,4 @@ pub use store::{
     Backend, Change, ListFilter, Location, Page, PlanStore, StepKey, StoredPlan, Trigger,
     VersionRecord,
 };
+pub use templates::TemplateEntry;

@@ -337,11 +337,12 @@ pub struct Change {
 /// The SQL schema, one migration per entry, applied in order and recorded in
 /// `plansmith_migrations`. Portable between SQLite and PostgreSQL; every statement is
 /// idempotent so two nodes starting at once cannot trip over each other.
-const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
-    1,
-    "plans, versions, active plans",
-    &[
-        "CREATE TABLE IF NOT EXISTS plans (
+const MIGRATIONS: &[(i64, &str, &[&str])] = &[
+    (
+        1,
+        "plans, versions, active plans",
+        &[
+            "CREATE TABLE IF NOT EXISTS plans (
             id TEXT PRIMARY KEY,
             version BIGINT NOT NULL,
             state TEXT NOT NULL,
@@ -354,10 +355,10 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
             created_at TEXT NOT NULL,
             updated_at TEXT NOT NULL
         )",
-        "CREATE INDEX IF NOT EXISTS plans_by_owner ON plans (owner, updated_at)",
-        "CREATE INDEX IF NOT EXISTS plans_by_conversation ON plans (conversation_id, updated_at)",
-        "CREATE INDEX IF NOT EXISTS plans_by_state ON plans (state, updated_at)",
-        "CREATE TABLE IF NOT EXISTS plan_versions (
+            "CREATE INDEX IF NOT EXISTS plans_by_owner ON plans (owner, updated_at)",
+            "CREATE INDEX IF NOT EXISTS plans_by_conversation ON plans (conversation_id, updated_at)",
+            "CREATE INDEX IF NOT EXISTS plans_by_state ON plans (state, updated_at)",
+            "CREATE TABLE IF NOT EXISTS plan_versions (
             plan_id TEXT NOT NULL,
             version BIGINT NOT NULL,
             parent_version BIGINT,
@@ -369,13 +370,28 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[(
             document TEXT NOT NULL,
             PRIMARY KEY (plan_id, version)
         )",
-        "CREATE TABLE IF NOT EXISTS active_plans (
+            "CREATE TABLE IF NOT EXISTS active_plans (
             conversation_id TEXT PRIMARY KEY,
             plan_id TEXT NOT NULL,
             updated_at TEXT NOT NULL
         )",
-    ],
-)];
+        ],
+    ),
+    // Version 2 is added by another branch (issue work in parallel); the gap is intended.
+    (
+        3,
+        "plan templates",
+        &["CREATE TABLE IF NOT EXISTS plan_templates (
+            name TEXT NOT NULL,
+            version BIGINT NOT NULL,
+            description TEXT NOT NULL,
+            document TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (name, version)
+        )"],
+    ),
+];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every
 /// plansmith process uses the same key, so concurrent starts migrate one after the other.
@@ -384,7 +400,7 @@ pub const MIGRATION_LOCK: i64 = 0x706c_616e_736d_7468;
 /// A plan store on SQLite or PostgreSQL. Cheap to clone (a connection pool).
 #[derive(Debug, Clone)]
 pub struct PlanStore {
-    pool: AnyPool,
+    pub(crate) pool: AnyPool,
     location: Location,
 }
 
@@ -826,6 +842,28 @@ impl PlanStore {
         })
     }
 
+    /// The plans of a conversation in the order they were created (oldest first), at most the
+    /// `limit` newest: the earlier turns for conversation memory
+    /// ([`plansmith_core::Turn::from_plan`]).
+    pub async fn conversation_plans(
+        &self,
+        conversation_id: &str,
+        limit: u32,
+    ) -> Result<Vec<StoredPlan>> {
+        let sql = format!(
+            "SELECT {PLAN_COLUMNS} FROM plans WHERE conversation_id = $1
+             ORDER BY created_at DESC, id DESC LIMIT {}",
+            limit.clamp(1, 1000)
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(conversation_id.to_owned())
+            .fetch_all(&self.pool)
+            .await?;
+        let mut plans = rows.iter().map(decode_plan).collect::<Result<Vec<_>>>()?;
+        plans.reverse();
+        Ok(plans)
+    }
+
     /// OpenManus `set_active`, per conversation: the plan must exist.
     pub async fn set_active(&self, conversation_id: &str, plan_id: &str) -> Result<()> {
         self.get(plan_id).await?;
@@ -979,11 +1017,11 @@ fn sqlite_url(path: &Path) -> String {
 }
 
 /// Fixed-width RFC 3339 (microseconds, `Z`), so text order is time order.
-fn timestamp(at: DateTime<Utc>) -> String {
+pub(crate) fn timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-fn parse_time(id: &str, text: &str) -> Result<DateTime<Utc>> {
+pub(crate) fn parse_time(id: &str, text: &str) -> Result<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|err| StoreError::Corrupt {

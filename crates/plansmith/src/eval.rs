@@ -190,6 +190,9 @@ pub struct PlanSummary {
     pub n_cases: usize,
     /// Cases whose first model reply parsed as a plan.
     pub n_parsed_first: usize,
+    /// Cases whose first model reply was a valid plan as it stood: parsed without JSON repair,
+    /// and no error-level finding (schema, catalog or reference) on it.
+    pub n_valid_first: usize,
     /// Cases that ended ready.
     pub n_ready: usize,
     /// Cases that ended in a planning error.
@@ -270,6 +273,15 @@ pub fn plan(
                         .first()
                         .is_some_and(|a| a.shape.is_some());
                     summary.n_parsed_first += usize::from(parsed_first);
+                    let valid_first = outcome.diagnostics.attempts.first().is_some_and(|a| {
+                        a.shape.is_some()
+                            && !a.json_repaired
+                            && !a
+                                .diagnostics
+                                .iter()
+                                .any(|d| d.severity == plansmith_core::Severity::Error)
+                    });
+                    summary.n_valid_first += usize::from(valid_first);
                     summary.n_ready +=
                         usize::from(outcome.status == plansmith_core::OutcomeStatus::Ready);
                     outcome
@@ -292,6 +304,7 @@ pub fn plan(
                 }
             };
         writeln!(out, "{}", json!({"id": case.id, "plan": steps}))
+            .and_then(|()| out.flush())
             .with_context(|| format!("cannot write {}", out_path.display()))?;
         bar.inc(1);
     }

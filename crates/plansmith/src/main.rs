@@ -8,8 +8,8 @@
 //! | 1 | planning failed (no valid plan, and the fallback policy says to fail) |
 //! | 2 | bad input: usage, unreadable file, invalid tool schema, bad option |
 //! | 3 | no model configured, or the model could not be called |
-//! | 4 | `plans`: no such plan (or no active plan) |
-//! | 5 | `plans`: conflict — the plan changed since `--expected-version`, its id is taken, or its review state forbids the operation |
+//! | 4 | `plans`, `templates`: no such plan (or no active plan), no such template |
+//! | 5 | `plans`, `templates`: conflict — the plan changed since `--expected-version`, its id is taken, or its review state forbids the operation |
 //! | 10 | `plan`: the plan needs input (questions or guidance for the user) |
 //! | 11 | `plan`: a fallback plan was returned (the reason is printed) |
 
@@ -29,6 +29,7 @@ mod models_cmd;
 mod plan_cmd;
 mod plans_cmd;
 mod serve_cmd;
+mod templates_cmd;
 mod tools_cmd;
 mod validate_cmd;
 
@@ -98,6 +99,9 @@ enum Command {
     Plans(plans_cmd::PlansArgs),
     /// Serve the HTTP API, live events and the review page.
     Serve(serve_cmd::ServeArgs),
+    /// Plan templates: save a plan with `{{param}}` placeholders, list, show, delete,
+    /// instantiate with arguments (re-validated against the catalog).
+    Templates(templates_cmd::TemplatesArgs),
     /// Inspect tool catalogs.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -220,6 +224,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Templates(args) => templates_cmd::run(args),
         Command::Tools(ToolsCommand::Check { file, json }) => tools_cmd::check(&file, json),
         Command::Validate(args) => validate_cmd::run(args),
         #[cfg(feature = "local")]
@@ -233,11 +238,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             })
             .map(|summary| {
                 println!(
-                    "{} cases in {:.0} s ({:.1} s/case): {} parsed on the first reply, {} ready, {} errors; wrote {}",
+                    "{} cases in {:.0} s ({:.1} s/case): {} parsed on the first reply, {} valid as first written, {} ready, {} errors; wrote {}",
                     summary.n_cases,
                     summary.seconds,
                     summary.seconds / summary.n_cases.max(1) as f64,
                     summary.n_parsed_first,
+                    summary.n_valid_first,
                     summary.n_ready,
                     summary.n_errors,
                     args.out.display()

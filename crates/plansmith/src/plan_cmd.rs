@@ -69,6 +69,16 @@ pub struct PlanArgs {
     /// Characters of findings put into the prompt.
     #[arg(long, value_name = "N", default_value_t = 4_000)]
     max_findings_chars: usize,
+    /// Conversation id: the plan is recorded in it, and the conversation's earlier plans in the
+    /// store (saved with `--save`) are shown to the model as memory.
+    #[arg(long)]
+    conversation: Option<String>,
+    /// Most earlier turns of the conversation shown in full (older ones are summarised).
+    #[arg(long, default_value_t = PlanOptions::default().memory_turns)]
+    memory_turns: usize,
+    /// Token budget for the conversation memory (estimated as characters / 4).
+    #[arg(long, default_value_t = PlanOptions::default().memory_tokens)]
+    memory_tokens: usize,
     /// Directory of templates overriding the built-in ones (same file names).
     #[arg(long)]
     templates: Option<PathBuf>,
@@ -107,7 +117,11 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
             crate::investigate_cmd::CommandInvestigator::new(command.clone()),
         ));
     }
-    let request = build_request(&args)?;
+    let mut request = build_request(&args)?;
+    if let Some(conversation) = &args.conversation {
+        request.turns =
+            crate::plans_cmd::conversation_turns(args.save.store.as_deref(), conversation)?;
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -220,8 +234,11 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
         investigate: args.investigate.is_some(),
         investigation_budget_ms: args.investigate_timeout,
         max_findings_chars: args.max_findings_chars,
+        memory_turns: args.memory_turns,
+        memory_tokens: args.memory_tokens,
         ..PlanOptions::default()
     };
+    request.conversation_id = args.conversation.clone();
     Ok(request)
 }
 
@@ -383,6 +400,12 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
         for diag in shown {
             out.push_str(&format!("  {diag}\n"));
         }
+    }
+    if let Some(memory) = &outcome.diagnostics.memory {
+        out.push_str(&format!(
+            "Memory: {} earlier turn(s) shown, {} summarised\n",
+            memory.turns_kept, memory.turns_summarised
+        ));
     }
     if verbose {
         for attempt in &outcome.diagnostics.attempts {

@@ -218,7 +218,9 @@ impl PlannerArgs {
 /// Maps a store error to its exit code.
 pub fn store_error(err: StoreError) -> CliError {
     let code = match &err {
-        StoreError::NotFound(_) | StoreError::NoActivePlan(_) => EXIT_NOT_FOUND,
+        StoreError::NotFound(_) | StoreError::NoActivePlan(_) | StoreError::TemplateNotFound(_) => {
+            EXIT_NOT_FOUND
+        }
         StoreError::Conflict { .. }
         | StoreError::AlreadyExists(_)
         | StoreError::InvalidState { .. } => EXIT_CONFLICT,
@@ -240,7 +242,7 @@ pub fn store_error(err: StoreError) -> CliError {
     CliError { code, error }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -508,6 +510,29 @@ pub fn after_plan(
         };
         store.close().await;
         result
+    })
+}
+
+/// Earlier plans of a conversation loaded for `plan --conversation`.
+const MEMORY_LOAD: u32 = 20;
+
+/// The earlier turns of `conversation` (its stored plans, oldest first) for
+/// `plan --conversation`. A conversation with no plans yet has no turns.
+pub fn conversation_turns(
+    store: Option<&str>,
+    conversation: &str,
+) -> Result<Vec<plansmith_core::Turn>, CliError> {
+    runtime()?.block_on(async {
+        let store = open(store).await?;
+        let plans = store
+            .conversation_plans(conversation, MEMORY_LOAD)
+            .await
+            .map_err(store_error);
+        store.close().await;
+        Ok(plans?
+            .iter()
+            .map(|stored| plansmith_core::Turn::from_plan(&stored.plan))
+            .collect())
     })
 }
 

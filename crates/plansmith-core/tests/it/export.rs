@@ -142,3 +142,154 @@ fn format_names_parse_leniently_and_unknown_ones_are_named() {
     let err = "langgraph".parse::<SeedFormat>().unwrap_err();
     assert!(err.to_string().contains("`langgraph`"), "{err}");
 }
+
+/// The other direction: a plan made natively (plansmith's document, holding only what the
+/// shape can hold) is exported to each seed shape, read back, and keeps what that shape
+/// carries: the actions and schedules, and per shape its plan-level fields and step progress.
+#[test]
+fn native_plans_survive_each_seed_shape() {
+    let native = |steps: Value, extra: Value| -> Plan {
+        let mut doc = json!({"id": "p-native", "version": 1, "title": "Native", "goal": "g",
+            "locale": "de-DE", "thought": "Why this plan.", "ready": true, "steps": steps,
+            "created_at": "2026-11-22T10:00:00Z"});
+        for (key, value) in extra.as_object().unwrap() {
+            doc[key] = value.clone();
+        }
+        let (plan, shape) = read(&doc);
+        assert_eq!(shape, SourceShape::Plansmith, "{doc}");
+        plan
+    };
+    let step = |id: &str, title: &str, description: &str, action: Value| {
+        json!({"id": id, "title": title, "description": description, "action": action,
+            "depends_on": [], "status": "not_started", "requires_approval": false, "notes": ""})
+    };
+    let tools = json!([
+        step(
+            "s1",
+            "Weather",
+            "Weather in Paris",
+            json!({"type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}})
+        ),
+        step(
+            "s2",
+            "Mail",
+            "Mail it to Bob",
+            json!({"type": "tool", "name": "send_email",
+            "arguments": {"to": "bob@example.com", "subject": "Weather", "body": "Sunny"}})
+        ),
+    ]);
+    let tasks = json!([
+        step(
+            "s1",
+            "Collect sales",
+            "Collect 2025 EV sales",
+            json!({"type": "task", "kind": "research", "need_web_search": true})
+        ),
+        step(
+            "s2",
+            "Compare",
+            "Compute growth",
+            json!({"type": "task", "kind": "processing", "need_web_search": false})
+        ),
+    ]);
+    let mut agents = json!([
+        step(
+            "s1",
+            "Watch AAPL",
+            "",
+            json!({"type": "agent", "agent": "MarketAgent", "query": "Alert me when AAPL moves 5%"})
+        ),
+        step(
+            "s2",
+            "Morning brief",
+            "",
+            json!({"type": "agent", "agent": "NewsAgent", "query": "Summarise the news"})
+        ),
+        step(
+            "s3",
+            "Explain",
+            "",
+            json!({"type": "agent", "agent": "ResearchAgent", "query": "Explain P/E"})
+        ),
+    ]);
+    agents[0]["schedule"] = json!({"type": "interval", "minutes": 60});
+    agents[1]["schedule"] = json!({"type": "daily", "time": "09:00"});
+    let mut progress = tasks.clone();
+    progress[0]["status"] = json!("completed");
+    progress[0]["notes"] = json!("found 3 sources");
+    progress[1]["status"] = json!("in_progress");
+
+    let cases = [
+        (SeedFormat::Sage, native(tools.clone(), json!({}))),
+        (SeedFormat::Nl2Sql, native(tools, json!({}))),
+        (
+            SeedFormat::DeerFlow,
+            native(tasks, json!({"has_enough_context": false})),
+        ),
+        (SeedFormat::ValueCell, native(agents, json!({}))),
+        (SeedFormat::OpenManus, native(progress, json!({}))),
+    ];
+    for (format, plan) in cases {
+        let rendered = render(&plan, format);
+        assert!(rendered.lost.is_empty(), "{format}: {:?}", rendered.lost);
+        let (back, _) = read(&rendered.value);
+        assert_eq!(
+            back.steps.len(),
+            plan.steps.len(),
+            "{format}: {}",
+            rendered.value
+        );
+        for (got, want) in back.steps.iter().zip(&plan.steps) {
+            match format {
+                SeedFormat::OpenManus => {
+                    assert!(got.title.starts_with(&want.title), "{format}: {got:?}");
+                    assert_eq!(
+                        (got.status, &got.notes),
+                        (want.status, &want.notes),
+                        "{format}"
+                    );
+                }
+                _ => {
+                    assert_eq!(got.action, want.action, "{format}");
+                    assert_eq!(got.schedule, want.schedule, "{format}");
+                }
+            }
+        }
+        match format {
+            SeedFormat::DeerFlow => {
+                assert_eq!(
+                    (
+                        &back.title,
+                        &back.thought,
+                        &back.locale,
+                        back.has_enough_context
+                    ),
+                    (&plan.title, &plan.thought, &plan.locale, Some(false)),
+                );
+                let titles: Vec<(&str, &str)> = back
+                    .steps
+                    .iter()
+                    .map(|s| (s.title.as_str(), s.description.as_str()))
+                    .collect();
+                assert_eq!(
+                    titles,
+                    [
+                        ("Collect sales", "Collect 2025 EV sales"),
+                        ("Compare", "Compute growth")
+                    ]
+                );
+            }
+            SeedFormat::ValueCell | SeedFormat::Nl2Sql => {
+                assert_eq!(back.thought, plan.thought, "{format}")
+            }
+            SeedFormat::OpenManus => assert_eq!(back.title, plan.title),
+            _ => {}
+        }
+        // Exporting what was read back gives the same document again.
+        assert_eq!(
+            render(&back, format).value,
+            rendered.value,
+            "{format}: stable"
+        );
+    }
+}

@@ -64,6 +64,8 @@ struct Expect {
     /// Findings that went into the prompt (after trimming), as `[source] text`.
     investigated: Option<Vec<String>>,
     investigation_error_contains: Option<String>,
+    /// Partial match on `diagnostics.memory`.
+    memory: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -364,6 +366,14 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
             .unwrap_or_default();
         if !error.contains(needle.as_str()) {
             fail(format!("investigation error {error:?} lacks {needle:?}"));
+        }
+    }
+    if let Some(expected) = &expect.memory {
+        let actual = serde_json::to_value(&outcome.diagnostics.memory).unwrap();
+        if actual.is_null() {
+            fail("no memory in the diagnostics".to_owned());
+        } else if let Err(why) = partial_match(&actual, expected) {
+            fail(format!("memory: {why}"));
         }
     }
     if failures.is_empty() {

@@ -13,3 +13,9 @@ mod concurrency;
 
 /// A writer killed with SIGKILL mid-stream loses no acknowledged write.
 mod crash;
+
+/// Plan templates: versions, list, delete, instantiation against a changed catalog.
+mod templates;
+
+/// Conversation memory: earlier plans of a conversation shown to the model.
+mod memory;

@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 mod plans;
 /// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4).
 mod providers;
+/// Issue 9: background investigation, conversation memory, plan templates, worked examples.
+mod seed;
 /// `plansmith serve` fuzzed through its OpenAPI document (issue 6).
 mod serve;
 
@@ -148,6 +150,7 @@ fn exit_codes_for_needs_input_and_fallback() {
     );
 }
 
+// The download belongs to the embedded model: without the `local` feature the binary has none.
 #[cfg(feature = "local")]
 #[test]
 fn a_failed_model_download_is_exit_3_and_leaves_no_partial_files() {
