@@ -16,6 +16,7 @@ use crate::template::short_description;
 
 /// One earlier planning turn: what was asked and the plan that answered it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Turn {
     /// The user's request.
     pub query: String,
@@ -80,6 +81,7 @@ pub fn plan_summary(plan: &Plan) -> String {
 
 /// What [`history`] kept, in [`crate::Diagnostics::memory`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemoryReport {
     /// Turns shown in full.
     pub turns_kept: usize,

@@ -19,6 +19,7 @@ pub mod events;
 pub mod metrics;
 pub mod openapi;
 mod routes;
+mod templates;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

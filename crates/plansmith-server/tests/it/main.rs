@@ -4,6 +4,7 @@
 mod api;
 mod browser;
 mod openapi;
+mod templates;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
