@@ -15,8 +15,8 @@ use crate::plan::{Action, Plan};
 use crate::template::short_description;
 
 /// One earlier planning turn: what was asked and the plan that answered it.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Turn {
     /// The user's request.
     pub query: String,
@@ -80,8 +80,8 @@ pub fn plan_summary(plan: &Plan) -> String {
 }
 
 /// What [`history`] kept, in [`crate::Diagnostics::memory`].
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemoryReport {
     /// Turns shown in full.
     pub turns_kept: usize,

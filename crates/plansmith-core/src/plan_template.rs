@@ -25,6 +25,7 @@ use crate::validate::validate;
 
 /// One declared parameter of a template.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TemplateParameter {
     /// The name used in `{{name}}` (letters, digits, `_`, `-`).
     pub name: String,
@@ -49,6 +50,7 @@ impl TemplateParameter {
 
 /// A named, versioned plan template.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlanTemplate {
     /// The template's name.
     pub name: String,

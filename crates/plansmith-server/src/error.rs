@@ -17,7 +17,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 /// |---|---|---|
 /// | `bad_request` | 400 | malformed JSON, query or path; bad step index or status; bad edit |
 /// | `unauthorized` | 401 | tokens are configured and the bearer token is missing or unknown |
-/// | `not_found` | 404 | no such plan or version (or it belongs to another owner) |
+/// | `not_found` | 404 | no such plan, version or template (or the plan is another owner's) |
 /// | `method_not_allowed` | 405 | the route exists but not with this method |
 /// | `conflict` | 409 | stale version, taken id, or a review state that forbids the operation |
 /// | `payload_too_large` | 413 | the body is over the configured limit |
@@ -162,9 +162,9 @@ impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> ApiError {
         let message = err.to_string();
         match err {
-            StoreError::NotFound(_) | StoreError::NoActivePlan(_) => {
-                ApiError::new("not_found", message)
-            }
+            StoreError::NotFound(_)
+            | StoreError::NoActivePlan(_)
+            | StoreError::TemplateNotFound(_) => ApiError::new("not_found", message),
             StoreError::AlreadyExists(_)
             | StoreError::Conflict { .. }
             | StoreError::InvalidState { .. } => ApiError::new("conflict", message),

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod openapi;
 mod routes;
 pub mod run;
+mod templates;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

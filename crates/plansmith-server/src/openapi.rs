@@ -58,7 +58,11 @@ pub(crate) fn base() -> OpenApi {
         ]))
         .tags(Some([
             tag("plans", "Plans: create, review, mark, follow"),
-            { tag("service", "Health, metrics, this document, the review page") },
+            tag(
+                "templates",
+                "Plan templates: save, list, get, delete, instantiate",
+            ),
+            tag("service", "Health, metrics, this document, the review page"),
         ]))
         .build()
 }
@@ -153,7 +157,7 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
             "`unauthorized`: tokens are configured and the bearer token is missing or unknown",
         ));
     }
-    if path.contains("{id}") {
+    if path.contains("{id}") || path.contains("{name}") {
         codes.push((
             "404",
             "`not_found`: no such plan or version (or another owner's)",

@@ -53,6 +53,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(update_step))
         .routes(routes!(events))
         .routes(routes!(run_plan))
+        .merge(crate::templates::api())
 }
 
 pub(crate) fn router(state: AppState) -> Router {
@@ -71,7 +72,7 @@ pub(crate) fn router(state: AppState) -> Router {
 // ------------------------------------------------------------------ extractors and middleware
 
 /// A JSON body whose rejections come out of the error table.
-struct ApiJson<T>(T);
+pub(crate) struct ApiJson<T>(pub(crate) T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -84,7 +85,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 }
 
 /// A query string whose rejections come out of the error table.
-struct ApiQuery<T>(T);
+pub(crate) struct ApiQuery<T>(pub(crate) T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -97,7 +98,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 }
 
 /// Path parameters whose rejections come out of the error table.
-struct ApiPath<T>(T);
+pub(crate) struct ApiPath<T>(pub(crate) T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
@@ -110,10 +111,10 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
 }
 
 /// Who calls: the owner its token maps to, or `None` without tokens (single user, sees all).
-struct Caller(Option<String>);
+pub(crate) struct Caller(pub(crate) Option<String>);
 
 impl Caller {
-    fn actor(&self) -> String {
+    pub(crate) fn actor(&self) -> String {
         self.0.clone().unwrap_or_else(|| "api".to_owned())
     }
 }
@@ -185,7 +186,11 @@ async fn method_not_allowed() -> ApiError {
 }
 
 /// Loads a plan the caller may see (another owner's plan is `not_found`).
-async fn load(state: &AppState, caller: &Caller, id: &str) -> Result<StoredPlan, ApiError> {
+pub(crate) async fn load(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<StoredPlan, ApiError> {
     let stored = state.store.get(id).await?;
     if let Some(owner) = &caller.0
         && stored.plan.owner.as_deref() != Some(owner.as_str())
@@ -195,7 +200,7 @@ async fn load(state: &AppState, caller: &Caller, id: &str) -> Result<StoredPlan,
     Ok(stored)
 }
 
-fn publish_stored(state: &AppState, kind: &str, stored: &StoredPlan) {
+pub(crate) fn publish_stored(state: &AppState, kind: &str, stored: &StoredPlan) {
     state.bus.publish(PlanBusEvent {
         kind: kind.to_owned(),
         plan_id: stored.plan.id.clone(),

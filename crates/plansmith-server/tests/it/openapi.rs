@@ -97,7 +97,11 @@ async fn openapi_document_covers_every_route() {
         ("/v1/plans/{id}/events", &["get"]),
         ("/v1/plans/{id}/feedback", &["post"]),
         ("/v1/plans/{id}/history", &["get"]),
+        ("/v1/plans/{id}/run", &["post"]),
         ("/v1/plans/{id}/steps/{step}", &["patch"]),
+        ("/v1/templates", &["get", "post"]),
+        ("/v1/templates/{name}", &["delete", "get"]),
+        ("/v1/templates/{name}/instantiate", &["post"]),
     ]
     .into_iter()
     .map(|(p, m)| (p.to_owned(), m.iter().map(|m| (*m).to_owned()).collect()))
@@ -117,7 +121,10 @@ async fn openapi_document_covers_every_route() {
     .await;
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
     for (path, methods) in &documented {
-        let concrete = path.replace("{id}", &id).replace("{step}", "s9");
+        let concrete = path
+            .replace("{id}", &id)
+            .replace("{step}", "s9")
+            .replace("{name}", "no-such-template");
         for method in METHODS {
             // DELETE would remove the plan the other probes use; it is probed last below.
             if method == "delete" && methods.contains(method) {

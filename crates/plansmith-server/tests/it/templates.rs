@@ -1,0 +1,236 @@
+//! Plan templates over HTTP: save (from a document or a stored plan), list, get, instantiate
+//! (re-validated against the server's catalog, diagnostics in the answer), delete.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::{call, reply, start, tokens};
+use plansmith_server::ServerConfig;
+
+#[tokio::test]
+async fn save_list_get_instantiate_delete() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let (status, created) = call(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"query": "Email Bob the weather in Paris"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+
+    // from a stored plan: the literal "Paris" becomes {{city}}
+    let save = json!({"name": "weather-mail", "description": "weather to someone",
+        "plan_id": id, "literals": {"city": "Paris"},
+        "parameters": [{"name": "city", "default": "Paris"}]});
+    let (status, saved) = call(&s, Method::POST, "/v1/templates", Some(save), None).await;
+    assert_eq!(status, 201, "{saved}");
+    assert_eq!(saved["version"], 1);
+    assert_eq!(
+        saved["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "{{city}}"
+    );
+    // saving again adds a version; the list shows the newest and the count
+    let doc = json!({"name": "weather-mail", "plan": saved["plan"],
+        "parameters": [{"name": "city"}]});
+    let (status, v2) = call(&s, Method::POST, "/v1/templates", Some(doc), None).await;
+    assert_eq!(status, 201, "{v2}");
+    assert_eq!(v2["version"], 2);
+    let (status, list) = call(&s, Method::GET, "/v1/templates", None, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["templates"][0]["latest"]["version"], 2);
+    assert_eq!(list["templates"][0]["versions"], 2);
+    let (status, got) = call(
+        &s,
+        Method::GET,
+        "/v1/templates/weather-mail?version=1",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(got["parameters"][0]["default"], "Paris");
+
+    // instantiate: stored for review, with the template recorded
+    let path = "/v1/templates/weather-mail/instantiate";
+    let (status, made) = call(
+        &s,
+        Method::POST,
+        path,
+        Some(json!({"arguments": {"city": "Lyon"}})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["stored"]["state"], "awaiting_review");
+    assert_eq!(
+        made["stored"]["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "Lyon"
+    );
+    assert_eq!(made["stored"]["plan"]["metadata"]["template"]["version"], 2);
+    let new_id = made["stored"]["plan"]["id"].as_str().unwrap();
+    let (status, _) = call(&s, Method::GET, &format!("/v1/plans/{new_id}"), None, None).await;
+    assert_eq!(status, 200);
+    // an argument the tool's schema refuses: the engine's diagnostics, nothing stored
+    let (_, before) = call(&s, Method::GET, "/v1/plans", None, None).await;
+    let body = json!({"version": 1, "arguments": {"city": "Lyon"}});
+    let mut broken = saved["plan"].clone();
+    broken["steps"][0]["action"]["arguments"]["unit"] = json!("kelvin");
+    let (status, _) = call(
+        &s,
+        Method::POST,
+        "/v1/templates",
+        Some(json!({"name": "broken", "plan": broken, "parameters": [{"name": "city"}]})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, err) = call(
+        &s,
+        Method::POST,
+        "/v1/templates/broken/instantiate",
+        Some(body),
+        None,
+    )
+    .await;
+    assert_eq!(status, 422, "{err}");
+    assert_eq!(err["code"], "invalid_plan");
+    let diagnostics = err["details"].as_array().unwrap();
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d["pointer"].as_str().unwrap().contains("unit")),
+        "{err}"
+    );
+    let (_, after) = call(&s, Method::GET, "/v1/plans", None, None).await;
+    assert_eq!(before["total"], after["total"], "nothing stored");
+    // a dry run shows the plan and the same diagnostics
+    let (status, preview) = call(
+        &s,
+        Method::POST,
+        "/v1/templates/broken/instantiate",
+        Some(json!({"arguments": {"city": "Lyon"}, "dry_run": true})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(preview["diagnostics"], err["details"]);
+    // missing and unknown arguments, unknown templates, bad names
+    let (status, err) = call(
+        &s,
+        Method::POST,
+        "/v1/templates/broken/instantiate",
+        Some(json!({})),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, err["code"].clone()),
+        (400, Value::from("bad_request")),
+        "{err}"
+    );
+    let (status, err) = call(
+        &s,
+        Method::POST,
+        path,
+        Some(json!({"arguments": {"town": "x"}})),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, err["code"].clone()),
+        (400, Value::from("bad_request")),
+        "{err}"
+    );
+    let (status, err) = call(&s, Method::GET, "/v1/templates/nope", None, None).await;
+    assert_eq!(
+        (status, err["code"].clone()),
+        (404, Value::from("not_found")),
+        "{err}"
+    );
+    let (status, err) = call(
+        &s,
+        Method::POST,
+        "/v1/templates",
+        Some(json!({"name": "bad name!", "plan": saved["plan"], "parameters": [{"name": "city"}]})),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, err["code"].clone()),
+        (400, Value::from("bad_request")),
+        "{err}"
+    );
+
+    // delete one version, then all
+    let (status, _) = call(
+        &s,
+        Method::DELETE,
+        "/v1/templates/weather-mail?version=1",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, _) = call(
+        &s,
+        Method::GET,
+        "/v1/templates/weather-mail?version=1",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = call(&s, Method::DELETE, "/v1/templates/weather-mail", None, None).await;
+    assert_eq!(status, 204);
+    let (status, _) = call(&s, Method::DELETE, "/v1/templates/weather-mail", None, None).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn instantiated_plans_belong_to_the_caller() {
+    let s = start(
+        reply("weather-email.json", 1),
+        tokens(&[("ta", "alice"), ("tb", "bob")]),
+    )
+    .await;
+    let (status, _) = call(&s, Method::GET, "/v1/templates", None, None).await;
+    assert_eq!(status, 401);
+    let (_, created) = call(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"query": "Email Bob the weather in Paris"})),
+        Some("ta"),
+    )
+    .await;
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    // bob cannot make a template of alice's plan
+    let save = json!({"name": "w", "plan_id": id, "literals": {"city": "Paris"}, "parameters": [{"name": "city"}]});
+    let (status, _) = call(
+        &s,
+        Method::POST,
+        "/v1/templates",
+        Some(save.clone()),
+        Some("tb"),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = call(&s, Method::POST, "/v1/templates", Some(save), Some("ta")).await;
+    assert_eq!(status, 201);
+    // templates are shared; bob's instance is bob's
+    let (status, made) = call(
+        &s,
+        Method::POST,
+        "/v1/templates/w/instantiate",
+        Some(json!({"arguments": {"city": "Rome"}})),
+        Some("tb"),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["stored"]["plan"]["owner"], "bob");
+    let (_, mine) = call(&s, Method::GET, "/v1/plans", None, Some("ta")).await;
+    assert_eq!(mine["total"], 1);
+}
