@@ -242,6 +242,14 @@ fn answer(value: Value, text: String) -> ToolAnswer {
     Ok(result)
 }
 
+/// The answer to a command's outcome: its JSON and text, or its error message.
+fn respond(outcome: Result<(Value, String), String>) -> ToolAnswer {
+    match outcome {
+        Ok((value, text)) => answer(value, text),
+        Err(message) => failure(message),
+    }
+}
+
 /// A failed call the caller can read (`isError: true`).
 fn failure(message: impl Into<String>) -> ToolAnswer {
     Ok(CallToolResult::error(vec![ContentBlock::text(
@@ -393,10 +401,7 @@ impl PlansmithMcp {
         context: RequestContext<RoleServer>,
     ) -> ToolAnswer {
         let owner = owner_of(&context);
-        match self.planning_command(params, &owner).await {
-            Ok((value, text)) => answer(value, text),
-            Err(message) => failure(message),
-        }
+        respond(self.planning_command(params, &owner).await)
     }
 
     #[tool(
@@ -455,10 +460,7 @@ impl PlansmithMcp {
         context: RequestContext<RoleServer>,
     ) -> ToolAnswer {
         let owner = owner_of(&context);
-        match self.templates_command(params, &owner).await {
-            Ok((value, text)) => answer(value, text),
-            Err(message) => failure(message),
-        }
+        respond(self.templates_command(params, &owner).await)
     }
 }
 

@@ -169,3 +169,18 @@ async fn a_call_that_hangs_times_out_naming_server_and_tool() {
         "server `slow`: no answer to tools/call `ping` within 3 s"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_that_is_not_an_object_is_named() {
+    let config = ServersConfig::from_json(&json!({"mcpServers": {
+        "strange": server("notobject"),
+        "fine": server("pages"),
+    }}))
+    .unwrap();
+    let imported = McpTools::connect(&config, quick()).await;
+    let problems: Vec<String> = imported.problems.iter().map(ToString::to_string).collect();
+    println!("{problems:?}");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("server `strange`"), "{problems:?}");
+    assert_eq!(imported.catalog.len(), 6, "the other server's tools load");
+}
