@@ -792,6 +792,8 @@ async fn events(
     Ok(sse(stream).into_response())
 }
 
+/// Run the plan: its steps execute as a DAG through the server's executor; progress arrives as
+/// `exec_*` and `step_status` events on the plan's event stream.
 #[utoipa::path(post, path = "/v1/plans/{id}/run", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
     request_body(content = crate::run::RunRequest, description = "Optional: `{\"resume\": true}` continues the plan's unfinished run; an empty body starts a run"),
