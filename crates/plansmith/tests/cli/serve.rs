@@ -128,12 +128,16 @@ fn fuzz(tool: &str, serve: &Serve, token: Option<&str>, report: &Path) {
         // Every check: no 5xx, and status codes, content types, headers, bodies and SSE events
         // as documented, schema-violating requests rejected, stateful links followed. Except
         // `positive_data_acceptance`: JSON Schema counts `68624.0` as an integer and treats
-        // `format` as an annotation, serde does not, so such bodies get a (documented) 400.
+        // `format` as an annotation, serde does not, so such bodies get a (documented) 400. And
+        // `ensure_resource_availability`: it follows the link from `POST /v1/templates` to
+        // `…/instantiate` but fills the body's own `version` at random, so a template created as
+        // version 1 and asked for as version 3 is a right 404, reported as "created resource not
+        // found" (seen once in CI).
         .args([
             "--checks",
             "all",
             "--exclude-checks",
-            "positive_data_acceptance",
+            "positive_data_acceptance,ensure_resource_availability",
         ])
         // The `examples` phase has nothing to use (the document has no examples) and trips on
         // a hypothesis cache error in this version.
