@@ -77,10 +77,21 @@ pub(crate) struct ApiJson<T>(pub(crate) T);
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
-            Err(err) => Err(rejection(err.status(), err.body_text())),
+        // Every body of this API is a JSON object: serde would also read a struct out of an
+        // array (`[]` fills an all-optional struct), which the OpenAPI document does not allow.
+        let value = match Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(Json(value)) => value,
+            Err(err) => return Err(rejection(err.status(), err.body_text())),
+        };
+        if !value.is_object() {
+            return Err(ApiError::new(
+                "bad_request",
+                "the request body must be a JSON object",
+            ));
         }
+        serde_json::from_value(value)
+            .map(ApiJson)
+            .map_err(|err| ApiError::new("bad_request", format!("invalid request body: {err}")))
     }
 }
 
