@@ -18,7 +18,6 @@ use plansmith_store::{Location, PlanStore};
 use serde_json::Value;
 
 /// A running server on an ephemeral loopback port.
-/// A running server.
 pub struct Server {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
@@ -52,6 +51,12 @@ pub async fn start(turns: Vec<String>, config: ServerConfig) -> Server {
     let catalog = Catalog::from_json(&tools).unwrap();
     let planner = Planner::new(catalog, Arc::new(ScriptedModel::new(turns)));
     let state = AppState::new(store, planner, config);
+    serve_state(state, dir).await
+}
+
+/// Serves `state` on an ephemeral loopback port; `dir` (the store's directory) lives as long
+/// as the server.
+pub async fn serve_state(state: AppState, dir: tempfile::TempDir) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(plansmith_server::serve(

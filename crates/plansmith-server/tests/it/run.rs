@@ -10,7 +10,7 @@ use plansmith_store::{Location, PlanStore};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{Server, call, read_sse, reply, root};
+use crate::{Server, call, read_sse, reply, root, serve_state};
 
 /// A server over a fresh store whose executor runs the example tools in process; `calls`
 /// records the tool calls.
@@ -50,21 +50,7 @@ async fn start_with_executor(calls: Arc<Mutex<Vec<String>>>) -> Server {
     let executor = Executor::new(store.clone(), invokers, config).with_catalog(catalog);
     let state =
         AppState::new(store, planner, ServerConfig::default()).with_executor(executor, false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(plansmith_server::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
-    Server {
-        base: format!("http://{addr}"),
-        client: reqwest::Client::builder()
-            .timeout(Duration::from_secs(20))
-            .build()
-            .unwrap(),
-        _dir: dir,
-    }
+    serve_state(state, dir).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
