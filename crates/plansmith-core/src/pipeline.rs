@@ -22,7 +22,7 @@ use crate::parse::{self, ParseDefaults, SourceShape};
 use crate::plan::{Action, Plan, Question, Step, StepStatus, TaskKind};
 use crate::request::{FallbackPolicy, PlanRequest};
 use crate::retrieve::{Bm25Index, Retriever, select};
-use crate::schema::plan_schema;
+use crate::schema::SchemaCache;
 use crate::stream::StepScanner;
 use crate::template::{
     AgentView, FeedbackView, PromptContext, RepairContext, SkillView, TemplateError, Templates,
@@ -246,6 +246,8 @@ pub struct Planner {
     templates: Arc<Templates>,
     model: Arc<dyn LanguageModel>,
     investigator: Option<Arc<dyn Investigator>>,
+    /// Output schemas already built for this catalog.
+    schemas: Arc<SchemaCache>,
 }
 
 impl std::fmt::Debug for Planner {
@@ -275,6 +277,7 @@ impl Planner {
             templates: Arc::new(Templates::builtin()),
             model,
             investigator: None,
+            schemas: Arc::default(),
         }
     }
 
@@ -394,7 +397,7 @@ impl Planner {
         diagnostics.strategy = Some(strategy);
         // Prompt-only and JSON-mode backends get no schema: building it is most of the non-model
         // cost of a request.
-        let schema = || Arc::new(plan_schema(&selected, &agents, &request.options));
+        let schema = || self.schemas.get(&selected, &agents, &request.options);
         let constraint = match strategy {
             Strategy::Grammar | Strategy::JsonSchema => Some(OutputConstraint::JsonSchema {
                 name: "plan".into(),

@@ -9,6 +9,9 @@
 //! The model writes the *flat* step form that [`crate::parse`] reads:
 //! `{"id": "s1", "type": "tool", "title": …, "name": …, "arguments": {…}, "depends_on": […]}`.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{AgentCard, CatalogTool};
@@ -33,6 +36,56 @@ pub fn plan_schema(tools: &[&CatalogTool], agents: &[&AgentCard], options: &Plan
         Shape::ToolSteps => tool_steps_schema(tools, agents, max_steps, text_max),
         Shape::Research => research_schema(max_steps, text_max),
         Shape::AgentTasks => agent_tasks_schema(agents, max_steps, text_max),
+    }
+}
+
+/// Schemas built for earlier requests of one planner, keyed by what [`plan_schema`] depends on
+/// (shape, bounds, and the names of the selected tools and agents: the planner's catalog is
+/// fixed). A service planning similar requests builds each schema once instead of per request,
+/// where building (cloning every tool's branch) was a quarter of a request's CPU.
+#[derive(Debug, Default)]
+pub(crate) struct SchemaCache {
+    entries: Mutex<HashMap<String, Arc<Value>>>,
+}
+
+/// Distinct schemas kept; the cache starts over when full (top-K selections repeat, so a
+/// small bound holds the working set).
+const SCHEMA_CACHE_MAX: usize = 256;
+
+impl SchemaCache {
+    /// [`plan_schema`] for these arguments, built once.
+    pub(crate) fn get(
+        &self,
+        tools: &[&CatalogTool],
+        agents: &[&AgentCard],
+        options: &PlanOptions,
+    ) -> Arc<Value> {
+        let mut key = format!(
+            "{:?}\u{1f}{}\u{1f}{}",
+            options.shape, options.max_steps, options.max_string_length
+        );
+        for tool in tools {
+            key.push('\u{1e}');
+            key.push_str(&tool.tool.name);
+        }
+        key.push('\u{1f}');
+        for agent in agents {
+            key.push('\u{1e}');
+            key.push_str(&agent.name);
+        }
+        if let Ok(entries) = self.entries.lock()
+            && let Some(schema) = entries.get(&key)
+        {
+            return Arc::clone(schema);
+        }
+        let schema = Arc::new(plan_schema(tools, agents, options));
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= SCHEMA_CACHE_MAX {
+                entries.clear();
+            }
+            entries.insert(key, Arc::clone(&schema));
+        }
+        schema
     }
 }
 
@@ -301,6 +354,35 @@ mod tests {
     fn catalog(name: &str, schema: Value) -> crate::catalog::Catalog {
         crate::catalog::Catalog::from_json(&json!([{"name": name, "input_schema": schema}]))
             .unwrap()
+    }
+
+    #[test]
+    fn the_cache_builds_each_schema_once_and_keys_on_what_changes_it() {
+        let catalog = crate::catalog::Catalog::from_json(&json!([
+            {"name": "a", "input_schema": {"type": "object"}},
+            {"name": "b", "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}}}
+        ]))
+        .unwrap();
+        let (a, b) = (catalog.tool("a").unwrap(), catalog.tool("b").unwrap());
+        let cache = SchemaCache::default();
+        let options = PlanOptions::default();
+        let first = cache.get(&[a, b], &[], &options);
+        assert!(Arc::ptr_eq(&first, &cache.get(&[a, b], &[], &options)));
+        assert_eq!(*first, plan_schema(&[a, b], &[], &options));
+        // Other tools, another order, other bounds: other schemas, each equal to a fresh build.
+        let fewer_steps = PlanOptions {
+            max_steps: 2,
+            ..PlanOptions::default()
+        };
+        for (tools, options) in [
+            (vec![a], &options),
+            (vec![b, a], &options),
+            (vec![a, b], &fewer_steps),
+        ] {
+            let cached = cache.get(&tools, &[], options);
+            assert!(!Arc::ptr_eq(&first, &cached));
+            assert_eq!(*cached, plan_schema(&tools, &[], options));
+        }
     }
 
     #[test]

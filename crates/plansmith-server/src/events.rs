@@ -53,6 +53,15 @@ impl EventBus {
         }
     }
 
+    /// Whether anyone listens to the plan's events (so a publisher can skip building an event
+    /// nobody would get: a new plan has no subscribers yet).
+    pub fn has_subscribers(&self, plan_id: &str) -> bool {
+        self.channels
+            .lock()
+            .map(|channels| channels.contains_key(plan_id))
+            .unwrap_or(false)
+    }
+
     /// Subscribes to a plan's events from now on.
     pub fn subscribe(&self, plan_id: &str) -> Option<broadcast::Receiver<PlanBusEvent>> {
         let mut channels = self.channels.lock().ok()?;

@@ -11,6 +11,10 @@ pub enum StoreError {
     /// No plan with this id.
     #[error("no plan with id `{0}`")]
     NotFound(String),
+    /// The store's group-commit writer stopped before answering (its runtime is shutting
+    /// down); the plan may or may not have been stored: look it up by id.
+    #[error("the store's writer stopped before answering: look the plan up by its id")]
+    WriterStopped,
     /// `create` with an id that is taken.
     #[error("a plan with id `{0}` already exists")]
     AlreadyExists(String),

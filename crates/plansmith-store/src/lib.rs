@@ -64,6 +64,7 @@
 
 pub mod error;
 pub mod exec;
+mod group;
 pub mod review;
 pub mod store;
 pub mod templates;

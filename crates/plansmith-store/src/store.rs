@@ -17,6 +17,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use crate::error::{Result, StoreError};
+use crate::group::GroupWriter;
 use crate::review::{Review, ReviewState};
 
 /// Where a store lives: a SQLite file or a PostgreSQL URL.
@@ -460,6 +461,8 @@ pub const MIGRATION_LOCK: i64 = 0x706c_616e_736d_7468;
 pub struct PlanStore {
     pub(crate) pool: AnyPool,
     location: Location,
+    /// New plans go through this writer's batches (see [`PlanStore::with_group_commit`]).
+    writer: Option<GroupWriter>,
 }
 
 const PLAN_COLUMNS: &str = "id, version, state, document, review, created_at, updated_at";
@@ -509,9 +512,24 @@ impl PlanStore {
         let store = PlanStore {
             pool,
             location: location.clone(),
+            writer: None,
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// The same store, with new plans written by group commit: concurrent
+    /// [`PlanStore::create`] calls (and so [`PlanStore::submit`]) share one transaction, and
+    /// one disk flush, per batch of at most `max_batch`; each call returns once its batch
+    /// committed, so a returned plan is as durable as without it. For servers with many
+    /// clients. Must be called inside a tokio runtime (the writer is a task on it); outside
+    /// one, the store is returned unchanged. Once that runtime has shut down, creates write
+    /// on their own again.
+    pub fn with_group_commit(mut self, max_batch: usize) -> PlanStore {
+        if let Some(writer) = GroupWriter::start(self.pool.clone(), max_batch) {
+            self.writer = Some(writer);
+        }
+        self
     }
 
     /// Opens the store named by `text` (see [`Location::from_str`]).
@@ -629,44 +647,23 @@ impl PlanStore {
         plan.parent_version = None;
         let now = Utc::now().trunc_subsecs(6);
         let document = to_json(&plan)?;
-        let diff = serde_json::to_string(&serde_json::json!([
-            {"op": "add", "path": "", "value": serde_json::to_value(&plan).map_err(bad_json)?}
-        ]))
-        .map_err(bad_json)?;
+        // Version 1's diff adds the whole document (spliced, not serialised a second time).
+        let diff = format!(r#"[{{"op":"add","path":"","value":{document}}}]"#);
         let review_json = serde_json::to_string(&review).map_err(bad_json)?;
-        let mut tx = self.pool.begin().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
-                                document, review, created_at, updated_at)
-             VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(plan.id.clone())
-        .bind(state.as_str())
-        .bind(plan.owner.clone())
-        .bind(plan.conversation_id.clone())
-        .bind(plan.thread_id.clone())
-        .bind(plan.title.clone())
-        .bind(document.clone())
-        .bind(review_json)
-        .bind(timestamp(now))
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 0 {
+        let row = NewPlan {
+            plan,
+            state,
+            review: review_json,
+            document,
+            diff,
+            actor: actor.to_owned(),
+            at: now,
+        };
+        let (row, stored) = self.insert_new(row).await?;
+        let plan = row.plan;
+        if !stored {
             return Err(StoreError::AlreadyExists(plan.id));
         }
-        insert_version(
-            &mut tx,
-            &plan,
-            Trigger::Created,
-            actor,
-            now,
-            state,
-            &diff,
-            &document,
-        )
-        .await?;
-        tx.commit().await?;
         Ok(StoredPlan {
             plan,
             state,
@@ -674,6 +671,24 @@ impl PlanStore {
             created_at: now,
             updated_at: now,
         })
+    }
+
+    /// Writes a new plan's rows: through the group writer when there is one (see
+    /// [`PlanStore::with_group_commit`]), else in a transaction of its own. Gives the row back
+    /// with whether it was stored (`false`: the id is taken).
+    async fn insert_new(&self, row: NewPlan) -> Result<(NewPlan, bool)> {
+        let row = match &self.writer {
+            Some(writer) => match writer.insert(row).await {
+                Ok(answer) => return answer,
+                // The writer's runtime is gone: write it here.
+                Err(row) => row,
+            },
+            None => row,
+        };
+        let mut tx = self.pool.begin().await?;
+        let stored = insert_new(&mut tx, &row).await?;
+        tx.commit().await?;
+        Ok((row, stored))
     }
 
     /// The current version of a plan; [`StoreError::NotFound`] if there is none.
@@ -1046,6 +1061,62 @@ pub fn carry_step_progress(old: &[Step], new: &mut [Step]) {
             step.error = prev.error.clone();
         }
     }
+}
+
+/// A new plan's rows, encoded (by the caller, so the group writer only runs SQL).
+#[derive(Debug)]
+pub(crate) struct NewPlan {
+    pub(crate) plan: Plan,
+    pub(crate) state: ReviewState,
+    /// The review settings, as JSON.
+    pub(crate) review: String,
+    /// The plan, as JSON.
+    pub(crate) document: String,
+    /// Version 1's diff (an RFC 6902 `add` of the whole plan).
+    pub(crate) diff: String,
+    pub(crate) actor: String,
+    pub(crate) at: DateTime<Utc>,
+}
+
+/// Inserts the plan and its version 1 in `tx`; `false` (and nothing written) when the id is
+/// taken.
+pub(crate) async fn insert_new(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    row: &NewPlan,
+) -> Result<bool> {
+    let plan = &row.plan;
+    let inserted = sqlx::query(
+        "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                            document, review, created_at, updated_at)
+         VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(plan.id.clone())
+    .bind(row.state.as_str())
+    .bind(plan.owner.clone())
+    .bind(plan.conversation_id.clone())
+    .bind(plan.thread_id.clone())
+    .bind(plan.title.clone())
+    .bind(row.document.clone())
+    .bind(row.review.clone())
+    .bind(timestamp(row.at))
+    .execute(&mut **tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Ok(false);
+    }
+    insert_version(
+        tx,
+        plan,
+        Trigger::Created,
+        &row.actor,
+        row.at,
+        row.state,
+        &row.diff,
+        &row.document,
+    )
+    .await?;
+    Ok(true)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -216,3 +216,59 @@ async fn concurrent_opens_postgres() {
     let url = crate::support::fresh_postgres_url(&base).await;
     concurrent_opens_migrate_once(plansmith_store::Location::Postgres(url)).await;
 }
+
+/// Group commit (what `plansmith serve` uses): many concurrent creates, some with the same id,
+/// land in shared transactions; every distinct id is stored exactly once with its version 1,
+/// and of the same-id creates exactly one succeeds while the others are told the id is taken.
+async fn group_commit_creates(db: TestDb) {
+    let store = db.store.clone().with_group_commit(16);
+    let mut tasks = Vec::new();
+    for idx in 0..120 {
+        let store = store.clone();
+        // Every tenth create reuses the id "dup".
+        let id = if idx % 10 == 0 {
+            "dup".to_owned()
+        } else {
+            format!("g{idx}")
+        };
+        tasks.push(tokio::spawn(async move {
+            let plan = Plan::new(id.clone(), format!("plan {idx}"));
+            let result = store
+                .create(plan, ReviewState::Accepted, Review::default(), "group")
+                .await;
+            (id, result)
+        }));
+    }
+    let (mut stored, mut taken) = (BTreeSet::new(), 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            (id, Ok(plan)) => {
+                assert_eq!(plan.plan.id, id);
+                assert_eq!(plan.version(), 1);
+                assert!(stored.insert(id.clone()), "{id} stored twice");
+            }
+            (id, Err(StoreError::AlreadyExists(taken_id))) => {
+                assert_eq!(id, "dup");
+                assert_eq!(taken_id, "dup");
+                taken += 1;
+            }
+            (id, Err(other)) => panic!("{id}: {other}"),
+        }
+    }
+    assert_eq!(taken, 11, "12 creates of `dup`, one lands");
+    assert_eq!(stored.len(), 109);
+    for id in &stored {
+        let plan = store.get(id).await.unwrap();
+        assert_eq!(plan.version(), 1);
+        let history = store.history(id).await.unwrap();
+        assert_eq!(history.len(), 1, "{id}");
+        assert_eq!(history[0].trigger, plansmith_store::Trigger::Created);
+    }
+    let page = store
+        .list(&plansmith_store::ListFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(page.total, 109);
+}
+
+both_backends!(group_commit, super::group_commit_creates);
