@@ -667,7 +667,16 @@ async fn feedback(
                 verdict,
                 note,
             };
-            (store.decide(&id, decision, None, &actor).await?, Vec::new())
+            let stored = store.decide(&id, decision, None, &actor).await?;
+            // A run that paused for this decision goes on at once (the worker would also
+            // find it, one poll later).
+            if let Some(runner) = &state.runner
+                && let Ok(Some(run)) = store.exec_run(&id).await
+                && run.state == plansmith_store::RunState::Waiting
+            {
+                runner.spawn_join(&id, true);
+            }
+            (stored, Vec::new())
         }
     };
     publish_stored(&state, "plan_updated", &stored);

@@ -101,8 +101,10 @@ fn publish(bus: &EventBus, plan_id: &str, event: &ExecEvent) {
     });
 }
 
-/// Joins the store's running runs every `every` (bounded page of 100 per round), so a run
-/// started on another process, or left by a process that died, is carried on here.
+/// Every `every` (bounded pages of 100 per round): joins the store's running runs, so a run
+/// started on another process, or left by a process that died, is carried on here; and
+/// resumes the runs paused for people once someone decided (through this server, another
+/// one, or `plansmith plans decide`), so nobody has to send `{"resume": true}`.
 pub fn spawn_worker(runner: Runner, every: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -113,6 +115,14 @@ pub fn spawn_worker(runner: Runner, every: Duration) -> tokio::task::JoinHandle<
                     }
                 }
                 Err(err) => tracing::warn!("worker: listing runs: {err}"),
+            }
+            match runner.executor.store().exec_decided_runs(100).await {
+                Ok(runs) => {
+                    for run in runs {
+                        runner.spawn_join(&run.plan_id, true);
+                    }
+                }
+                Err(err) => tracing::warn!("worker: listing paused runs: {err}"),
             }
             tokio::time::sleep(every).await;
         }
@@ -148,7 +158,7 @@ pub(crate) async fn run_plan(
     let Some(runner) = state.runner.clone() else {
         return Err(ApiError::new(
             "bad_request",
-            "this server has no executor: start it with --commands FILE",
+            "this server has no executor: start it with --commands FILE or --mcp SERVERS",
         ));
     };
     let run = if body.resume {

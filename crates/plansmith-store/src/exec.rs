@@ -515,6 +515,26 @@ impl PlanStore {
         rows.iter().map(decode_run).collect()
     }
 
+    /// Runs paused for people (`waiting`) that someone has decided about since they paused
+    /// (a step decision recorded at or after the pause), oldest pause first: what a worker
+    /// resumes. A decision older than the pause does not count, so a run that paused again
+    /// with nothing new decided is not picked up over and over.
+    pub async fn exec_decided_runs(&self, limit: u32) -> Result<Vec<ExecRun>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT r.plan_id, r.base_version, r.state, r.replans, r.node, r.outcome,
+                    r.started_at, r.updated_at
+             FROM exec_runs r
+             WHERE r.state = 'waiting'
+               AND EXISTS (SELECT 1 FROM exec_decisions d
+                           WHERE d.plan_id = r.plan_id AND d.created_at >= r.updated_at)
+             ORDER BY r.updated_at, r.plan_id LIMIT {}",
+            limit.clamp(1, 1000)
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(decode_run).collect()
+    }
+
     /// Every step row of the plan's run.
     pub async fn exec_steps(&self, plan_id: &str) -> Result<Vec<ExecStep>> {
         let rows = sqlx::query(AssertSqlSafe(format!(

@@ -120,6 +120,27 @@ pub fn extend(catalog: Catalog, mcp: Option<&Path>) -> Result<Catalog, CliError>
         .map_err(CliError::input)
 }
 
+/// `catalog` plus the tools of the MCP servers in `path`, with the live connections kept for
+/// running them (`plansmith run --mcp`, `plansmith serve --mcp`). Must be called inside the
+/// runtime that will use the connections. Each problem is a warning on stderr; a name in both
+/// is an error naming it.
+pub async fn connect(catalog: Catalog, path: &Path) -> Result<(Catalog, McpTools), CliError> {
+    let config = read_config(path)?;
+    let imported = McpTools::connect(&config, ClientOptions::default()).await;
+    for problem in &imported.problems {
+        eprintln!("warning: {problem}");
+    }
+    let tools: Vec<Tool> = catalog
+        .tools()
+        .chain(imported.catalog.tools())
+        .map(|t| t.tool.clone())
+        .collect();
+    let catalog = Catalog::new(tools, catalog.agents().to_vec())
+        .with_context(|| format!("the tools of {} and the catalog", path.display()))
+        .map_err(CliError::input)?;
+    Ok((catalog, imported.tools))
+}
+
 /// `plansmith tools list`: every tool with its server, flags and a short description; exit 2
 /// when a server or tool had a problem (the others are still listed).
 pub fn list(args: ListArgs) -> Result<u8, CliError> {

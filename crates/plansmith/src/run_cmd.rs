@@ -101,27 +101,13 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         .on_failure
         .parse()
         .map_err(|e: String| CliError::input(anyhow!(e)))?;
-    let mut catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), None)?;
-    let mcp = match &args.mcp {
+    let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), None)?;
+    let (catalog, mcp) = match &args.mcp {
         Some(path) => {
-            let config = plansmith_mcp::ServersConfig::load(path).map_err(CliError::input)?;
-            let imported =
-                plansmith_mcp::McpTools::connect(&config, plansmith_mcp::ClientOptions::default())
-                    .await;
-            for problem in &imported.problems {
-                eprintln!("warning: {problem}");
-            }
-            let tools: Vec<plansmith_core::Tool> = catalog
-                .tools()
-                .chain(imported.catalog.tools())
-                .map(|t| t.tool.clone())
-                .collect();
-            catalog = plansmith_core::Catalog::new(tools, catalog.agents().to_vec())
-                .with_context(|| format!("the tools of {} and the catalog", path.display()))
-                .map_err(CliError::input)?;
-            Some(Arc::new(imported.tools))
+            let (catalog, tools) = crate::mcp_cmd::connect(catalog, path).await?;
+            (catalog, Some(Arc::new(tools)))
         }
-        None => None,
+        None => (catalog, None),
     };
     let store = open(args.store.as_deref()).await?;
     let plan_id = resolve_plan(&store, &args.plan, &catalog).await?;

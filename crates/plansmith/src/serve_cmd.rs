@@ -19,6 +19,9 @@ use serde::Deserialize;
 
 use crate::{CliError, EXIT_OK};
 
+/// Most new plans written in one transaction by the server's store.
+const GROUP_COMMIT_BATCH: usize = 256;
+
 /// Arguments of `plansmith serve` (each overrides the file and the environment).
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -37,7 +40,8 @@ pub struct ServeArgs {
     /// Agent cards (env PLANSMITH_AGENTS).
     #[arg(long)]
     agents: Option<PathBuf>,
-    /// MCP servers whose tools join the catalog (env PLANSMITH_MCP).
+    /// MCP servers whose tools join the catalog and run on them (env PLANSMITH_MCP): turns
+    /// on plan execution (`POST /v1/plans/{id}/run`).
     #[arg(long)]
     mcp: Option<PathBuf>,
     /// Requests per second over all clients, 0 for none (env PLANSMITH_RATE_LIMIT).
@@ -57,7 +61,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct ExecServeArgs {
     /// Run plans: tools and agents by command or HTTP callback (see `plansmith run`); also
-    /// joins runs started by other processes on the same store.
+    /// joins runs started by other processes on the same store. With `--mcp`, plans run too
+    /// (MCP tools on their servers, other tools through these commands).
     #[arg(long, env = "PLANSMITH_COMMANDS")]
     commands: Option<PathBuf>,
     /// Steps this process runs at once.
@@ -217,16 +222,26 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
     };
     config.check_bind(addr).map_err(CliError::input)?;
     let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
-    let catalog = crate::mcp_cmd::extend(catalog, layer.mcp.as_deref())?;
     let model = crate::model::load(layer.model.as_deref())?;
-    let planner = Planner::new(catalog.clone(), model.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
         .map_err(CliError::failed)?;
     runtime.block_on(async move {
-        let store = crate::plans_cmd::open(layer.store.as_deref()).await?;
+        // The MCP servers stay connected: the executor calls their tools.
+        let (catalog, mcp_tools) = match layer.mcp.as_deref() {
+            Some(path) => {
+                let (catalog, tools) = crate::mcp_cmd::connect(catalog, path).await?;
+                (catalog, Some(Arc::new(tools)))
+            }
+            None => (catalog, None),
+        };
+        let planner = Planner::new(catalog.clone(), model.clone());
+        // Many clients: new plans share transactions (group commit, see PlanStore).
+        let store = crate::plans_cmd::open(layer.store.as_deref())
+            .await?
+            .with_group_commit(GROUP_COMMIT_BATCH);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))
@@ -250,13 +265,23 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             tokens,
         );
         let mut state = state.with_mcp(mcp);
-        if let Some(path) = &args.exec.commands {
-            let map = crate::run_cmd::read_commands(path)?;
-            let invokers = plansmith_exec::Invokers {
-                tools: Some(Arc::new(plansmith_exec::CommandInvoker::new(map.tools))),
-                agents: Some(Arc::new(plansmith_exec::CommandInvoker::new(map.agents))),
+        if args.exec.commands.is_some() || mcp_tools.is_some() {
+            let mut invokers = plansmith_exec::Invokers {
                 tasks: Some(Arc::new(plansmith_exec::TaskInvoker::new(model.clone(), 1024))),
+                ..plansmith_exec::Invokers::default()
             };
+            if let Some(path) = &args.exec.commands {
+                let map = crate::run_cmd::read_commands(path)?;
+                invokers.tools = Some(Arc::new(plansmith_exec::CommandInvoker::new(map.tools)));
+                invokers.agents = Some(Arc::new(plansmith_exec::CommandInvoker::new(map.agents)));
+            }
+            // MCP tools run on their servers; any other tool goes to the commands.
+            if let Some(tools) = mcp_tools {
+                let fallback = invokers.tools.take();
+                invokers.tools = Some(Arc::new(plansmith_exec::mcp::McpInvoker::new(
+                    tools, fallback,
+                )));
+            }
             let mut exec = plansmith_exec::ExecConfig::new(plansmith_exec::node_name());
             exec.concurrency = args.exec.exec_concurrency.max(1);
             exec.lease = Duration::from_secs(args.exec.lease_secs.max(1));

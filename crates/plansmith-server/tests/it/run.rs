@@ -6,7 +6,7 @@ use std::time::Duration;
 use plansmith_core::{Action, Catalog, Planner, ScriptedModel};
 use plansmith_exec::{ExecConfig, Executor, FnInvoker, Invokers};
 use plansmith_server::{AppState, ServerConfig};
-use plansmith_store::{Location, PlanStore};
+use plansmith_store::{Location, PlanStore, RunState};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -15,6 +15,16 @@ use crate::{Server, call, read_sse, reply, root, serve_state};
 /// A server over a fresh store whose executor runs the example tools in process; `calls`
 /// records the tool calls.
 async fn start_with_executor(calls: Arc<Mutex<Vec<String>>>) -> Server {
+    start_with(calls, Vec::new(), false).await.0
+}
+
+/// As [`start_with_executor`], with steps that need approval, the background worker on or
+/// off, and the store handed back (to decide as `plansmith plans decide` would).
+async fn start_with(
+    calls: Arc<Mutex<Vec<String>>>,
+    require_approval: Vec<String>,
+    worker: bool,
+) -> (Server, PlanStore) {
     let dir = tempfile::tempdir().unwrap();
     let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
         .await
@@ -47,10 +57,11 @@ async fn start_with_executor(calls: Arc<Mutex<Vec<String>>>) -> Server {
     };
     let mut config = ExecConfig::new("test-node");
     config.poll_interval = Duration::from_millis(20);
+    config.require_approval = require_approval;
     let executor = Executor::new(store.clone(), invokers, config).with_catalog(catalog);
-    let state =
-        AppState::new(store, planner, ServerConfig::default()).with_executor(executor, false);
-    serve_state(state, dir).await
+    let state = AppState::new(store.clone(), planner, ServerConfig::default())
+        .with_executor(executor, worker);
+    (serve_state(state, dir).await, store)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,5 +168,109 @@ async fn run_without_an_executor_is_a_bad_request() {
     assert!(
         body["message"].as_str().unwrap().contains("--commands"),
         "{body}"
+    );
+}
+
+/// Starts a run of a new accepted plan whose `s2` needs approval, and waits until the run
+/// pauses for people; returns the plan id.
+async fn run_until_paused(s: &Server) -> String {
+    let (status, created) = call(
+        s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"query": "Email Bob the weather in Paris", "auto_accept": true})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let events = s
+        .client
+        .get(format!("{}/v1/plans/{id}/events", s.base))
+        .send()
+        .await
+        .unwrap();
+    let reader = tokio::spawn(read_sse(events, |kind, _| kind == "exec_run_finished"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, body) = call(s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
+    assert_eq!(status, 202, "{body}");
+    let seen = tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("the run did not pause")
+        .unwrap();
+    let (_, paused) = seen.last().unwrap();
+    assert_eq!(paused["data"]["state"], "waiting", "{paused}");
+    id
+}
+
+/// Waits (bounded) until the plan's run has ended; returns its state.
+async fn run_end(store: &PlanStore, id: &str) -> plansmith_store::RunState {
+    for _ in 0..400 {
+        let run = store.exec_run(id).await.unwrap().expect("a run");
+        if run.state.is_final() {
+            return run.state;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the run of {id} did not end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_through_feedback_continues_a_paused_run() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    // No background worker: only the feedback route can have continued the run.
+    let (s, store) = start_with(calls.clone(), vec!["s2".into()], false).await;
+    let id = run_until_paused(&s).await;
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        1,
+        "only s1 ran before the gate"
+    );
+
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/plans/{id}/feedback"),
+        Some(json!({"action": "step", "step": "s2", "verdict": "approve"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(run_end(&store, &id).await, RunState::Completed);
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls[1].starts_with("send_email"), "{calls:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_continues_a_run_decided_outside_the_server() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let (s, store) = start_with(calls.clone(), vec!["s2".into()], true).await;
+    let id = run_until_paused(&s).await;
+    // Paused, nothing decided: the worker leaves it alone.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let run = store.exec_run(&id).await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Waiting);
+    assert_eq!(calls.lock().unwrap().len(), 1);
+
+    // What `plansmith plans decide ID --step s2 deny` does: a decision in the store only.
+    store
+        .decide_step(
+            &id,
+            "s2",
+            plansmith_store::StepVerdict::Deny,
+            "not today",
+            "cli",
+        )
+        .await
+        .unwrap();
+    // A denied step is skipped; with nothing else left the run ends.
+    assert_eq!(run_end(&store, &id).await, RunState::Completed);
+    let (_, plan) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(plan["plan"]["steps"][1]["status"], "skipped", "{plan}");
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        1,
+        "the denied email was not sent"
     );
 }

@@ -287,14 +287,10 @@ fn uuid_like() -> String {
     format!("{}_{nanos}", std::process::id())
 }
 
-/// `plansmith run --mcp`: steps call tools of real MCP servers (the reference `time` and
-/// `everything` servers, `scripts/mcp-servers.sh`), a `$ref` carrying one server's structured
-/// result into the other's arguments. Without `PLANSMITH_TEST_MCP_TIME` /
-/// `PLANSMITH_TEST_MCP_EVERYTHING` prints `NOTE … NOT RUN`; under `CI=true` fails.
-#[test]
-fn run_calls_tools_of_real_mcp_servers() {
-    let test = "run_calls_tools_of_real_mcp_servers";
-    let get = |name: &str| match std::env::var(name) {
+/// The reference MCP server installed at `$name` (`scripts/mcp-servers.sh`); `None` with a
+/// `NOTE … NOT RUN` line when it is not set, a failure under `CI=true`.
+fn mcp_server(test: &str, name: &str) -> Option<String> {
+    match std::env::var(name) {
         Ok(v) if !v.is_empty() => Some(v),
         _ => {
             assert!(
@@ -304,10 +300,19 @@ fn run_calls_tools_of_real_mcp_servers() {
             println!("NOTE: {test} NOT RUN: set {name} (eval \"$(scripts/mcp-servers.sh)\")");
             None
         }
-    };
+    }
+}
+
+/// `plansmith run --mcp`: steps call tools of real MCP servers (the reference `time` and
+/// `everything` servers, `scripts/mcp-servers.sh`), a `$ref` carrying one server's structured
+/// result into the other's arguments. Without `PLANSMITH_TEST_MCP_TIME` /
+/// `PLANSMITH_TEST_MCP_EVERYTHING` prints `NOTE … NOT RUN`; under `CI=true` fails.
+#[test]
+fn run_calls_tools_of_real_mcp_servers() {
+    let test = "run_calls_tools_of_real_mcp_servers";
     let (Some(time), Some(everything)) = (
-        get("PLANSMITH_TEST_MCP_TIME"),
-        get("PLANSMITH_TEST_MCP_EVERYTHING"),
+        mcp_server(test, "PLANSMITH_TEST_MCP_TIME"),
+        mcp_server(test, "PLANSMITH_TEST_MCP_EVERYTHING"),
     ) else {
         return;
     };
@@ -349,4 +354,137 @@ fn run_calls_tools_of_real_mcp_servers() {
     );
     let echoed = report["steps"][1]["result"].to_string();
     assert!(echoed.contains("Europe/Paris"), "{report}");
+}
+
+/// One HTTP/1.1 request with a JSON body; returns (status, body as JSON or null).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let body = body.to_string();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (status, body)
+}
+
+/// `plansmith serve --mcp`: a plan made over HTTP runs its tool on the real `time` MCP server
+/// through `POST /v1/plans/{id}/run` (no `--commands`: MCP alone turns execution on).
+#[test]
+fn serve_runs_plans_on_mcp_servers() {
+    let test = "serve_runs_plans_on_mcp_servers";
+    let Some(time) = mcp_server(test, "PLANSMITH_TEST_MCP_TIME") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let servers = dir.path().join("servers.json");
+    write(
+        &servers,
+        &serde_json::json!({"mcpServers": {
+            "time": {"command": time, "args": ["--local-timezone", "UTC"]}
+        }}),
+    );
+    let plan = serde_json::json!({"thought": "One call answers it.", "title": "Time in Paris",
+        "steps": [{"id": "s1", "type": "tool", "title": "Time in Paris",
+                   "name": "get_current_time", "arguments": {"timezone": "Europe/Paris"}}]});
+    let replies = dir.path().join("replies.json");
+    write(
+        &replies,
+        &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [plan.to_string()]}),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["serve", "--addr", &addr, "--mcp"])
+        .arg(&servers)
+        .arg("--model")
+        .arg(format!("scripted:{}", replies.display()))
+        .arg("--store")
+        .arg(format!("sqlite:{}", dir.path().join("plans.db").display()))
+        .env_remove("PLANSMITH_MODEL")
+        .env_remove("PLANSMITH_TOKENS")
+        .env_remove("PLANSMITH_COMMANDS")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "serve did not start:\n{}", log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (status, created) = http(
+            &addr,
+            "POST",
+            "/v1/plans",
+            &serde_json::json!({"query": "What time is it in Paris?", "auto_accept": true}),
+        );
+        assert_eq!(status, 201, "{created}\n{}", log());
+        let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+        let (status, started) = http(
+            &addr,
+            "POST",
+            &format!("/v1/plans/{id}/run"),
+            &serde_json::json!({}),
+        );
+        assert_eq!(status, 202, "{started}\n{}", log());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, stored) = http(
+                &addr,
+                "GET",
+                &format!("/v1/plans/{id}"),
+                &serde_json::json!({}),
+            );
+            let state = &stored["plan"]["metadata"]["last_run"]["state"];
+            if state == "completed" {
+                assert_eq!(
+                    stored["plan"]["steps"][0]["result"]["timezone"], "Europe/Paris",
+                    "{stored}"
+                );
+                break;
+            }
+            assert!(
+                state.is_null() || state == "running",
+                "run ended {state}: {stored}\n{}",
+                log()
+            );
+            assert!(Instant::now() < deadline, "the run did not end:\n{}", log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }));
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }
