@@ -11,6 +11,8 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 
@@ -351,10 +353,21 @@ impl Drop for Partial {
     }
 }
 
+/// Pulls in this process run one at a time: two threads wanting the model at once (tests
+/// running in parallel on a fresh machine did) must not both fetch it, and the second finds it
+/// installed by the first.
+static PULLS: Mutex<()> = Mutex::new(());
+
+/// Numbers the partial directories of this process (each pull works in a directory of its
+/// own, also when several processes pull into the same store).
+static PULL_SEQ: AtomicU64 = AtomicU64::new(0);
+
 /// Makes sure `spec` is in `dir`, fetching and assembling it if needed; returns its path.
 ///
 /// An existing file of the right size is trusted (hashing 1 GiB at every start would cost
-/// seconds); [`verify`] checks it fully.
+/// seconds); [`verify`] checks it fully. Pulls in one process run one after the other; pulls
+/// in several processes each assemble in a directory of their own and move the verified file
+/// into place atomically (the same file, whoever wins).
 pub fn pull(
     spec: &ModelSpec,
     dir: &Path,
@@ -365,8 +378,17 @@ pub fn pull(
     if is_installed(dir, spec) {
         return Ok(target);
     }
+    let _one_at_a_time = PULLS.lock().unwrap_or_else(PoisonError::into_inner);
+    if is_installed(dir, spec) {
+        return Ok(target);
+    }
     fs::create_dir_all(dir).map_err(io_error("cannot create", dir))?;
-    let partial_dir = dir.join(format!(".partial-{}-{}", spec.name, std::process::id()));
+    let partial_dir = dir.join(format!(
+        ".partial-{}-{}-{}",
+        spec.name,
+        std::process::id(),
+        PULL_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = fs::remove_dir_all(&partial_dir);
     fs::create_dir_all(&partial_dir).map_err(io_error("cannot create", &partial_dir))?;
     let mut guard = Partial(Some(partial_dir.clone()));

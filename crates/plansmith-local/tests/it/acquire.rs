@@ -122,6 +122,44 @@ fn pull_assembles_parts_and_verifies() {
     );
 }
 
+/// Two threads pulling the same model into a fresh store at once (parallel tests on a new
+/// machine) both get the verified file; it is fetched once and nothing partial is left.
+#[test]
+fn concurrent_pulls_share_one_download() {
+    struct Counting(DirFetcher, std::sync::atomic::AtomicUsize);
+    impl Fetcher for Counting {
+        fn fetch(&self, part: &Part, into: &Path) -> Result<PathBuf, AcquireError> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Slow enough that the two pulls overlap.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.0.fetch(part, into)
+        }
+    }
+    let mirror = mirror();
+    let store = tempfile::tempdir().unwrap();
+    let spec = spec(&good_hash());
+    let fetcher = Counting(
+        DirFetcher(mirror.path().into()),
+        std::sync::atomic::AtomicUsize::new(0),
+    );
+    let paths: Vec<PathBuf> = std::thread::scope(|scope| {
+        let pulls: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| acquire::pull(&spec, store.path(), &fetcher, &mut NoProgress)))
+            .collect();
+        pulls
+            .into_iter()
+            .map(|p| p.join().unwrap().unwrap())
+            .collect()
+    });
+    assert_eq!(paths[0], paths[1]);
+    assert_eq!(std::fs::read(&paths[0]).unwrap(), contents().concat());
+    assert_eq!(
+        fetcher.1.load(std::sync::atomic::Ordering::SeqCst),
+        PARTS.len()
+    );
+    assert_eq!(entries(store.path()), ["fake.gguf"]);
+}
+
 #[test]
 fn bad_hash_installs_nothing() {
     let mirror = mirror();
