@@ -210,8 +210,22 @@ pub fn plan(
     model: std::sync::Arc<dyn plansmith_core::LanguageModel>,
     limit_per_category: Option<usize>,
     categories: &[String],
+    resume: bool,
 ) -> anyhow::Result<PlanSummary> {
     use plansmith_core::{Action, PlanRequest, Planner};
+
+    // With `resume`, the cases already in `out_path` are kept and not run again (an evaluation
+    // of hundreds of cases takes hours on a CPU; an interrupted one goes on where it stopped).
+    let done: std::collections::HashSet<String> = if resume && out_path.exists() {
+        fs::read_to_string(out_path)
+            .with_context(|| format!("failed to read {}", out_path.display()))?
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter_map(|v| v.get("id").and_then(|id| id.as_str()).map(str::to_owned))
+            .collect()
+    } else {
+        std::collections::HashSet::new()
+    };
 
     let text = fs::read_to_string(cases_path)
         .with_context(|| format!("failed to read cases {}", cases_path.display()))?;
@@ -232,10 +246,19 @@ pub fn plan(
             continue;
         }
         *seen += 1;
-        cases.push(case);
+        if !done.contains(&case.id) {
+            cases.push(case);
+        }
     }
-    let file = fs::File::create(out_path)
-        .with_context(|| format!("cannot create {}", out_path.display()))?;
+    let file = if resume {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out_path)
+    } else {
+        fs::File::create(out_path)
+    }
+    .with_context(|| format!("cannot create {}", out_path.display()))?;
     let mut out = BufWriter::new(file);
     let bar = indicatif::ProgressBar::new(cases.len() as u64);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());

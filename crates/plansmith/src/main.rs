@@ -184,6 +184,9 @@ struct EvalPlanArgs {
     /// Local models: decode without the JSON-Schema grammar.
     #[arg(long)]
     unconstrained: bool,
+    /// Keep the predictions already in `--out` and run only the cases missing there.
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(Debug, Args)]
@@ -249,7 +252,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
         Command::Eval(EvalCommand::Plan(args)) => model::load_with(args.model.as_deref(), args.unconstrained)
             .and_then(|model| {
-                eval::plan(&args.cases, &args.out, model, args.limit, &args.categories).map_err(CliError::input)
+                eval::plan(&args.cases, &args.out, model, args.limit, &args.categories, args.resume).map_err(CliError::input)
             })
             .map(|summary| {
                 println!(

@@ -347,6 +347,70 @@ fn eval_retrieval_writes_ranked_lists() {
     );
 }
 
+/// `eval plan` writes one prediction per case; `--resume` keeps them and runs only the cases
+/// that are missing (an interrupted evaluation goes on where it stopped).
+#[test]
+fn eval_plan_writes_predictions_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/tools.json")).unwrap())
+            .unwrap();
+    let case = |id: &str| {
+        serde_json::json!({"id": id, "category": "simple_python", "query": "Email Bob the weather in Paris",
+            "messages": [{"role": "user", "content": "Email Bob the weather in Paris"}],
+            "tools": tools})
+        .to_string()
+    };
+    let cases = dir.path().join("cases.jsonl");
+    let out = dir.path().join("preds.jsonl");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "plan",
+            "--cases",
+            cases.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--model",
+            "scripted:examples/replies/weather-email-repeat.json",
+        ];
+        args.extend_from_slice(extra);
+        let output = plansmith(&args);
+        assert_exit(&output, 0);
+        text(&output.stdout)
+    };
+    let read = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    std::fs::write(&cases, format!("{}\n{}\n", case("c1"), case("c2"))).unwrap();
+    let stdout = run(&[]);
+    assert!(stdout.starts_with("2 cases"), "{stdout}");
+    let first = read();
+    assert_eq!(first.len(), 2);
+    assert_eq!(first[0]["id"], "c1");
+    assert_eq!(first[0]["plan"][0]["name"], "get_weather", "{}", first[0]);
+
+    std::fs::write(
+        &cases,
+        format!("{}\n{}\n{}\n", case("c1"), case("c2"), case("c3")),
+    )
+    .unwrap();
+    let stdout = run(&["--resume"]);
+    assert!(stdout.starts_with("1 cases"), "{stdout}");
+    let resumed = read();
+    assert_eq!(resumed.len(), 3);
+    assert_eq!(resumed[..2], first[..]);
+    assert_eq!(resumed[2]["id"], "c3");
+    // Without --resume the file is written afresh.
+    let stdout = run(&[]);
+    assert!(stdout.starts_with("3 cases"), "{stdout}");
+    assert_eq!(read().len(), 3);
+}
+
 #[test]
 fn plan_format_renders_a_seed_shape_and_reports_what_it_cannot_hold() {
     let mut args = WEATHER.to_vec();
