@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`) into a
-# project-local virtual environment, built from the pinned, sha256-verified sdist (its llama.cpp
-# is compiled here: a few minutes on 2 cores). Used by the providers' end-to-end test of
+# project-local virtual environment, from the pinned, sha256-verified sdist, on the llama.cpp
+# shared libraries that scripts/llama-server.sh built from the same sdist (its own llama.cpp
+# build is turned off, so llama.cpp is compiled once for both). Used by the providers' end-to-end test of
 # tool calling against a real server on loopback (llama.cpp's own server does not constrain a
 # forced tool call; llama-cpp-python's `chatml-function-calling` format does).
 #
@@ -14,11 +15,13 @@ cd "$(dirname "$0")/.."
 version=0.3.36 # the sdist pinned in scripts/llama-sdist.sh
 root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
 out="$root/llama-cpp-python-$version"
-if [ -x "$out/bin/python" ] && "$out/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
+if [ -x "$out/bin/python" ] && "$out/bin/python" -c "import llama_cpp.server; llama_cpp.llama_backend_init()" 2>/dev/null; then
   echo "$out/bin/python"
   exit 0
 fi
 command -v cmake >/dev/null 2>&1 || bash scripts/setup.sh >&2
+
+tools=$(bash scripts/llama-server.sh)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/plansmith-llama-cpp-python.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -28,8 +31,8 @@ python="${PLANSMITH_PYTHON:-python3}"
 # clean and the check at the top never accepts half an install.
 rm -rf "$out"
 "$python" -m venv "$out" >&2
-echo "llama-cpp-python: building llama-cpp-python $version (a few minutes)" >&2
-CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF" \
+echo "llama-cpp-python: installing llama-cpp-python $version on $tools/lib" >&2
+CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" \
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
   "$out/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
   "$sdist[server]" >"$work/pip.log" 2>&1 || {
@@ -37,7 +40,11 @@ CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOO
   rm -rf "$out"
   exit 1
 }
-"$out/bin/python" -c "import llama_cpp.server" || {
+# The package loads its libraries from llama_cpp/lib (they find each other there: $ORIGIN).
+pkg=$("$out/bin/python" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("llama_cpp").origin))')
+mkdir -p "$pkg/lib"
+cp -P "$tools"/lib/*.so* "$pkg/lib/"
+"$out/bin/python" -c "import llama_cpp.server; llama_cpp.llama_backend_init()" || {
   echo "llama-cpp-python: the installed server does not import" >&2
   rm -rf "$out"
   exit 1
