@@ -62,7 +62,16 @@ for _ in $(seq 300); do
   [ $left = 0 ] && break
   sleep 0.2
 done
-[ $left = 0 ] || { echo "$left plan(s) did not complete"; exit 1; }
+if [ $left != 0 ]; then
+  echo "$left plan(s) did not complete"
+  for id in "${IDS[@]}"; do
+    curl -sf "http://$A/v1/plans/$id" | python3 -c 'import json,sys
+p=json.load(sys.stdin)["plan"]
+print(p["id"], p.get("metadata",{}).get("last_run"), [(s["id"], s["status"]) for s in p["steps"]])'
+  done
+  cat "$EFFECTS"
+  exit 1
+fi
 python3 - "$EFFECTS" "${IDS[@]}" <<'PY'
 import collections, sys
 lines = [l.split() for l in open(sys.argv[1])]

@@ -1485,16 +1485,19 @@ impl<'a> Ctx<'a> {
         let summary = summary::compose(self.ex.summary_model.as_ref(), &self.plan, &rows).await;
         let report = self.report(state, reason, summary);
         let value = serde_json::to_value(&report).unwrap_or(Value::Null);
-        let first = self
-            .ex
-            .store
-            .exec_set_run_state(&self.plan_id, state, Some(&value))
-            .await?;
+        // The plan document first, the run's end state second: a node dying between the two
+        // leaves the run `running`, so another node finishes it and writes both. (The other
+        // order once left a run ended in the log but not in the plan, which nobody repaired.)
         self.sync.meta(
             "last_run",
             json!({"state": state, "reason": report.reason, "summary": report.summary}),
         );
         self.sync.flush().await;
+        let first = self
+            .ex
+            .store
+            .exec_set_run_state(&self.plan_id, state, Some(&value))
+            .await?;
         self.release_run().await?;
         if first {
             self.emit(ExecEvent::RunFinished {
