@@ -5,6 +5,7 @@
 //! one error table ([`crate::ERROR_TABLE`]) and are added here, so they are never forgotten
 //! on a route.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -91,6 +92,49 @@ pub fn document() -> Value {
 pub(crate) fn document_json() -> String {
     static JSON: OnceLock<String> = OnceLock::new();
     JSON.get_or_init(|| document().to_string()).clone()
+}
+
+/// Validators of the JSON request bodies, by the name of their schema in the document, built
+/// once. serde reads more than the document allows (a struct out of an array: `"options": []`
+/// filled every option with its default, found by schemathesis), so every body is checked
+/// against the schema the clients were given before serde reads it.
+pub(crate) fn body_validators() -> &'static HashMap<String, jsonschema::Validator> {
+    static VALIDATORS: OnceLock<HashMap<String, jsonschema::Validator>> = OnceLock::new();
+    VALIDATORS.get_or_init(|| {
+        let document = document();
+        let mut validators = HashMap::new();
+        let Some(paths) = document.get("paths").and_then(Value::as_object) else {
+            return validators;
+        };
+        let refs = paths
+            .values()
+            .filter_map(Value::as_object)
+            .flat_map(|item| item.values())
+            .filter_map(|operation| {
+                operation
+                    .pointer("/requestBody/content/application~1json/schema/$ref")
+                    .and_then(Value::as_str)
+            });
+        for reference in refs {
+            let Some(name) = reference.strip_prefix("#/components/schemas/") else {
+                continue;
+            };
+            // The root carries the document's components so that every `$ref` inside resolves.
+            let schema = serde_json::json!({
+                "$ref": reference,
+                "components": document.get("components").cloned().unwrap_or(Value::Null),
+            });
+            match jsonschema::validator_for(&schema) {
+                Ok(validator) => {
+                    validators.insert(name.to_owned(), validator);
+                }
+                // A schema utoipa wrote that the validator cannot compile: the body is then
+                // only read by serde; the test `every_request_body_has_a_validator` catches it.
+                Err(err) => tracing::warn!(%name, %err, "request body schema does not compile"),
+            }
+        }
+        validators
+    })
 }
 
 /// utoipa writes `u32` as `{"type": "integer", "format": "int32", "minimum": 0}`, which
@@ -204,5 +248,42 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
             .responses
             .responses
             .insert(status.to_owned(), RefOr::T(response.build()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_body_has_a_validator() {
+        let document = document();
+        let mut bodies = 0;
+        for item in document["paths"]
+            .as_object()
+            .into_iter()
+            .flat_map(|p| p.values())
+        {
+            for operation in item.as_object().into_iter().flat_map(|o| o.values()) {
+                let Some(body) = operation.get("requestBody") else {
+                    continue;
+                };
+                let reference = body
+                    .pointer("/content/application~1json/schema/$ref")
+                    .and_then(Value::as_str)
+                    .unwrap_or_else(|| panic!("a JSON body without a named schema: {body}"));
+                let name = reference.trim_start_matches("#/components/schemas/");
+                assert!(
+                    body_validators().contains_key(name),
+                    "no validator for {name}"
+                );
+                bodies += 1;
+            }
+        }
+        assert!(bodies >= 6, "only {bodies} request bodies in the document");
+        // and the validators are as strict as the document: a nested struct is an object
+        let create = &body_validators()["CreatePlan"];
+        assert!(create.is_valid(&serde_json::json!({"query": "x", "options": {}})));
+        assert!(!create.is_valid(&serde_json::json!({"query": "x", "options": []})));
     }
 }

@@ -34,6 +34,8 @@ use crate::events::PlanBusEvent;
 
 /// The review page.
 const INDEX_HTML: &str = include_str!("../assets/index.html");
+/// Schema problems of a request body listed in the error's details.
+const MAX_BODY_PROBLEMS: usize = 20;
 /// Largest page of `GET /v1/plans`.
 const MAX_LIMIT: u32 = 500;
 
@@ -74,25 +76,48 @@ pub(crate) fn router(state: AppState) -> Router {
 /// A JSON body whose rejections come out of the error table.
 pub(crate) struct ApiJson<T>(pub(crate) T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+impl<T: DeserializeOwned + ToSchema, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        // Every body of this API is a JSON object: serde would also read a struct out of an
-        // array (`[]` fills an all-optional struct), which the OpenAPI document does not allow.
         let value = match Json::<serde_json::Value>::from_request(req, state).await {
             Ok(Json(value)) => value,
             Err(err) => return Err(rejection(err.status(), err.body_text())),
         };
-        if !value.is_object() {
-            return Err(ApiError::new(
-                "bad_request",
-                "the request body must be a JSON object",
-            ));
-        }
-        serde_json::from_value(value)
-            .map(ApiJson)
-            .map_err(|err| ApiError::new("bad_request", format!("invalid request body: {err}")))
+        read_body(value).map(ApiJson)
     }
+}
+
+/// Reads a request body of type `T` out of its JSON, checked against its OpenAPI schema.
+fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError> {
+    // Every body of this API is a JSON object: serde would also read a struct out of an
+    // array (`[]` fills an all-optional struct), which the OpenAPI document does not allow.
+    if !value.is_object() {
+        return Err(ApiError::new(
+            "bad_request",
+            "the request body must be a JSON object",
+        ));
+    }
+    // The body must match the schema the clients were given, also where serde is laxer
+    // (a nested struct read out of an array).
+    if let Some(validator) = crate::openapi::body_validators().get(T::name().as_ref()) {
+        let problems: Vec<Value> = validator
+            .iter_errors(&value)
+            .take(MAX_BODY_PROBLEMS)
+            .map(|err| json!({"path": err.instance_path().to_string(), "message": err.to_string()}))
+            .collect();
+        if let Some(first) = problems.first() {
+            let message = format!(
+                "invalid request body at `{}`: {}",
+                first["path"].as_str().unwrap_or_default(),
+                first["message"].as_str().unwrap_or_default()
+            );
+            return Err(
+                ApiError::new("bad_request", message).with_details(json!({ "problems": problems }))
+            );
+        }
+    }
+    serde_json::from_value(value)
+        .map_err(|err| ApiError::new("bad_request", format!("invalid request body: {err}")))
 }
 
 /// A query string whose rejections come out of the error table.
@@ -837,8 +862,9 @@ async fn run_plan(
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         crate::run::RunRequest::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|err| ApiError::new("bad_request", format!("invalid run request: {err}")))?
+        let value = serde_json::from_slice(&body)
+            .map_err(|err| ApiError::new("bad_request", format!("invalid run request: {err}")))?;
+        read_body(value)?
     };
     Ok(crate::run::run_plan(State(state), id, request)
         .await?

@@ -144,6 +144,19 @@ async fn save_list_get_instantiate_delete() {
         (400, Value::from("bad_request")),
         "{err}"
     );
+    let (status, err) = call(
+        &s,
+        Method::POST,
+        path,
+        Some(json!({"options": [], "conversation_id": null})),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, err["code"].clone()),
+        (400, Value::from("bad_request")),
+        "{err}"
+    );
     let (status, err) = call(&s, Method::GET, "/v1/templates/nope", None, None).await;
     assert_eq!(
         (status, err["code"].clone()),
