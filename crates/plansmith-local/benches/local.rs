@@ -1,6 +1,8 @@
 //! Figures for the embedded model on this machine (a bench command, not criterion: each run takes
-//! seconds). `cargo bench -p plansmith-local --bench local -- [MODEL] [THREADS]`, MODEL a pinned
-//! name (default `qwen2.5-coder-0.5b`) or a GGUF path.
+//! seconds). `cargo bench -p plansmith-local --bench local -- [MODEL] [THREADS] [REPS]`, MODEL a
+//! pinned name (default `qwen2.5-coder-0.5b`) or a GGUF path. Each figure is the median of REPS
+//! (default 5) runs, the two sides of a comparison interleaved, so that a noisy neighbour on a
+//! shared machine moves both sides alike.
 //!
 //! 1. The plain llama.cpp loop (batch decode + llama.cpp's own greedy sampler) against our
 //!    engine on the same prompt and the same number of tokens: prompt and generation tok/s and
@@ -94,6 +96,19 @@ fn plain_loop(path: &PathBuf, threads: i32, prompt_tokens_text: &str) -> (f64, f
     )
 }
 
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -101,82 +116,104 @@ fn main() {
         .collect();
     let (path, name) = model_path(args.first().cloned());
     let threads: i32 = args.get(1).and_then(|t| t.parse().ok()).unwrap_or(1);
+    let reps: usize = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(5).max(1);
     println!(
-        "model {name} ({}), {threads} generation thread(s)",
+        "model {name} ({}), {threads} generation thread(s), median of {reps} runs",
         path.display()
     );
 
-    // 1. The plain loop, then ours on the same prompt.
-    let (plain_prompt, plain_gen, n_prompt, n_plain) = plain_loop(&path, threads, PROMPT);
+    // 1. The plain loop, then ours on the same prompt, interleaved. The prompt is about as long
+    //    as a planning prompt (~500 tokens), so start-up costs do not dominate the prompt rate.
+    let long_prompt: String = (1..=10).map(|i| format!("Part {i}. {PROMPT}\n")).collect();
     let mut config = LocalConfig::new(path.clone(), name.clone());
     config.threads = threads;
-    let ours = LocalModel::load(config.clone()).unwrap();
-    let request = CompletionRequest {
-        messages: vec![Message::user(PROMPT)],
-        constraint: None,
-        max_tokens: n_plain.max(1) as u32,
-        temperature: 0.0,
-    };
-    futures::executor::block_on(ours.complete(request.clone())).unwrap();
-    let stats = ours.last_stats();
+    let (mut plain_prompt, mut plain_gen, mut our_prompt, mut our_gen) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut n_prompt, mut n_gen) = (0, 0);
+    for _ in 0..reps {
+        let (prompt, generation, n, generated) = plain_loop(&path, threads, &long_prompt);
+        plain_prompt.push(prompt);
+        plain_gen.push(generation);
+        n_prompt = n;
+        let request = CompletionRequest {
+            messages: vec![Message::user(long_prompt.clone())],
+            constraint: None,
+            max_tokens: generated.max(1) as u32,
+            temperature: 0.0,
+        };
+        // A fresh model, as the plain loop loads one: the whole prompt is evaluated.
+        let ours = LocalModel::load(config.clone()).unwrap();
+        futures::executor::block_on(ours.complete(request)).unwrap();
+        let stats = ours.last_stats();
+        our_prompt.push(stats.prompt_tok_s());
+        our_gen.push(stats.generate_tok_s());
+        n_gen = stats.generated_tokens;
+    }
+    let (plain_prompt, plain_gen) = (median(plain_prompt), median(plain_gen));
+    let (our_prompt, our_gen) = (median(our_prompt), median(our_gen));
     println!(
-        "prompt: plain {plain_prompt:.1} tok/s, ours {:.1} tok/s ({} tokens), ratio {:.3}",
-        stats.prompt_tok_s(),
-        n_prompt,
-        stats.prompt_tok_s() / plain_prompt
+        "prompt: plain {plain_prompt:.1} tok/s, ours {our_prompt:.1} tok/s ({n_prompt} tokens), ratio {:.3}",
+        our_prompt / plain_prompt
     );
     println!(
-        "generation: plain {plain_gen:.1} tok/s, ours {:.1} tok/s ({} tokens), ratio {:.3}",
-        stats.generate_tok_s(),
-        stats.generated_tokens,
-        stats.generate_tok_s() / plain_gen
+        "generation: plain {plain_gen:.1} tok/s, ours {our_gen:.1} tok/s ({n_gen} tokens), ratio {:.3}",
+        our_gen / plain_gen
     );
 
-    // 2 and 3. A planning request with and without the grammar; cold then warm.
+    // 2 and 3. A planning request with and without the grammar; cold then warm (the two
+    // queries alternate, so a warm run shares the prefix but not the request).
     let tools: serde_json::Value =
         serde_json::from_str(include_str!("../../../examples/tools.json")).unwrap();
     let catalog = Catalog::from_json(&tools).unwrap();
-    let ours = Arc::new(ours);
+    let ours = Arc::new(LocalModel::load(config.clone()).unwrap());
     let planner = Planner::new(catalog.clone(), ours.clone());
-    let mut plan_request =
-        PlanRequest::new("What's the weather in Paris? Email it to bob@example.com, then tell me.");
+    let mut free = config;
+    free.constrained = false;
+    let unconstrained = Arc::new(LocalModel::load(free).unwrap());
+    let free_planner = Planner::new(catalog, unconstrained.clone());
+    let queries = [
+        "What's the weather in Paris? Email it to bob@example.com, then tell me.",
+        "What's the weather in Rome? Email it to ann@example.com, then tell me.",
+    ];
+    let mut plan_request = PlanRequest::new(queries[0]);
     plan_request.options.max_repairs = 0;
     let started = Instant::now();
     let outcome = futures::executor::block_on(planner.plan(&plan_request)).unwrap();
     let cold = started.elapsed().as_secs_f64();
     let cold_stats = ours.last_stats();
-    plan_request.query =
-        "What's the weather in Rome? Email it to ann@example.com, then tell me.".into();
-    let started = Instant::now();
-    let warm_outcome = futures::executor::block_on(planner.plan(&plan_request)).unwrap();
-    let warm = started.elapsed().as_secs_f64();
-    let warm_stats = ours.last_stats();
+    let (mut warm, mut constrained, mut free_gen) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut steps, mut cached, mut prompt_tokens, mut constrained_tokens, mut free_tokens) =
+        (0, 0, 0, 0, 0);
+    let mut rejections = 0;
+    for rep in 0..reps {
+        plan_request.query = queries[(rep + 1) % 2].into();
+        let started = Instant::now();
+        let warm_outcome = futures::executor::block_on(planner.plan(&plan_request)).unwrap();
+        warm.push(started.elapsed().as_secs_f64());
+        let stats = ours.last_stats();
+        constrained.push(stats.generate_tok_s());
+        steps = warm_outcome.plan.steps.len();
+        (cached, prompt_tokens) = (stats.cached_tokens, stats.prompt_tokens);
+        constrained_tokens = stats.generated_tokens;
+        rejections = stats.grammar_rejections;
+        let _ = futures::executor::block_on(free_planner.plan(&plan_request));
+        let stats = unconstrained.last_stats();
+        free_gen.push(stats.generate_tok_s());
+        free_tokens = stats.generated_tokens;
+    }
+    let warm = median(warm);
     println!(
-        "time to plan: cold {cold:.2} s ({} steps, {} prompt tokens), warm {warm:.2} s ({} steps, {} of {} prompt tokens cached)",
+        "time to plan: cold {cold:.2} s ({} steps, {} prompt tokens, {} generated), warm {warm:.2} s ({steps} steps, {cached} of {prompt_tokens} prompt tokens cached, {constrained_tokens} generated)",
         outcome.plan.steps.len(),
         cold_stats.prompt_tokens,
-        warm_outcome.plan.steps.len(),
-        warm_stats.cached_tokens,
-        warm_stats.prompt_tokens
+        cold_stats.generated_tokens,
+    );
+    let (constrained, free_gen) = (median(constrained), median(free_gen));
+    println!(
+        "constrained generation: {constrained:.1} tok/s ({constrained_tokens} tokens, {rejections} grammar rejections in the last run)"
     );
     println!(
-        "constrained generation: {:.1} tok/s ({} tokens, {} grammar rejections)",
-        warm_stats.generate_tok_s(),
-        warm_stats.generated_tokens,
-        warm_stats.grammar_rejections
-    );
-    drop(planner);
-    let mut free = config;
-    free.constrained = false;
-    let unconstrained = Arc::new(LocalModel::load(free).unwrap());
-    let planner = Planner::new(catalog, unconstrained.clone());
-    let _ = futures::executor::block_on(planner.plan(&plan_request));
-    let _ = futures::executor::block_on(planner.plan(&plan_request));
-    let free_stats = unconstrained.last_stats();
-    println!(
-        "unconstrained generation: {:.1} tok/s ({} tokens); constrained/unconstrained {:.3}",
-        free_stats.generate_tok_s(),
-        free_stats.generated_tokens,
-        warm_stats.generate_tok_s() / free_stats.generate_tok_s()
+        "unconstrained generation: {free_gen:.1} tok/s ({free_tokens} tokens); constrained/unconstrained {:.3}",
+        constrained / free_gen
     );
 }
