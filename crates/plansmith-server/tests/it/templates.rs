@@ -196,8 +196,13 @@ async fn save_list_get_instantiate_delete() {
     )
     .await;
     assert_eq!(status, 404);
+    // the other versions are still there: deleting one version is not deleting the template
+    let (status, got) = call(&s, Method::GET, "/v1/templates/weather-mail", None, None).await;
+    assert_eq!(status, 200, "{got}");
     let (status, _) = call(&s, Method::DELETE, "/v1/templates/weather-mail", None, None).await;
     assert_eq!(status, 204);
+    let (status, _) = call(&s, Method::GET, "/v1/templates/weather-mail", None, None).await;
+    assert_eq!(status, 404);
     let (status, _) = call(&s, Method::DELETE, "/v1/templates/weather-mail", None, None).await;
     assert_eq!(status, 404);
 }
