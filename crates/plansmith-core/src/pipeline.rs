@@ -1194,6 +1194,36 @@ impl Planner {
                 diagnostics,
             );
         }
+        // The last line of defence for "never an invalid plan": a candidate that had errors is
+        // validated again as it is about to be returned. The only errors it may still have are
+        // the missing arguments that became questions (their steps wait, blocked); anything else
+        // means a step above was kept that should not have been, and the plan is not returned.
+        if findings.iter().any(Diagnostic::is_error) {
+            let (_, recheck) = validate(plan.clone(), &self.catalog, &request.options);
+            let blocked = |d: &Diagnostic| {
+                d.code == Code::MissingArgument
+                    && plan
+                        .steps
+                        .iter()
+                        .any(|s| Some(&s.id) == d.step.as_ref() && s.status == StepStatus::Blocked)
+            };
+            let left: Vec<Diagnostic> = recheck
+                .into_iter()
+                .filter(|d| d.is_error() && !blocked(d))
+                .collect();
+            if !left.is_empty() {
+                let reason = format!(
+                    "the plan left after dropping invalid steps is still invalid: {}",
+                    left.iter()
+                        .map(|d| d.message.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+                diagnostics.findings.extend(kept_findings);
+                diagnostics.findings.extend(left);
+                return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
+            }
+        }
         diagnostics.findings.extend(kept_findings);
         let status = if plan.ready {
             OutcomeStatus::Ready

@@ -33,16 +33,18 @@ pub fn validate(
         ));
         return (plan, diags);
     }
-    if !check_ids(&plan, &mut diags) {
-        return (plan, diags);
+    // Every step's action is checked even when the ids or the graph are broken: a caller that
+    // drops the steps blamed for a graph error must not keep an unchecked step beside them.
+    let graph_ok = check_ids(&plan, &mut diags) && check_graph(&mut plan, &mut diags);
+    if graph_ok {
+        merge_duplicates(&mut plan, &mut diags);
+        enforce_max_steps(&mut plan, options.max_steps, &mut diags);
     }
-    if !check_graph(&mut plan, &mut diags) {
-        return (plan, diags);
-    }
-    merge_duplicates(&mut plan, &mut diags);
-    enforce_max_steps(&mut plan, options.max_steps, &mut diags);
     for idx in 0..plan.steps.len() {
         check_action(&mut plan, idx, catalog, &mut diags);
+    }
+    if !graph_ok {
+        return (plan, diags);
     }
     check_refs(&mut plan, catalog, &mut diags);
     check_questions(&mut plan, catalog, &mut diags);
@@ -84,11 +86,11 @@ fn check_ids(plan: &Plan, diags: &mut Vec<Diagnostic>) -> bool {
     ok
 }
 
-/// Unknown dependencies and cycles are errors; a plan whose steps are not in dependency order is
-/// reordered (stable topological sort).
+/// Unknown dependencies (errors on the step that names them; the edge is removed) and cycles
+/// (a plan-level error; `false`); a plan whose steps are not in dependency order is reordered
+/// (stable topological sort).
 fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
     let ids: HashSet<String> = plan.steps.iter().map(|s| s.id.clone()).collect();
-    let mut ok = true;
     for (idx, step) in plan.steps.iter_mut().enumerate() {
         let mut kept = Vec::new();
         for (dep_idx, dep) in step.depends_on.iter().enumerate() {
@@ -113,14 +115,13 @@ fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
                     .with_step(step.id.clone())
                     .with_value(json!(dep)),
                 );
-                ok = false;
+                // The error blames this step; the edge itself goes, so the rest of the graph
+                // (order, cycles) and every other check still run.
+                continue;
             }
             kept.push(dep.clone());
         }
         step.depends_on = kept;
-    }
-    if !ok {
-        return false;
     }
     match topological_order(&plan.steps) {
         Ok(order) => {

@@ -183,6 +183,15 @@ struct PlanCase {
     tools: serde_json::Value,
 }
 
+/// What one case's prediction line records beside its plan.
+#[derive(Debug, Default)]
+struct CaseFlags {
+    status: &'static str,
+    parsed_first: bool,
+    valid_first: bool,
+    attempts: usize,
+}
+
 /// Figures of one plan-evaluation run (the official scores come from `score.py plan`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PlanSummary {
@@ -199,11 +208,55 @@ pub struct PlanSummary {
     pub n_errors: usize,
     /// Total seconds.
     pub seconds: f64,
+    /// The whole output file after the run (with `--resume`, earlier runs' lines too).
+    pub file: FileTotals,
+}
+
+/// Counts over every prediction line of an output file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FileTotals {
+    /// Prediction lines.
+    pub n_lines: usize,
+    /// Lines that carry the per-case flags (written by this version or later).
+    pub n_flagged: usize,
+    /// Flagged lines whose first reply parsed.
+    pub n_parsed_first: usize,
+    /// Flagged lines whose first reply was valid as written.
+    pub n_valid_first: usize,
+    /// Flagged lines that ended ready.
+    pub n_ready: usize,
+}
+
+impl FileTotals {
+    /// Reads the totals of the prediction file at `path`.
+    pub fn read(path: &Path) -> anyhow::Result<FileTotals> {
+        let text = fs::read_to_string(path)
+            .with_context(|| format!("failed to read {}", path.display()))?;
+        let mut totals = FileTotals::default();
+        for line in text.lines() {
+            let Ok(row) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            totals.n_lines += 1;
+            let flag = |key: &str| row.get(key).and_then(serde_json::Value::as_bool);
+            let (Some(parsed), Some(valid)) = (flag("parsed_first"), flag("valid_first")) else {
+                continue;
+            };
+            totals.n_flagged += 1;
+            totals.n_parsed_first += usize::from(parsed);
+            totals.n_valid_first += usize::from(valid);
+            totals.n_ready +=
+                usize::from(row.get("status").and_then(|s| s.as_str()) == Some("ready"));
+        }
+        Ok(totals)
+    }
 }
 
 /// Runs every case (its messages and tools) through the pipeline with `model` and writes
 /// `{"id", "plan": [steps]}` lines for `score.py plan`: tool steps as
-/// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`.
+/// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`. Each line also
+/// records `status` (ready, needs_input, fallback, error), `parsed_first`, `valid_first`,
+/// `attempts` and `seconds`, which `score.py` ignores.
 pub fn plan(
     cases_path: &Path,
     out_path: &Path,
@@ -287,16 +340,16 @@ pub fn plan(
         request.options.max_repairs = 1;
         request.options.max_string_length = 300;
         request.options.max_tokens = 600;
+        let case_started = std::time::Instant::now();
+        // Per case, beside the plan: how it ended and whether the first reply was usable as
+        // written, so that a run resumed across processes keeps every figure.
+        let mut flags = CaseFlags::default();
         let steps: Vec<serde_json::Value> =
             match futures::executor::block_on(planner.plan(&request)) {
                 Ok(outcome) => {
-                    let parsed_first = outcome
-                        .diagnostics
-                        .attempts
-                        .first()
-                        .is_some_and(|a| a.shape.is_some());
-                    summary.n_parsed_first += usize::from(parsed_first);
-                    let valid_first = outcome.diagnostics.attempts.first().is_some_and(|a| {
+                    let first = outcome.diagnostics.attempts.first();
+                    flags.parsed_first = first.is_some_and(|a| a.shape.is_some());
+                    flags.valid_first = first.is_some_and(|a| {
                         a.shape.is_some()
                             && !a.json_repaired
                             && !a
@@ -304,9 +357,12 @@ pub fn plan(
                                 .iter()
                                 .any(|d| d.severity == plansmith_core::Severity::Error)
                     });
-                    summary.n_valid_first += usize::from(valid_first);
-                    summary.n_ready +=
-                        usize::from(outcome.status == plansmith_core::OutcomeStatus::Ready);
+                    flags.attempts = outcome.diagnostics.attempts.len();
+                    flags.status = match outcome.status {
+                        plansmith_core::OutcomeStatus::Ready => "ready",
+                        plansmith_core::OutcomeStatus::NeedsInput => "needs_input",
+                        plansmith_core::OutcomeStatus::Fallback { .. } => "fallback",
+                    };
                     outcome
                         .plan
                         .steps
@@ -321,12 +377,25 @@ pub fn plan(
                         .collect()
                 }
                 Err(err) => {
-                    summary.n_errors += 1;
+                    flags.status = "error";
                     tracing::warn!("{}: {err}", case.id);
                     Vec::new()
                 }
             };
-        writeln!(out, "{}", json!({"id": case.id, "plan": steps}))
+        summary.n_parsed_first += usize::from(flags.parsed_first);
+        summary.n_valid_first += usize::from(flags.valid_first);
+        summary.n_ready += usize::from(flags.status == "ready");
+        summary.n_errors += usize::from(flags.status == "error");
+        let line = json!({
+            "id": case.id,
+            "plan": steps,
+            "status": flags.status,
+            "parsed_first": flags.parsed_first,
+            "valid_first": flags.valid_first,
+            "attempts": flags.attempts,
+            "seconds": (case_started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        });
+        writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .with_context(|| format!("cannot write {}", out_path.display()))?;
         bar.inc(1);
@@ -335,5 +404,6 @@ pub fn plan(
         .with_context(|| format!("cannot write {}", out_path.display()))?;
     bar.finish_and_clear();
     summary.seconds = started.elapsed().as_secs_f64();
+    summary.file = FileTotals::read(out_path)?;
     Ok(summary)
 }

@@ -266,6 +266,13 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                     summary.n_errors,
                     args.out.display()
                 );
+                let file = &summary.file;
+                if args.resume {
+                    println!(
+                        "whole file: {} predictions; of the {} with per-case flags, {} parsed on the first reply, {} valid as first written, {} ready",
+                        file.n_lines, file.n_flagged, file.n_parsed_first, file.n_valid_first, file.n_ready
+                    );
+                }
                 EXIT_OK
             }),
         Command::Eval(EvalCommand::Retrieval(args)) => {

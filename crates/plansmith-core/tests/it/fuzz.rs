@@ -109,7 +109,7 @@ proptest! {
     }
 }
 
-fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+pub fn arb_json() -> impl Strategy<Value = serde_json::Value> {
     let leaf = prop_oneof![
         Just(serde_json::Value::Null),
         any::<bool>().prop_map(serde_json::Value::from),

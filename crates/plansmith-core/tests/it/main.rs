@@ -7,6 +7,8 @@ mod contract;
 mod export;
 /// Parse + validate never panic (property tests).
 mod fuzz;
+/// The pipeline never returns a plan that does not validate (property tests).
+mod invariant;
 /// The parse case table.
 mod parse;
 /// The seed scenarios of DESIGN §8.

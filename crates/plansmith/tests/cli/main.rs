@@ -393,6 +393,10 @@ fn eval_plan_writes_predictions_and_resumes() {
     assert_eq!(first.len(), 2);
     assert_eq!(first[0]["id"], "c1");
     assert_eq!(first[0]["plan"][0]["name"], "get_weather", "{}", first[0]);
+    // Each line carries the case's own figures, so a resumed run keeps them.
+    assert_eq!(first[0]["status"], "ready", "{}", first[0]);
+    assert_eq!(first[0]["parsed_first"], true, "{}", first[0]);
+    assert_eq!(first[0]["attempts"], 1, "{}", first[0]);
 
     std::fs::write(
         &cases,
@@ -405,6 +409,10 @@ fn eval_plan_writes_predictions_and_resumes() {
     assert_eq!(resumed.len(), 3);
     assert_eq!(resumed[..2], first[..]);
     assert_eq!(resumed[2]["id"], "c3");
+    assert!(
+        stdout.contains("whole file: 3 predictions; of the 3 with per-case flags, 3 parsed"),
+        "{stdout}"
+    );
     // Without --resume the file is written afresh.
     let stdout = run(&[]);
     assert!(stdout.starts_with("3 cases"), "{stdout}");
