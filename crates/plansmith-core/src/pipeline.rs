@@ -343,16 +343,21 @@ impl Planner {
         }
 
         let stage = Instant::now();
-        let selected: Vec<&CatalogTool> = select(
+        let mut chosen = select(
             &self.catalog,
             self.retriever.as_ref(),
             &request.query,
             request.options.top_k,
             &request.options.pinned_tools,
-        )
-        .into_iter()
-        .filter_map(|idx| self.catalog.tool_at(idx))
-        .collect();
+        );
+        // The prompt lists the chosen tools in catalog order, not by score: two requests that
+        // choose the same tools then share the whole system prompt, which a KV cache (the local
+        // model) or a provider's prompt cache reuses.
+        chosen.sort_unstable();
+        let selected: Vec<&CatalogTool> = chosen
+            .into_iter()
+            .filter_map(|idx| self.catalog.tool_at(idx))
+            .collect();
         diagnostics.selected_tools = selected.iter().map(|t| t.tool.name.clone()).collect();
         diagnostics.timings.select_us = micros(stage);
 
@@ -766,7 +771,11 @@ impl Planner {
         };
         let mut messages = vec![Message::system(self.templates.triage(context)?)];
         messages.extend(history.iter().cloned());
-        messages.push(Message::user(request.query.clone()));
+        // The time varies per request, so it rides with the query, after the cacheable prefix.
+        messages.push(Message::user(format!(
+            "Current time: {}\n\n{}",
+            context.now, request.query
+        )));
         let call = CompletionRequest {
             messages,
             constraint,

@@ -339,17 +339,23 @@ mod tests {
             "at most 5 steps",
             "fr-FR",
             "Be brief.",
-            "Sunday",
         ] {
             assert!(system.contains(needle), "missing {needle:?} in\n{system}");
         }
-        for shape in [Shape::Research, Shape::AgentTasks] {
+        // The time changes with every request: it goes in the user message, so that the system
+        // prompt (and the tool list) stays one prefix that a KV cache or a provider's prompt
+        // cache can reuse.
+        for shape in [Shape::ToolSteps, Shape::Research, Shape::AgentTasks] {
             let text = templates.system(shape, &ctx).unwrap();
             assert!(text.contains("fr-FR"), "{text}");
+            assert!(!text.contains("2026-11-22"), "{text}");
         }
+        let triage = templates.triage(&ctx).unwrap();
+        assert!(!triage.contains("2026-11-22"), "{triage}");
         let user = templates.user(&ctx).unwrap();
         assert!(
-            user.contains("Lyon")
+            user.contains("Current time: 2026-11-22T10:00:00Z (Sunday)")
+                && user.contains("Lyon")
                 && user.contains("- [web_search] Paris: 12 °C, light rain")
                 && user.contains("add a step")
                 && user.contains("## Background investigation")

@@ -474,3 +474,35 @@ fn seed_scenarios() {
         report.join("\n")
     );
 }
+
+/// Two requests that are shown the same tools share the whole system prompt (tools in catalog
+/// order, the time in the user message), so the local model's KV cache and providers' prompt
+/// caches reuse it.
+#[test]
+fn requests_with_the_same_tools_share_the_system_prompt() {
+    let catalog = test_catalog(false);
+    let reply = r#"{"steps": [{"id": "s1", "type": "reply", "text": "ok"}]}"#;
+    let model = Arc::new(ScriptedModel::new([reply, reply]));
+    let planner = Planner::new(catalog.clone(), model.clone());
+    for query in [
+        "Email bob@example.com the stock price of ACME",
+        "What's the weather in Paris?",
+    ] {
+        let mut request = PlanRequest::new(query);
+        request.options.top_k = catalog.len();
+        request.options.max_repairs = 0;
+        futures::executor::block_on(planner.plan(&request)).unwrap();
+    }
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let system = |n: usize| requests[n].messages[0].content.clone();
+    assert_eq!(system(0), system(1));
+    assert!(
+        requests[1]
+            .messages
+            .last()
+            .unwrap()
+            .content
+            .contains("Current time:")
+    );
+}
