@@ -86,7 +86,8 @@ fn check_ids(plan: &Plan, diags: &mut Vec<Diagnostic>) -> bool {
     ok
 }
 
-/// Unknown dependencies (errors on the step that names them; the edge is removed) and cycles
+/// A step that depends on itself loses that edge (a warning); unknown dependencies (errors on the
+/// step that names them; the edge is removed) and cycles
 /// (a plan-level error; `false`); a plan whose steps are not in dependency order is reordered
 /// (stable topological sort).
 fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
@@ -97,20 +98,28 @@ fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
             if kept.contains(dep) {
                 continue;
             }
-            if dep == &step.id || !ids.contains(dep) {
-                let message = if dep == &step.id {
-                    format!("step `{}` depends on itself", step.id)
-                } else {
-                    format!(
-                        "step `{}` depends on `{dep}`, which is not a step of this plan",
-                        step.id
+            if dep == &step.id {
+                // A step listing itself says nothing about order (a small model's frequent
+                // glitch): the edge goes, with a warning.
+                diags.push(
+                    Diagnostic::warning(
+                        Code::AutoFixed,
+                        format!("/steps/{idx}/depends_on/{dep_idx}"),
+                        format!("step `{}` listed itself in depends_on; removed", step.id),
                     )
-                };
+                    .with_step(step.id.clone()),
+                );
+                continue;
+            }
+            if !ids.contains(dep) {
                 diags.push(
                     Diagnostic::error(
                         Code::UnknownDependency,
                         format!("/steps/{idx}/depends_on/{dep_idx}"),
-                        message,
+                        format!(
+                            "step `{}` depends on `{dep}`, which is not a step of this plan",
+                            step.id
+                        ),
                     )
                     .with_step(step.id.clone())
                     .with_value(json!(dep)),

@@ -151,3 +151,29 @@ fn a_broken_dependency_does_not_shield_an_unknown_tool() {
         );
     }
 }
+
+#[test]
+fn a_step_listing_itself_loses_that_edge_and_stays() {
+    // SmolLM2 through llama-server wrote `"depends_on": ["s1", …]` on step s1: the edge says
+    // nothing about order, so it goes with a warning and the step is kept.
+    let reply = json!({"steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}, "depends_on": ["s1"]},
+        {"id": "s2", "type": "reply", "text": "on its way", "depends_on": ["s2"]},
+    ]});
+    check(&reply.to_string()).unwrap();
+    let model: Arc<dyn LanguageModel> = Arc::new(ScriptedModel::new([reply.to_string()]));
+    let mut request = PlanRequest::new("weather in Paris");
+    request.options.max_repairs = 0;
+    let outcome =
+        futures::executor::block_on(Planner::new(test_catalog(false), model).plan(&request))
+            .unwrap();
+    assert_eq!(outcome.plan.steps.len(), 2, "{:#?}", outcome.diagnostics);
+    assert!(outcome.plan.steps.iter().all(|s| s.depends_on.is_empty()));
+    assert!(
+        outcome
+            .diagnostics
+            .findings
+            .iter()
+            .any(|d| d.code == Code::AutoFixed && d.message.contains("listed itself"))
+    );
+}
