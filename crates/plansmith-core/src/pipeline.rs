@@ -53,6 +53,17 @@ pub enum OutcomeStatus {
     },
 }
 
+impl OutcomeStatus {
+    /// The status as serialised: `ready`, `needs_input` or `fallback`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OutcomeStatus::Ready => "ready",
+            OutcomeStatus::NeedsInput => "needs_input",
+            OutcomeStatus::Fallback { .. } => "fallback",
+        }
+    }
+}
+
 /// The result of one planning call.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {

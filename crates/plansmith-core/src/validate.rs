@@ -86,10 +86,10 @@ fn check_ids(plan: &Plan, diags: &mut Vec<Diagnostic>) -> bool {
     ok
 }
 
-/// A step that depends on itself loses that edge (a warning); unknown dependencies (errors on the
-/// step that names them; the edge is removed) and cycles
-/// (a plan-level error; `false`); a plan whose steps are not in dependency order is reordered
-/// (stable topological sort).
+/// The dependency graph: an edge from a step to itself is removed (a warning); an unknown
+/// dependency is an error on the step that names it, and its edge is removed too; a cycle is a
+/// plan-level error (`false`); steps out of dependency order are reordered (stable topological
+/// sort).
 fn check_graph(plan: &mut Plan, diags: &mut Vec<Diagnostic>) -> bool {
     let ids: HashSet<String> = plan.steps.iter().map(|s| s.id.clone()).collect();
     for (idx, step) in plan.steps.iter_mut().enumerate() {

@@ -348,10 +348,10 @@ impl PlansmithMcp {
         };
         let plan = stored.as_ref().map_or(&outcome.plan, |s| &s.plan);
         let diagnostics = &outcome.diagnostics;
-        let (status, reason) = match &outcome.status {
-            OutcomeStatus::Ready => ("ready", None),
-            OutcomeStatus::NeedsInput => ("needs_input", None),
-            OutcomeStatus::Fallback { reason } => ("fallback", Some(reason.clone())),
+        let status = outcome.status.name();
+        let reason = match &outcome.status {
+            OutcomeStatus::Fallback { reason } => Some(reason.clone()),
+            _ => None,
         };
         let value = json!({
             "status": status,

@@ -67,12 +67,7 @@ impl Metrics {
         let Ok(mut m) = self.inner.lock() else {
             return;
         };
-        let label = match outcome.status {
-            OutcomeStatus::Ready => "ready",
-            OutcomeStatus::NeedsInput => "needs_input",
-            OutcomeStatus::Fallback { .. } => "fallback",
-        };
-        *m.plans.entry(label.to_owned()).or_default() += 1;
+        *m.plans.entry(outcome.status.name().to_owned()).or_default() += 1;
         m.planned += 1;
         if outcome.status == OutcomeStatus::Ready {
             m.ready += 1;

@@ -358,11 +358,7 @@ pub fn plan(
                                 .any(|d| d.severity == plansmith_core::Severity::Error)
                     });
                     flags.attempts = outcome.diagnostics.attempts.len();
-                    flags.status = match outcome.status {
-                        plansmith_core::OutcomeStatus::Ready => "ready",
-                        plansmith_core::OutcomeStatus::NeedsInput => "needs_input",
-                        plansmith_core::OutcomeStatus::Fallback { .. } => "fallback",
-                    };
+                    flags.status = outcome.status.name();
                     outcome
                         .plan
                         .steps
