@@ -1,12 +1,21 @@
 //! Figures for the embedded model on this machine (a bench command, not criterion: each run takes
 //! seconds). `cargo bench -p plansmith-local --bench local -- [MODEL] [THREADS] [REPS]`, MODEL a
 //! pinned name (default `qwen2.5-coder-0.5b`) or a GGUF path. Each figure is the median of REPS
-//! (default 5) runs, the two sides of a comparison interleaved, so that a noisy neighbour on a
-//! shared machine moves both sides alike.
+//! (default 5) runs, the two sides of a comparison interleaved where they can be, so that a noisy
+//! neighbour on a shared machine moves both sides alike.
+//!
+//! Only one llama.cpp user is alive at a time. Each thread that runs llama.cpp owns an OpenMP
+//! team, and while the teams of a process hold more threads than there are cores, libgomp
+//! spins ~100 times instead of ~300,000 before it sleeps at a barrier: with 2 generation
+//! threads on 2 cores a second, idle model cut generation from 42 to 30 tok/s. So the plain loop
+//! runs on a thread of its own that ends with it, and the grammar / no-grammar runs of part 2
+//! are two blocks, not interleaved.
 //!
 //! 1. The plain llama.cpp loop (batch decode + llama.cpp's own greedy sampler) against our
 //!    engine on the same prompt and the same number of tokens: prompt and generation tok/s and
-//!    their ratio.
+//!    their ratio. Each side first decodes a short warm-up, as llama-bench does; compare with
+//!    `llama-bench -p 449 -n 128 -d 0,449 -t THREADS` (generation here runs after the prompt,
+//!    so its peer is `tg128 @ d449`).
 //! 2. Generation speed with the JSON-Schema grammar against without, on a planning request.
 //! 3. Time to plan a 3-step request, cold (empty KV cache) and warm (shared prefix cached).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -65,6 +74,14 @@ fn plain_loop(path: &PathBuf, threads: i32, prompt_tokens_text: &str) -> (f64, f
     let prompt = model.apply_chat_template(&template, &chat, true).unwrap();
     let tokens = model.vocab().tokenize(prompt.as_bytes(), true, true);
     let mut batch = LlamaBatch::new(512, 1);
+    // Warm-up, as llama-bench does: the first decode after loading pays one-time costs (paging
+    // the weights in, allocating buffers) that are not the prompt rate.
+    for (i, &t) in tokens.iter().take(16).enumerate() {
+        batch.add(t, i as i32, &[0], i == 15).unwrap();
+    }
+    ctx.decode(&mut batch).unwrap();
+    ctx.clear_kv_cache();
+    batch.clear();
     let started = Instant::now();
     for (i, &t) in tokens.iter().enumerate() {
         batch.add(t, i as i32, &[0], i + 1 == tokens.len()).unwrap();
@@ -131,7 +148,13 @@ fn main() {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut n_prompt, mut n_gen) = (0, 0);
     for _ in 0..reps {
-        let (prompt, generation, n, generated) = plain_loop(&path, threads, &long_prompt);
+        // On its own thread: its OpenMP team goes when the thread ends (see the module docs).
+        let (prompt, generation, n, generated) = std::thread::scope(|scope| {
+            scope
+                .spawn(|| plain_loop(&path, threads, &long_prompt))
+                .join()
+                .unwrap()
+        });
         plain_prompt.push(prompt);
         plain_gen.push(generation);
         n_prompt = n;
@@ -143,6 +166,15 @@ fn main() {
         };
         // A fresh model, as the plain loop loads one: the whole prompt is evaluated.
         let ours = LocalModel::load(config.clone()).unwrap();
+        // The same warm-up as the plain loop's (a request that shares only the chat template's
+        // first tokens with the measured one).
+        let warm_up = CompletionRequest {
+            messages: vec![Message::user(PROMPT)],
+            constraint: None,
+            max_tokens: 1,
+            temperature: 0.0,
+        };
+        futures::executor::block_on(ours.complete(warm_up)).unwrap();
         futures::executor::block_on(ours.complete(request)).unwrap();
         let stats = ours.last_stats();
         our_prompt.push(stats.prompt_tok_s());
@@ -160,23 +192,20 @@ fn main() {
         our_gen / plain_gen
     );
 
-    // 2 and 3. A planning request with and without the grammar; cold then warm (the two
-    // queries alternate, so a warm run shares the prefix but not the request).
+    // 2 and 3. A planning request with the grammar: cold, then warm (the two queries alternate,
+    // so a warm run shares the prefix but not the request). Then the same requests without the
+    // grammar on a model loaded after the first is gone (one OpenMP team at a time).
     let tools: serde_json::Value =
         serde_json::from_str(include_str!("../../../examples/tools.json")).unwrap();
     let catalog = Catalog::from_json(&tools).unwrap();
-    let ours = Arc::new(LocalModel::load(config.clone()).unwrap());
-    let planner = Planner::new(catalog.clone(), ours.clone());
-    let mut free = config;
-    free.constrained = false;
-    let unconstrained = Arc::new(LocalModel::load(free).unwrap());
-    let free_planner = Planner::new(catalog, unconstrained.clone());
     let queries = [
         "What's the weather in Paris? Email it to bob@example.com, then tell me.",
         "What's the weather in Rome? Email it to ann@example.com, then tell me.",
     ];
     let mut plan_request = PlanRequest::new(queries[0]);
     plan_request.options.max_repairs = 0;
+    let ours = Arc::new(LocalModel::load(config.clone()).unwrap());
+    let planner = Planner::new(catalog.clone(), ours.clone());
     let started = Instant::now();
     let outcome = futures::executor::block_on(planner.plan(&plan_request)).unwrap();
     let cold = started.elapsed().as_secs_f64();
@@ -196,6 +225,15 @@ fn main() {
         (cached, prompt_tokens) = (stats.cached_tokens, stats.prompt_tokens);
         constrained_tokens = stats.generated_tokens;
         rejections = stats.grammar_rejections;
+    }
+    drop(planner);
+    drop(ours);
+    let mut free = config;
+    free.constrained = false;
+    let unconstrained = Arc::new(LocalModel::load(free).unwrap());
+    let free_planner = Planner::new(catalog, unconstrained.clone());
+    for rep in 0..reps {
+        plan_request.query = queries[(rep + 1) % 2].into();
         let _ = futures::executor::block_on(free_planner.plan(&plan_request));
         let stats = unconstrained.last_stats();
         free_gen.push(stats.generate_tok_s());

@@ -81,17 +81,34 @@ pub fn load_with(
 #[cfg(feature = "local")]
 /// Loads a local model: `""` (the default), a pinned name, or a GGUF path.
 pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliError> {
+    // Checked before the model is resolved, so a typo does not wait for a download.
+    let threads = generation_threads(std::env::var("PLANSMITH_THREADS").ok().as_deref())?;
     let (path, name) = resolve_local(what)?;
     let mut config = LocalConfig::new(path, name);
-    if let Some(threads) = std::env::var("PLANSMITH_THREADS")
-        .ok()
-        .and_then(|t| t.trim().parse::<i32>().ok())
-    {
-        config.threads = threads.max(1);
+    if let Some(threads) = threads {
+        config.threads = threads;
     }
     let env_off = std::env::var("PLANSMITH_UNCONSTRAINED").is_ok_and(|v| !v.is_empty() && v != "0");
     config.constrained = !(unconstrained || env_off);
     LocalModel::load(config).map_err(CliError::model)
+}
+
+#[cfg(feature = "local")]
+/// `PLANSMITH_THREADS`: unset or empty is the default; anything but a number ≥ 1 is an error.
+fn generation_threads(value: Option<&str>) -> Result<Option<i32>, CliError> {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    value
+        .parse::<i32>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .map(Some)
+        .ok_or_else(|| {
+            CliError::input(anyhow!(
+                "PLANSMITH_THREADS is `{value}`; it takes a number of generation threads (1 or more)"
+            ))
+        })
 }
 
 #[cfg(feature = "local")]
@@ -179,6 +196,27 @@ impl acquire::Progress for Bar {
     fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_with_message("ready");
+        }
+    }
+}
+
+#[cfg(all(test, feature = "local"))]
+mod tests {
+    use super::generation_threads;
+
+    #[test]
+    fn plansmith_threads_is_a_number_of_at_least_one() {
+        assert_eq!(generation_threads(None).unwrap(), None);
+        assert_eq!(generation_threads(Some(" ")).unwrap(), None);
+        assert_eq!(generation_threads(Some(" 2 ")).unwrap(), Some(2));
+        for bad in ["0", "-1", "two", "auto", "1.5"] {
+            let err = generation_threads(Some(bad)).unwrap_err();
+            let text = format!("{err:?}");
+            assert!(
+                text.contains("PLANSMITH_THREADS") && text.contains(bad),
+                "{bad}: {text}"
+            );
+            assert_eq!(err.code, crate::EXIT_BAD_INPUT);
         }
     }
 }
