@@ -66,7 +66,7 @@ struct SaveTemplate {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct TemplateVersion {
-    /// One version (default: the newest; for `DELETE`, all of them).
+    /// One version (default: the newest).
     version: Option<u32>,
 }
 
@@ -180,12 +180,14 @@ async fn get_template(
     Ok(Json(state.store.get_template(&name, query.version).await?))
 }
 
-/// Deletes one version of a template (`?version=`) or all of them.
+/// Deletes a template: all its versions. One version is `DELETE /v1/templates/{name}/versions/{version}`;
+/// a `?version=` here is refused (`400`), so that a client meaning one version never deletes all.
 #[utoipa::path(delete, path = "/v1/templates/{name}", tag = "templates",
-    params(("name" = String, Path, description = "The template name"), TemplateVersion),
+    params(("name" = String, Path, description = "The template name")),
     responses(
-        (status = 204, description = "Deleted"),
-        (status = 404, description = "`not_found`: no such template or version", body = ErrorBody),
+        (status = 204, description = "Deleted, every version"),
+        (status = 400, description = "`bad_request`: a `version` query (delete one version at `/v1/templates/{name}/versions/{version}`)", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such template", body = ErrorBody),
     ))]
 async fn delete_template(
     State(state): State<AppState>,
@@ -193,7 +195,53 @@ async fn delete_template(
     ApiPath(name): ApiPath<String>,
     ApiQuery(query): ApiQuery<TemplateVersion>,
 ) -> Result<StatusCode, ApiError> {
-    state.store.delete_template(&name, query.version).await?;
+    if let Some(version) = query.version {
+        return Err(ApiError::new(
+            "bad_request",
+            format!(
+                "DELETE /v1/templates/{{name}} deletes every version; to delete version {version} \
+                 only, use DELETE /v1/templates/{{name}}/versions/{version}"
+            ),
+        ));
+    }
+    state.store.delete_template(&name, None).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One version of a template.
+#[utoipa::path(get, path = "/v1/templates/{name}/versions/{version}", tag = "templates",
+    params(
+        ("name" = String, Path, description = "The template name"),
+        ("version" = u32, Path, description = "The version"),
+    ),
+    responses(
+        (status = 200, description = "The template at that version", body = PlanTemplate),
+        (status = 404, description = "`not_found`: no such template or version", body = ErrorBody),
+    ))]
+async fn get_template_version(
+    State(state): State<AppState>,
+    _caller: Caller,
+    ApiPath((name, version)): ApiPath<(String, u32)>,
+) -> Result<Json<PlanTemplate>, ApiError> {
+    Ok(Json(state.store.get_template(&name, Some(version)).await?))
+}
+
+/// Deletes one version of a template; the others stay.
+#[utoipa::path(delete, path = "/v1/templates/{name}/versions/{version}", tag = "templates",
+    params(
+        ("name" = String, Path, description = "The template name"),
+        ("version" = u32, Path, description = "The version"),
+    ),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`not_found`: no such template or version", body = ErrorBody),
+    ))]
+async fn delete_template_version(
+    State(state): State<AppState>,
+    _caller: Caller,
+    ApiPath((name, version)): ApiPath<(String, u32)>,
+) -> Result<StatusCode, ApiError> {
+    state.store.delete_template(&name, Some(version)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -268,5 +316,6 @@ pub(crate) fn api() -> utoipa_axum::router::OpenApiRouter<AppState> {
     utoipa_axum::router::OpenApiRouter::new()
         .routes(routes!(list_templates, save_template))
         .routes(routes!(get_template, delete_template))
+        .routes(routes!(get_template_version, delete_template_version))
         .routes(routes!(instantiate))
 }

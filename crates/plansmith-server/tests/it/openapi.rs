@@ -102,6 +102,10 @@ async fn openapi_document_covers_every_route() {
         ("/v1/templates", &["get", "post"]),
         ("/v1/templates/{name}", &["delete", "get"]),
         ("/v1/templates/{name}/instantiate", &["post"]),
+        (
+            "/v1/templates/{name}/versions/{version}",
+            &["delete", "get"],
+        ),
     ]
     .into_iter()
     .map(|(p, m)| (p.to_owned(), m.iter().map(|m| (*m).to_owned()).collect()))

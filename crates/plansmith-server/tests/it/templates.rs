@@ -7,6 +7,9 @@ use serde_json::json;
 use crate::{assert_error, call, reply, start, tokens};
 use plansmith_server::ServerConfig;
 
+/// Version 1 of the test's template, named by query.
+const WEATHER_V1_QUERY: &str = "/v1/templates/weather-mail?version=1";
+
 #[tokio::test]
 async fn save_list_get_instantiate_delete() {
     let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
@@ -157,28 +160,41 @@ async fn save_list_get_instantiate_delete() {
     .await;
     assert_error(status, &err, 400, "bad_request");
 
-    // delete one version, then all
-    let (status, _) = call(
-        &s,
-        Method::DELETE,
-        "/v1/templates/weather-mail?version=1",
-        None,
-        None,
-    )
-    .await;
-    assert_eq!(status, 204);
-    let (status, _) = call(
-        &s,
-        Method::GET,
-        "/v1/templates/weather-mail?version=1",
-        None,
-        None,
-    )
-    .await;
-    assert_eq!(status, 404);
-    // the other versions are still there: deleting one version is not deleting the template
-    let (status, got) = call(&s, Method::GET, "/v1/templates/weather-mail", None, None).await;
-    assert_eq!(status, 200, "{got}");
+    // a `?version=` on the whole-template DELETE is refused, and deletes nothing
+    let (status, err) = call(&s, Method::DELETE, WEATHER_V1_QUERY, None, None).await;
+    assert_error(status, &err, 400, "bad_request");
+    let message = err["message"].as_str().unwrap();
+    assert!(message.contains("/v1/templates/{name}/versions/1"), "{err}");
+    // then: version 1 is there, is deleted, is gone (both ways of naming it), and deleting it
+    // again is a 404; version 2, the newest, stays (deleting a version is not deleting the
+    // template); a version that is not a number is a 400
+    let v1 = "/v1/templates/weather-mail/versions/1";
+    for (method, path, expected, version) in [
+        (Method::GET, v1, 200, Some(1)),
+        (Method::DELETE, v1, 204, None),
+        (Method::GET, v1, 404, None),
+        (Method::GET, WEATHER_V1_QUERY, 404, None),
+        (Method::DELETE, v1, 404, None),
+        (Method::GET, "/v1/templates/weather-mail", 200, Some(2)),
+        (
+            Method::GET,
+            "/v1/templates/weather-mail/versions/2",
+            200,
+            Some(2),
+        ),
+        (
+            Method::GET,
+            "/v1/templates/weather-mail/versions/two",
+            400,
+            None,
+        ),
+    ] {
+        let (status, got) = call(&s, method.clone(), path, None, None).await;
+        assert_eq!(status, expected, "{method} {path}: {got}");
+        if let Some(version) = version {
+            assert_eq!(got["version"], version, "{method} {path}: {got}");
+        }
+    }
     let (status, _) = call(&s, Method::DELETE, "/v1/templates/weather-mail", None, None).await;
     assert_eq!(status, 204);
     let (status, _) = call(&s, Method::GET, "/v1/templates/weather-mail", None, None).await;
