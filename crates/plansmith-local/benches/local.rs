@@ -4,12 +4,9 @@
 //! (default 5) runs, the two sides of a comparison interleaved where they can be, so that a noisy
 //! neighbour on a shared machine moves both sides alike.
 //!
-//! Only one llama.cpp user is alive at a time. Each thread that runs llama.cpp owns an OpenMP
-//! team, and while the teams of a process hold more threads than there are cores, libgomp
-//! spins ~100 times instead of ~300,000 before it sleeps at a barrier: with 2 generation
-//! threads on 2 cores a second, idle model cut generation from 42 to 30 tok/s. So the plain loop
-//! runs on a thread of its own that ends with it, and the grammar / no-grammar runs of part 2
-//! are two blocks, not interleaved.
+//! Only one llama.cpp user is alive at a time (why: the module docs of `src/engine.rs`): the
+//! plain loop runs on a thread of its own that ends with it, and the grammar / no-grammar runs of
+//! part 2 are two blocks, not interleaved.
 //!
 //! 1. The plain llama.cpp loop (batch decode + llama.cpp's own greedy sampler) against our
 //!    engine on the same prompt and the same number of tokens: prompt and generation tok/s and

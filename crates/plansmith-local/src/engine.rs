@@ -12,8 +12,8 @@
 //! (built with OpenMP) gives each thread that drives it a team of worker threads, kept for the
 //! life of that thread; once the teams of a process hold more threads than there are cores,
 //! libgomp waits at ggml's per-operation barriers with ~100 spins instead of ~300,000 before it
-//! sleeps, and generation drops by a third (measured 42 → 30 tok/s with two models of 2 threads
-//! each on 2 cores, only one of them busy).
+//! sleeps, and generation drops by a third (measured on 2 cores: 42 → 30 tok/s at 2 threads
+//! while a second, idle team of 2 threads was alive in the process).
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;

@@ -98,6 +98,21 @@ pub fn read(path: &Path) -> Result<FileConfig, CliError> {
     Ok(config)
 }
 
+/// A numeric environment variable: `None` when unset (callers drop empty values first), an input
+/// error naming the variable when the value is not a `T`.
+pub fn env_number<T: std::str::FromStr>(
+    name: &str,
+    value: Option<String>,
+) -> Result<Option<T>, CliError> {
+    value
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|_| CliError::input(anyhow!("{name}=`{v}` is not a number")))
+        })
+        .transpose()
+}
+
 /// Parses and checks a config file's text.
 pub fn parse(text: &str) -> anyhow::Result<FileConfig> {
     let config: FileConfig = toml::from_str(text).map_err(|err| {

@@ -82,7 +82,7 @@ pub fn load_with(
 /// Loads a local model: `""` (the default), a pinned name, or a GGUF path.
 pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliError> {
     // Checked before the model is resolved, so a typo does not wait for a download.
-    let threads = generation_threads(std::env::var("PLANSMITH_THREADS").ok().as_deref())?;
+    let threads = generation_threads(std::env::var("PLANSMITH_THREADS").ok())?;
     let (path, name) = resolve_local(what)?;
     let mut config = LocalConfig::new(path, name);
     if let Some(threads) = threads {
@@ -95,20 +95,14 @@ pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliErro
 
 #[cfg(feature = "local")]
 /// `PLANSMITH_THREADS`: unset or empty is the default; anything but a number ≥ 1 is an error.
-fn generation_threads(value: Option<&str>) -> Result<Option<i32>, CliError> {
-    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
-        return Ok(None);
-    };
-    value
-        .parse::<i32>()
-        .ok()
-        .filter(|n| *n >= 1)
-        .map(Some)
-        .ok_or_else(|| {
-            CliError::input(anyhow!(
-                "PLANSMITH_THREADS is `{value}`; it takes a number of generation threads (1 or more)"
-            ))
-        })
+fn generation_threads(value: Option<String>) -> Result<Option<i32>, CliError> {
+    let value = value.filter(|v| !v.trim().is_empty());
+    match crate::config::env_number::<i32>("PLANSMITH_THREADS", value)? {
+        Some(n) if n < 1 => Err(CliError::input(anyhow!(
+            "PLANSMITH_THREADS=`{n}`: generation threads are 1 or more"
+        ))),
+        threads => Ok(threads),
+    }
 }
 
 #[cfg(feature = "local")]
@@ -207,10 +201,10 @@ mod tests {
     #[test]
     fn plansmith_threads_is_a_number_of_at_least_one() {
         assert_eq!(generation_threads(None).unwrap(), None);
-        assert_eq!(generation_threads(Some(" ")).unwrap(), None);
-        assert_eq!(generation_threads(Some(" 2 ")).unwrap(), Some(2));
+        assert_eq!(generation_threads(Some(" ".into())).unwrap(), None);
+        assert_eq!(generation_threads(Some(" 2 ".into())).unwrap(), Some(2));
         for bad in ["0", "-1", "two", "auto", "1.5"] {
-            let err = generation_threads(Some(bad)).unwrap_err();
+            let err = generation_threads(Some(bad.into())).unwrap_err();
             let text = format!("{err:?}");
             assert!(
                 text.contains("PLANSMITH_THREADS") && text.contains(bad),

@@ -112,18 +112,7 @@ impl Layer {
 
     /// The `PLANSMITH_*` variables; `PLANSMITH_TOKENS` is `token:owner,token:owner`.
     fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Layer, CliError> {
-        fn number<T: std::str::FromStr>(
-            env: &dyn Fn(&str) -> Option<String>,
-            name: &str,
-        ) -> Result<Option<T>, CliError> {
-            env(name)
-                .map(|v| {
-                    v.trim()
-                        .parse()
-                        .map_err(|_| CliError::input(anyhow!("{name}=`{v}` is not a number")))
-                })
-                .transpose()
-        }
+        use crate::config::env_number;
         let tokens = match env("PLANSMITH_TOKENS") {
             None => None,
             Some(text) => {
@@ -145,9 +134,12 @@ impl Layer {
             agents: env("PLANSMITH_AGENTS").map(PathBuf::from),
             mcp: env("PLANSMITH_MCP").map(PathBuf::from),
             tokens,
-            rate_limit: number(env, "PLANSMITH_RATE_LIMIT")?,
-            max_body_bytes: number(env, "PLANSMITH_MAX_BODY_BYTES")?,
-            timeout_secs: number(env, "PLANSMITH_TIMEOUT_SECS")?,
+            rate_limit: env_number("PLANSMITH_RATE_LIMIT", env("PLANSMITH_RATE_LIMIT"))?,
+            max_body_bytes: env_number(
+                "PLANSMITH_MAX_BODY_BYTES",
+                env("PLANSMITH_MAX_BODY_BYTES"),
+            )?,
+            timeout_secs: env_number("PLANSMITH_TIMEOUT_SECS", env("PLANSMITH_TIMEOUT_SECS"))?,
         })
     }
 }
