@@ -16,7 +16,9 @@
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Result, StoreError};
-use crate::store::{NewPlan, insert_new};
+use std::collections::HashSet;
+
+use crate::store::{Backend, NewPlan, insert_new, insert_new_rows};
 
 /// How many new plans may wait for the writer before callers wait to enqueue.
 const QUEUE: usize = 4096;
@@ -36,10 +38,14 @@ struct Job {
 
 impl GroupWriter {
     /// Starts the writer on the current tokio runtime; `None` outside one.
-    pub(crate) fn start(pool: sqlx::AnyPool, max_batch: usize) -> Option<GroupWriter> {
+    pub(crate) fn start(
+        pool: sqlx::AnyPool,
+        backend: Backend,
+        max_batch: usize,
+    ) -> Option<GroupWriter> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (jobs, queue) = mpsc::channel(QUEUE);
-        runtime.spawn(writer(pool, queue, max_batch.max(1)));
+        runtime.spawn(writer(pool, backend, queue, max_batch.max(1)));
         Some(GroupWriter { jobs })
     }
 
@@ -58,16 +64,21 @@ impl GroupWriter {
 }
 
 /// Takes the queued rows in batches of at most `max_batch` until every handle is dropped.
-async fn writer(pool: sqlx::AnyPool, mut queue: mpsc::Receiver<Job>, max_batch: usize) {
+async fn writer(
+    pool: sqlx::AnyPool,
+    backend: Backend,
+    mut queue: mpsc::Receiver<Job>,
+    max_batch: usize,
+) {
     let mut batch = Vec::with_capacity(max_batch);
     while queue.recv_many(&mut batch, max_batch).await > 0 {
-        commit(&pool, std::mem::take(&mut batch)).await;
+        commit(&pool, backend, std::mem::take(&mut batch)).await;
         batch.reserve(max_batch);
     }
 }
 
-async fn commit(pool: &sqlx::AnyPool, batch: Vec<Job>) {
-    match write_batch(pool, &batch).await {
+async fn commit(pool: &sqlx::AnyPool, backend: Backend, batch: Vec<Job>) {
+    match write_batch(pool, backend, &batch).await {
         Ok(stored) => {
             for (job, stored) in batch.into_iter().zip(stored) {
                 let _ = job.reply.send(Ok((job.row, stored)));
@@ -77,27 +88,39 @@ async fn commit(pool: &sqlx::AnyPool, batch: Vec<Job>) {
         // its own answer (and its own error, if the row itself is the problem).
         Err(_) => {
             for job in batch {
-                let result = write_one(pool, &job.row).await;
+                let result = write_one(pool, backend, &job.row).await;
                 let _ = job.reply.send(result.map(|stored| (job.row, stored)));
             }
         }
     }
 }
 
-/// The batch in one transaction; per row, whether it was stored (`false`: id taken).
-async fn write_batch(pool: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<bool>> {
+/// The batch in one transaction; per row, whether it was stored (`false`: id taken). Rows go
+/// in multi-row `INSERT`s; a row whose id repeats an earlier row's in the same batch is written
+/// on its own after them (and finds its id taken).
+async fn write_batch(pool: &sqlx::AnyPool, backend: Backend, batch: &[Job]) -> Result<Vec<bool>> {
+    let mut seen = HashSet::with_capacity(batch.len());
+    let (distinct, repeats): (Vec<usize>, Vec<usize>) =
+        (0..batch.len()).partition(|&idx| seen.insert(batch[idx].row.plan.id.as_str()));
+    let rows: Vec<&NewPlan> = distinct.iter().map(|&idx| &batch[idx].row).collect();
     let mut tx = pool.begin().await?;
-    let mut stored = Vec::with_capacity(batch.len());
-    for job in batch {
-        stored.push(insert_new(&mut tx, &job.row).await?);
+    let mut stored = vec![false; batch.len()];
+    for (idx, was_stored) in distinct
+        .into_iter()
+        .zip(insert_new_rows(&mut tx, backend, &rows).await?)
+    {
+        stored[idx] = was_stored;
+    }
+    for idx in repeats {
+        stored[idx] = insert_new(&mut tx, backend, &batch[idx].row).await?;
     }
     tx.commit().await?;
     Ok(stored)
 }
 
-async fn write_one(pool: &sqlx::AnyPool, row: &NewPlan) -> Result<bool> {
+async fn write_one(pool: &sqlx::AnyPool, backend: Backend, row: &NewPlan) -> Result<bool> {
     let mut tx = pool.begin().await?;
-    let stored = insert_new(&mut tx, row).await?;
+    let stored = insert_new(&mut tx, backend, row).await?;
     tx.commit().await?;
     Ok(stored)
 }

@@ -526,7 +526,7 @@ impl PlanStore {
     /// one, the store is returned unchanged. Once that runtime has shut down, creates write
     /// on their own again.
     pub fn with_group_commit(mut self, max_batch: usize) -> PlanStore {
-        if let Some(writer) = GroupWriter::start(self.pool.clone(), max_batch) {
+        if let Some(writer) = GroupWriter::start(self.pool.clone(), self.backend(), max_batch) {
             self.writer = Some(writer);
         }
         self
@@ -647,8 +647,9 @@ impl PlanStore {
         plan.parent_version = None;
         let now = Utc::now().trunc_subsecs(6);
         let document = to_json(&plan)?;
-        // Version 1's diff adds the whole document (spliced, not serialised a second time).
-        let diff = format!(r#"[{{"op":"add","path":"","value":{document}}}]"#);
+        // Version 1's diff adds the whole document: stored empty, not as a second copy of the
+        // document, and read back as that `add` (see `decode_version`).
+        let diff = String::new();
         let review_json = serde_json::to_string(&review).map_err(bad_json)?;
         let row = NewPlan {
             plan,
@@ -686,7 +687,7 @@ impl PlanStore {
             None => row,
         };
         let mut tx = self.pool.begin().await?;
-        let stored = insert_new(&mut tx, &row).await?;
+        let stored = insert_new(&mut tx, self.backend(), &row).await?;
         tx.commit().await?;
         Ok((row, stored))
     }
@@ -999,7 +1000,8 @@ impl PlanStore {
     /// Every version of a plan, oldest first.
     pub async fn history(&self, id: &str) -> Result<Vec<VersionRecord>> {
         let rows = sqlx::query(
-            "SELECT plan_id, version, parent_version, trigger_kind, actor, created_at, state, diff
+            "SELECT plan_id, version, parent_version, trigger_kind, actor, created_at, state, diff,
+                    CASE WHEN diff = '' THEN document END AS added
              FROM plan_versions WHERE plan_id = $1 ORDER BY version",
         )
         .bind(id.to_owned())
@@ -1072,7 +1074,7 @@ pub(crate) struct NewPlan {
     pub(crate) review: String,
     /// The plan, as JSON.
     pub(crate) document: String,
-    /// Version 1's diff (an RFC 6902 `add` of the whole plan).
+    /// Version 1's diff: empty, meaning an RFC 6902 `add` of the whole document.
     pub(crate) diff: String,
     pub(crate) actor: String,
     pub(crate) at: DateTime<Utc>,
@@ -1082,41 +1084,158 @@ pub(crate) struct NewPlan {
 /// taken.
 pub(crate) async fn insert_new(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    backend: Backend,
     row: &NewPlan,
 ) -> Result<bool> {
-    let plan = &row.plan;
-    let inserted = sqlx::query(
-        "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
-                            document, review, created_at, updated_at)
-         VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(plan.id.clone())
-    .bind(row.state.as_str())
-    .bind(plan.owner.clone())
-    .bind(plan.conversation_id.clone())
-    .bind(plan.thread_id.clone())
-    .bind(plan.title.clone())
-    .bind(row.document.clone())
-    .bind(row.review.clone())
-    .bind(timestamp(row.at))
-    .execute(&mut **tx)
-    .await?;
-    if inserted.rows_affected() == 0 {
-        return Ok(false);
+    let stored = insert_new_rows(tx, backend, &[row]).await?;
+    Ok(stored.first().copied().unwrap_or(false))
+}
+
+/// Rows per multi-row `INSERT` of [`insert_new_rows`], largest first: a batch is written in
+/// chunks of these sizes, so the statement cache holds a few statements, not one per size.
+const CHUNK_ROWS: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
+
+/// `rows` split into consecutive ranges whose lengths are in [`CHUNK_ROWS`].
+fn chunk_ranges(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let left = rows - start;
+        let size = CHUNK_ROWS.iter().copied().find(|&size| size <= left)?;
+        let range = start..start + size;
+        start += size;
+        Some(range)
+    })
+}
+
+/// `head VALUES (…), (…) tail` with `rows` tuples shaped like `tuple`: `None` is a parameter,
+/// `Some(sql)` a literal. SQLite gets `?` parameters: it finds a numbered `$N` by scanning
+/// the statement's parameter list, so binding thousands of them costs time quadratic in their
+/// number; PostgreSQL only takes `$N`.
+fn multi_row_sql(
+    backend: Backend,
+    head: &str,
+    rows: usize,
+    tuple: &[Option<&str>],
+    tail: &str,
+) -> String {
+    let mut sql = String::with_capacity(head.len() + tail.len() + rows * tuple.len() * 7);
+    sql.push_str(head);
+    sql.push_str(" VALUES ");
+    let mut number = 0;
+    for row in 0..rows {
+        sql.push_str(if row == 0 { "(" } else { ", (" });
+        for (column, item) in tuple.iter().enumerate() {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            match (item, backend) {
+                (Some(literal), _) => sql.push_str(literal),
+                (None, Backend::Sqlite) => sql.push('?'),
+                (None, Backend::Postgres) => {
+                    number += 1;
+                    sql.push('$');
+                    sql.push_str(&number.to_string());
+                }
+            }
+        }
+        sql.push(')');
     }
-    insert_version(
-        tx,
-        plan,
-        Trigger::Created,
-        &row.actor,
-        row.at,
-        row.state,
-        &row.diff,
-        &row.document,
-    )
-    .await?;
-    Ok(true)
+    sql.push(' ');
+    sql.push_str(tail);
+    sql
+}
+
+/// Inserts new plans and their versions 1 in `tx` with one multi-row `INSERT` per table and
+/// chunk (what group commit writes: per-row statements cost a round trip to the database each);
+/// per row, whether it was stored (`false`: its id was taken, nothing written for it). The ids
+/// must be distinct.
+pub(crate) async fn insert_new_rows(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    backend: Backend,
+    rows: &[&NewPlan],
+) -> Result<Vec<bool>> {
+    let mut stored = vec![false; rows.len()];
+    for range in chunk_ranges(rows.len()) {
+        let chunk = rows.get(range.clone()).unwrap_or_default();
+        let sql = multi_row_sql(
+            backend,
+            "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                                document, review, created_at, updated_at)",
+            chunk.len(),
+            &[
+                None,
+                Some("1"),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ],
+            "ON CONFLICT (id) DO NOTHING RETURNING id",
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for row in chunk {
+            let plan = &row.plan;
+            query = query
+                .bind(plan.id.clone())
+                .bind(row.state.as_str())
+                .bind(plan.owner.clone())
+                .bind(plan.conversation_id.clone())
+                .bind(plan.thread_id.clone())
+                .bind(plan.title.clone())
+                .bind(row.document.clone())
+                .bind(row.review.clone())
+                .bind(timestamp(row.at))
+                .bind(timestamp(row.at));
+        }
+        let inserted: std::collections::HashSet<String> = query
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| row.try_get::<String, _>("id"))
+            .collect::<std::result::Result<_, _>>()?;
+        let new: Vec<&NewPlan> = chunk
+            .iter()
+            .zip(range)
+            .filter(|(row, _)| inserted.contains(&row.plan.id))
+            .map(|(row, idx)| {
+                if let Some(slot) = stored.get_mut(idx) {
+                    *slot = true;
+                }
+                *row
+            })
+            .collect();
+        for versions in chunk_ranges(new.len()) {
+            let versions = new.get(versions).unwrap_or_default();
+            let sql = multi_row_sql(
+                backend,
+                "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind,
+                                            actor, created_at, state, diff, document)",
+                versions.len(),
+                &[None; 9],
+                "",
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for row in versions {
+                query = query
+                    .bind(row.plan.id.clone())
+                    .bind(i64::from(row.plan.version))
+                    .bind(row.plan.parent_version.map(i64::from))
+                    .bind(Trigger::Created.as_str())
+                    .bind(row.actor.clone())
+                    .bind(timestamp(row.at))
+                    .bind(row.state.as_str())
+                    .bind(row.diff.clone())
+                    .bind(row.document.clone());
+            }
+            query.execute(&mut **tx).await?;
+        }
+    }
+    Ok(stored)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1229,13 +1348,53 @@ fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
         actor: row.try_get("actor")?,
         created_at: parse_time(id, &row.try_get::<String, _>("created_at")?)?,
         state: state_text.parse().map_err(corrupt)?,
-        diff: from_json(id, &row.try_get::<String, _>("diff")?)?,
+        diff: match row.try_get::<Option<String>, _>("added")? {
+            // A version that added the whole document (see `create`).
+            Some(document) => {
+                let document: Value = from_json(id, &document)?;
+                serde_json::json!([{"op": "add", "path": "", "value": document}])
+            }
+            None => from_json(id, &row.try_get::<String, _>("diff")?)?,
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multi_row_placeholders_follow_the_backend() {
+        let tuple = [None, Some("1"), None];
+        assert_eq!(
+            multi_row_sql(
+                Backend::Postgres,
+                "INSERT INTO t (a, b, c)",
+                2,
+                &tuple,
+                "RETURNING a"
+            ),
+            "INSERT INTO t (a, b, c) VALUES ($1, 1, $2), ($3, 1, $4) RETURNING a"
+        );
+        assert_eq!(
+            multi_row_sql(Backend::Sqlite, "INSERT INTO t (a, b, c)", 2, &tuple, ""),
+            "INSERT INTO t (a, b, c) VALUES (?, 1, ?), (?, 1, ?) "
+        );
+    }
+
+    #[test]
+    fn batches_split_into_few_statement_sizes() {
+        let sizes = |rows| chunk_ranges(rows).map(|r| r.len()).collect::<Vec<_>>();
+        assert!(sizes(0).is_empty());
+        assert_eq!(sizes(1), [1]);
+        assert_eq!(sizes(300), [256, 32, 8, 4]);
+        for rows in 0..600 {
+            let ranges: Vec<_> = chunk_ranges(rows).collect();
+            assert_eq!(ranges.iter().map(|r| r.len()).sum::<usize>(), rows);
+            assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+            assert!(ranges.iter().all(|r| CHUNK_ROWS.contains(&r.len())));
+        }
+    }
 
     #[test]
     fn locations_parse() {

@@ -232,7 +232,8 @@ async fn group_commit_creates(db: TestDb) {
             format!("g{idx}")
         };
         tasks.push(tokio::spawn(async move {
-            let plan = Plan::new(id.clone(), format!("plan {idx}"));
+            let mut plan = Plan::new(id.clone(), format!("plan {idx}"));
+            plan.title = format!("title {idx}");
             let result = store
                 .create(plan, ReviewState::Accepted, Review::default(), "group")
                 .await;
@@ -257,12 +258,23 @@ async fn group_commit_creates(db: TestDb) {
     }
     assert_eq!(taken, 11, "12 creates of `dup`, one lands");
     assert_eq!(stored.len(), 109);
+    // Every column lands where it belongs (the batches are multi-row INSERTs).
     for id in &stored {
         let plan = store.get(id).await.unwrap();
         assert_eq!(plan.version(), 1);
+        assert_eq!(plan.state, ReviewState::Accepted);
+        let title = plan.plan.title.clone();
+        if id != "dup" {
+            assert_eq!(title, format!("title {}", &id[1..]));
+            assert_eq!(plan.plan.goal, format!("plan {}", &id[1..]));
+        }
+        assert_eq!(store.get_version(id, 1).await.unwrap().title, title);
         let history = store.history(id).await.unwrap();
         assert_eq!(history.len(), 1, "{id}");
         assert_eq!(history[0].trigger, plansmith_store::Trigger::Created);
+        assert_eq!(history[0].actor, "group");
+        assert_eq!(history[0].parent_version, None);
+        assert_eq!(history[0].diff[0]["value"]["title"], title.as_str());
     }
     let page = store
         .list(&plansmith_store::ListFilter::default())
