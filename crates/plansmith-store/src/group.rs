@@ -13,11 +13,11 @@
 //! fails for any other reason, each row is retried in its own transaction and answered with
 //! its own result.
 
+use std::collections::HashSet;
+
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Result, StoreError};
-use std::collections::HashSet;
-
 use crate::store::{Backend, NewPlan, insert_new, insert_new_rows};
 
 /// How many new plans may wait for the writer before callers wait to enqueue.

@@ -647,16 +647,12 @@ impl PlanStore {
         plan.parent_version = None;
         let now = Utc::now().trunc_subsecs(6);
         let document = to_json(&plan)?;
-        // Version 1's diff adds the whole document: stored empty, not as a second copy of the
-        // document, and read back as that `add` (see `decode_version`).
-        let diff = String::new();
         let review_json = serde_json::to_string(&review).map_err(bad_json)?;
         let row = NewPlan {
             plan,
             state,
             review: review_json,
             document,
-            diff,
             actor: actor.to_owned(),
             at: now,
         };
@@ -1074,8 +1070,6 @@ pub(crate) struct NewPlan {
     pub(crate) review: String,
     /// The plan, as JSON.
     pub(crate) document: String,
-    /// Version 1's diff: empty, meaning an RFC 6902 `add` of the whole document.
-    pub(crate) diff: String,
     pub(crate) actor: String,
     pub(crate) at: DateTime<Utc>,
 }
@@ -1145,10 +1139,10 @@ fn multi_row_sql(
     sql
 }
 
-/// Inserts new plans and their versions 1 in `tx` with one multi-row `INSERT` per table and
-/// chunk (what group commit writes: per-row statements cost a round trip to the database each);
-/// per row, whether it was stored (`false`: its id was taken, nothing written for it). The ids
-/// must be distinct.
+/// Inserts new plans (version 1, no parent, as `create` makes them) and their versions 1 in
+/// `tx` with one multi-row `INSERT` per table and chunk (what group commit writes: per-row
+/// statements cost a round trip to the database each); per row, whether it was stored
+/// (`false`: its id was taken, nothing written for it). The ids must be distinct.
 pub(crate) async fn insert_new_rows(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     backend: Backend,
@@ -1198,17 +1192,15 @@ pub(crate) async fn insert_new_rows(
             .iter()
             .map(|row| row.try_get::<String, _>("id"))
             .collect::<std::result::Result<_, _>>()?;
-        let new: Vec<&NewPlan> = chunk
-            .iter()
-            .zip(range)
-            .filter(|(row, _)| inserted.contains(&row.plan.id))
-            .map(|(row, idx)| {
+        let mut new = Vec::with_capacity(chunk.len());
+        for (row, idx) in chunk.iter().zip(range) {
+            if inserted.contains(&row.plan.id) {
                 if let Some(slot) = stored.get_mut(idx) {
                     *slot = true;
                 }
-                *row
-            })
-            .collect();
+                new.push(*row);
+            }
+        }
         for versions in chunk_ranges(new.len()) {
             let versions = new.get(versions).unwrap_or_default();
             let sql = multi_row_sql(
@@ -1216,20 +1208,29 @@ pub(crate) async fn insert_new_rows(
                 "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind,
                                             actor, created_at, state, diff, document)",
                 versions.len(),
-                &[None; 9],
+                // Version 1's diff would be an `add` of the whole document, a second copy of it:
+                // it is stored empty and read back as that `add` (`decode_version`).
+                &[
+                    None,
+                    Some("1"),
+                    Some("NULL"),
+                    None,
+                    None,
+                    None,
+                    None,
+                    Some("''"),
+                    None,
+                ],
                 "",
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for row in versions {
                 query = query
                     .bind(row.plan.id.clone())
-                    .bind(i64::from(row.plan.version))
-                    .bind(row.plan.parent_version.map(i64::from))
                     .bind(Trigger::Created.as_str())
                     .bind(row.actor.clone())
                     .bind(timestamp(row.at))
                     .bind(row.state.as_str())
-                    .bind(row.diff.clone())
                     .bind(row.document.clone());
             }
             query.execute(&mut **tx).await?;
@@ -1349,7 +1350,7 @@ fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
         created_at: parse_time(id, &row.try_get::<String, _>("created_at")?)?,
         state: state_text.parse().map_err(corrupt)?,
         diff: match row.try_get::<Option<String>, _>("added")? {
-            // A version that added the whole document (see `create`).
+            // Version 1 of a created plan: its diff adds the whole document (`insert_new_rows`).
             Some(document) => {
                 let document: Value = from_json(id, &document)?;
                 serde_json::json!([{"op": "add", "path": "", "value": document}])
