@@ -210,7 +210,7 @@ fn main() {
     let (mut warm, mut constrained, mut free_gen) = (Vec::new(), Vec::new(), Vec::new());
     let (mut steps, mut cached, mut prompt_tokens, mut constrained_tokens, mut free_tokens) =
         (0, 0, 0, 0, 0);
-    let mut rejections = 0;
+    let (mut rejections, mut forced) = (0, 0);
     for rep in 0..reps {
         plan_request.query = queries[(rep + 1) % 2].into();
         let started = Instant::now();
@@ -222,6 +222,7 @@ fn main() {
         (cached, prompt_tokens) = (stats.cached_tokens, stats.prompt_tokens);
         constrained_tokens = stats.generated_tokens;
         rejections = stats.grammar_rejections;
+        forced = stats.forced_tokens;
     }
     drop(planner);
     drop(ours);
@@ -245,7 +246,7 @@ fn main() {
     );
     let (constrained, free_gen) = (median(constrained), median(free_gen));
     println!(
-        "constrained generation: {constrained:.1} tok/s ({constrained_tokens} tokens, {rejections} grammar rejections in the last run)"
+        "constrained generation: {constrained:.1} tok/s ({constrained_tokens} tokens, {forced} of them forced by the grammar, {rejections} grammar rejections in the last run)"
     );
     println!(
         "unconstrained generation: {free_gen:.1} tok/s ({free_tokens} tokens); constrained/unconstrained {:.3}",

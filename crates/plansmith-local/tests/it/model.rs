@@ -99,6 +99,17 @@ fn catalogs() -> Vec<(&'static str, Value, &'static str)> {
             "Convert 100 dollars to euros.",
         ),
         (
+            "patterns and formats (a keyword the grammar cannot express is left to validation)",
+            json!([{"name": "book_flight", "description": "Book a flight between two airports on a date.",
+                "input_schema": {"type": "object", "properties": {
+                    "from": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                    "to": {"type": "string", "pattern": "^[A-Z]{3}$", "not": {"const": "XXX"}},
+                    "date": {"type": "string", "format": "date"},
+                    "contact": {"type": "string", "format": "email"}},
+                    "required": ["from", "to", "date"]}}]),
+            "Book a flight from JFK to LHR on 2026-12-01.",
+        ),
+        (
             "no tools at all",
             json!([]),
             "Tell me a joke about penguins.",
@@ -112,6 +123,7 @@ fn smollm2_plans_are_schema_valid_by_construction() {
     let model = model();
     let mut failures = Vec::new();
     let mut capped = 0;
+    let mut forced = 0;
     for (name, tools, query) in catalogs() {
         let recording = Arc::new(Recording {
             inner: model.clone(),
@@ -195,17 +207,22 @@ fn smollm2_plans_are_schema_valid_by_construction() {
             Err(err) => failures.push(format!("{name}: planning failed: {err}")),
         }
         let stats = model.last_stats();
+        forced += stats.forced_tokens;
         eprintln!(
-            "{name}: {} prompt tokens ({} cached) at {:.0} tok/s, {} generated at {:.0} tok/s, {} grammar rejections",
+            "{name}: {} prompt tokens ({} cached) at {:.0} tok/s, {} generated ({} forced by the grammar) at {:.0} tok/s, {} grammar rejections",
             stats.prompt_tokens,
             stats.cached_tokens,
             stats.prompt_tok_s(),
             stats.generated_tokens,
+            stats.forced_tokens,
             stats.generate_tok_s(),
             stats.grammar_rejections
         );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Keys and punctuation between values are forced by the grammar: they are decoded in a
+    // batch without sampling, so some of every reply's tokens must have been forced.
+    assert!(forced > 0, "no token was forced by the grammar");
     // Most of the table must end in complete replies, or the test says little about them.
     assert!(
         capped <= 2,
@@ -246,4 +263,64 @@ fn a_missing_model_file_is_a_clear_error() {
             .contains("cannot load the model /nonexistent/model.gguf: no such file"),
         "{err}"
     );
+}
+
+#[test]
+fn a_schema_without_a_grammar_is_decoded_unconstrained_and_says_so() {
+    let _serial = serial();
+    let model = model();
+    // Satisfiable by no string, so the grammar engine refuses it.
+    let schema = json!({"type": "object", "properties": {
+        "code": {"type": "string", "minLength": 5, "maxLength": 2}}, "required": ["code"]});
+    let request = CompletionRequest {
+        messages: vec![plansmith_core::llm::Message::user("Say hi in JSON.")],
+        constraint: Some(OutputConstraint::JsonSchema {
+            name: "plan".into(),
+            schema: Arc::new(schema),
+            strict: true,
+        }),
+        max_tokens: 16,
+        temperature: 0.0,
+    };
+    let completion = futures::executor::block_on(model.complete(request))
+        .expect("a schema without a grammar is not a failed request");
+    assert_eq!(
+        completion.strategy,
+        Some(plansmith_core::llm::Strategy::PromptOnly),
+        "{completion:?}"
+    );
+    assert!(completion.usage.completion_tokens > 0, "{completion:?}");
+    assert_eq!(model.last_stats().forced_tokens, 0);
+}
+
+#[test]
+fn the_token_cap_bounds_forced_tokens_too() {
+    let _serial = serial();
+    let model = model();
+    // Long keys: most of the reply is forced by the grammar, in runs longer than the cap.
+    let schema = json!({"type": "object", "properties": {
+        "a_rather_long_first_property_name": {"type": "string", "maxLength": 8},
+        "another_even_longer_second_property_name": {"type": "integer"}},
+        "required": ["a_rather_long_first_property_name", "another_even_longer_second_property_name"],
+        "additionalProperties": false});
+    for cap in [1, 3, 6] {
+        let request = CompletionRequest {
+            messages: vec![plansmith_core::llm::Message::user("Fill in the object.")],
+            constraint: Some(OutputConstraint::JsonSchema {
+                name: "plan".into(),
+                schema: Arc::new(schema.clone()),
+                strict: true,
+            }),
+            max_tokens: cap,
+            temperature: 0.0,
+        };
+        let completion = futures::executor::block_on(model.complete(request)).unwrap();
+        assert_eq!(completion.usage.completion_tokens, cap, "{completion:?}");
+        assert_eq!(
+            completion.finish,
+            plansmith_core::llm::FinishReason::Length,
+            "{completion:?}"
+        );
+        assert!(model.last_stats().forced_tokens > 0);
+    }
 }
