@@ -154,9 +154,24 @@ pub struct CatalogTool {
     /// The tool's member of the plan schema's step union at the default string bound, built on
     /// first use.
     model_schema: OnceLock<Value>,
+    /// How the prompt shows the tool, built on first use.
+    prompt_view: OnceLock<crate::template::ToolView>,
 }
 
 impl CatalogTool {
+    /// How the prompt shows the tool (name, short description, compact signature); built once,
+    /// since a service renders it for every request that selects the tool.
+    pub fn prompt_view(&self) -> &crate::template::ToolView {
+        self.prompt_view.get_or_init(|| crate::template::ToolView {
+            name: self.tool.name.clone(),
+            description: crate::template::short_description(
+                &self.tool.description,
+                crate::template::DESCRIPTION_MAX,
+            ),
+            signature: crate::template::signature(&self.tool.name, &self.tool.input_schema),
+        })
+    }
+
     /// The compiled validator of the tool's input schema (formats are checked).
     pub fn validator(&self) -> &jsonschema::Validator {
         &self.validator
@@ -327,6 +342,7 @@ impl Catalog {
                         tool,
                         validator,
                         model_schema: OnceLock::new(),
+                        prompt_view: OnceLock::new(),
                     });
                 }
                 Err((schema_pointer, message)) => problems.push(CatalogProblem {

@@ -25,8 +25,8 @@ use crate::retrieve::{Bm25Index, Retriever, select};
 use crate::schema::SchemaCache;
 use crate::stream::StepScanner;
 use crate::template::{
-    AgentView, FeedbackView, PromptContext, RepairContext, SkillView, TemplateError, Templates,
-    ToolView, short_description, signature,
+    AgentView, DESCRIPTION_MAX, FeedbackView, PromptContext, RepairContext, SkillView,
+    TemplateError, Templates, short_description,
 };
 use crate::validate::validate;
 
@@ -34,8 +34,6 @@ use crate::validate::validate;
 const RAW_KEEP: usize = 16_000;
 /// Longest rejected output quoted in a repair prompt.
 const REJECTED_QUOTE: usize = 6_000;
-/// Longest tool description in the prompt.
-const DESCRIPTION_MAX: usize = 160;
 
 /// How a planning call ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1459,12 +1457,7 @@ fn prompt_context(
         ),
         tools: tools
             .iter()
-            .map(|entry| &entry.tool)
-            .map(|tool| ToolView {
-                name: tool.name.clone(),
-                description: short_description(&tool.description, DESCRIPTION_MAX),
-                signature: signature(&tool.name, &tool.input_schema),
-            })
+            .map(|entry| entry.prompt_view().clone())
             .collect(),
         agents: agents
             .iter()

@@ -56,6 +56,9 @@ pub enum TemplateError {
     },
 }
 
+/// Longest tool, agent and skill description shown in a prompt, in characters.
+pub const DESCRIPTION_MAX: usize = 160;
+
 /// A tool as the prompt shows it: compact.
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolView {
