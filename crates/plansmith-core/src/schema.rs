@@ -267,7 +267,7 @@ pub fn model_arguments_schema(input_schema: &Value, text_max: u64) -> Value {
         object.remove("$schema");
         object.remove("$id");
     }
-    bound(&mut schema, text_max);
+    bound(&mut schema, text_max, true);
     if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
         for property in properties.values_mut() {
             let original = property.take();
@@ -303,11 +303,36 @@ fn contains_ref(value: &Value) -> bool {
     }
 }
 
-/// Adds `maxLength` to free strings and `maxItems` to arrays, recursively.
-fn bound(schema: &mut Value, text_max: u64) {
+/// Keywords that let an object hold properties besides its own `properties`: an object with
+/// any of them is left open.
+const OPENING_KEYWORDS: &[&str] = &[
+    "additionalProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "if",
+    "dependentSchemas",
+];
+
+/// Adds `maxLength` to free strings and `maxItems` to arrays, and closes objects that list
+/// their properties (`additionalProperties: false`), recursively. Closing keeps the model to
+/// the arguments the prompt shows: JSON Schema allows undeclared keys by default, and a small
+/// model under a grammar that follows the default writes some (`"depends_on"` inside the
+/// arguments). Members of an `allOf` stay open (closed, they would contradict each other);
+/// `close` is false for them.
+fn bound(schema: &mut Value, text_max: u64, close: bool) {
     let Some(object) = schema.as_object_mut() else {
         return;
     };
+    let lists_properties = object
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|p| !p.is_empty());
+    if close && lists_properties && !OPENING_KEYWORDS.iter().any(|k| object.contains_key(*k)) {
+        object.insert("additionalProperties".into(), json!(false));
+    }
     let types: Vec<String> = match object.get("type") {
         Some(Value::String(ty)) => vec![ty.clone()],
         Some(Value::Array(tys)) => tys
@@ -329,19 +354,30 @@ fn bound(schema: &mut Value, text_max: u64) {
     for key in ["properties", "patternProperties"] {
         if let Some(children) = object.get_mut(key).and_then(Value::as_object_mut) {
             for child in children.values_mut() {
-                bound(child, text_max);
+                bound(child, text_max, true);
             }
         }
     }
-    for key in ["items", "additionalProperties", "not", "contains"] {
+    // Under `not`, closing would widen what is allowed instead of narrowing it.
+    for (key, close) in [
+        ("items", true),
+        ("additionalProperties", true),
+        ("not", false),
+        ("contains", true),
+    ] {
         if let Some(child) = object.get_mut(key) {
-            bound(child, text_max);
+            bound(child, text_max, close);
         }
     }
-    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+    for (key, close) in [
+        ("anyOf", true),
+        ("oneOf", true),
+        ("allOf", false),
+        ("prefixItems", true),
+    ] {
         if let Some(children) = object.get_mut(key).and_then(Value::as_array_mut) {
             for child in children {
-                bound(child, text_max);
+                bound(child, text_max, close);
             }
         }
     }
@@ -451,6 +487,43 @@ mod tests {
         assert_eq!(
             model["properties"]["city"]["anyOf"][0]["maxLength"],
             json!(50)
+        );
+    }
+
+    #[test]
+    fn objects_that_list_their_properties_are_closed_to_the_model() {
+        let schema = json!({"type": "object",
+            "properties": {
+                "to": {"type": "string"},
+                "meta": {"type": "object", "properties": {"tag": {"type": "string"}}},
+                "headers": {"type": "object"},
+                "extra": {"type": "object", "properties": {"a": {"type": "integer"}},
+                          "additionalProperties": {"type": "integer"}},
+                "both": {"allOf": [
+                    {"type": "object", "properties": {"a": {"type": "integer"}}},
+                    {"type": "object", "properties": {"b": {"type": "integer"}}}]},
+                "list": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}}}}
+            },
+            "required": ["to"]});
+        let model = model_arguments_schema(&schema, 50);
+        let validator = jsonschema::validator_for(&model).unwrap();
+        assert_eq!(model["additionalProperties"], json!(false), "{model}");
+        // What the model may write: declared arguments, a free-form map, allOf members together.
+        assert!(validator.is_valid(&json!({"to": "x", "headers": {"any": 1},
+            "both": {"a": 1, "b": 2}, "extra": {"a": 1, "more": 2}})));
+        // What it may not: an undeclared argument, at the top or nested.
+        for wrong in [
+            json!({"to": "x", "depends_on": ["s1"]}),
+            json!({"to": "x", "meta": {"tag": "t", "other": 1}}),
+            json!({"to": "x", "list": [{"x": 1, "y": 2}]}),
+        ] {
+            assert!(!validator.is_valid(&wrong), "{wrong} passed {model}");
+        }
+        // The tool's own schema is not changed: validation still uses it.
+        assert!(
+            jsonschema::validator_for(&schema)
+                .unwrap()
+                .is_valid(&json!({"to": "x", "depends_on": ["s1"]}))
         );
     }
 
