@@ -358,27 +358,26 @@ fn bound(schema: &mut Value, text_max: u64, close: bool) {
             }
         }
     }
-    // Under `not`, closing would widen what is allowed instead of narrowing it.
+    // Subschemas, one or a list (`items` may be either). Under `not`, closing would widen what
+    // is allowed instead of narrowing it; `allOf` members are read together (see above).
     for (key, close) in [
         ("items", true),
         ("additionalProperties", true),
         ("not", false),
         ("contains", true),
-    ] {
-        if let Some(child) = object.get_mut(key) {
-            bound(child, text_max, close);
-        }
-    }
-    for (key, close) in [
         ("anyOf", true),
         ("oneOf", true),
         ("allOf", false),
         ("prefixItems", true),
     ] {
-        if let Some(children) = object.get_mut(key).and_then(Value::as_array_mut) {
-            for child in children {
-                bound(child, text_max, close);
+        match object.get_mut(key) {
+            Some(Value::Array(children)) => {
+                for child in children {
+                    bound(child, text_max, close);
+                }
             }
+            Some(child) => bound(child, text_max, close),
+            None => {}
         }
     }
 }

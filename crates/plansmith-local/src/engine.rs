@@ -445,8 +445,7 @@ impl Session<'_, '_> {
         stats.cached_tokens = common;
 
         let started = Instant::now();
-        let batch_size = usize::try_from(self.config.batch.max(1)).unwrap_or(512);
-        let mut batch = LlamaBatch::new(batch_size, 1);
+        let mut batch = LlamaBatch::new(self.batch_size(), 1);
         let mut last_index = self.evaluate(
             &mut batch,
             tokens.get(common..).unwrap_or_default(),
@@ -495,10 +494,14 @@ impl Session<'_, '_> {
                 pending.clear();
             }
             let logits = self.ctx.get_logits_ith(last_index);
+            let first = best_token(logits, |_| true)
+                .ok_or_else(|| backend_error("sampling", "no logits"))?;
             let grammar_started = Instant::now();
             let token = match matcher.as_mut() {
-                None => greedy(logits).ok_or_else(|| backend_error("sampling", "no logits"))?,
-                Some(matcher) => constrained_greedy(matcher, logits, |t| vocab.is_eog(t), stats)?,
+                None => first,
+                Some(matcher) => {
+                    constrained_choice(matcher, first, logits, |t| vocab.is_eog(t), stats)?
+                }
             };
             if vocab.is_eog(token) {
                 finish = FinishReason::Stop;
@@ -528,6 +531,11 @@ impl Session<'_, '_> {
         })
     }
 
+    /// Tokens per llama.cpp batch (the prompt is evaluated in batches of this size).
+    fn batch_size(&self) -> usize {
+        usize::try_from(self.config.batch.max(1)).unwrap_or(512)
+    }
+
     /// Runs `tokens` through the model after the cached ones, in batches; only the last token
     /// gets logits. Returns that token's index in the last batch.
     fn evaluate(
@@ -536,7 +544,7 @@ impl Session<'_, '_> {
         tokens: &[LlamaToken],
         what: &str,
     ) -> Result<i32, LlmError> {
-        let batch_size = usize::try_from(self.config.batch.max(1)).unwrap_or(512);
+        let batch_size = self.batch_size();
         let mut last_index = 0;
         for (chunk_idx, chunk) in tokens.chunks(batch_size).enumerate() {
             batch.clear();
@@ -675,14 +683,11 @@ fn llama_token(id: TokenId) -> Result<LlamaToken, LlmError> {
         .map_err(|_| backend_error("grammar", "token id out of range"))
 }
 
-/// The token with the highest logit.
-fn greedy(logits: &[f32]) -> Option<LlamaToken> {
+/// The token with the highest logit among those `allowed` (by index).
+fn best_token(logits: &[f32], allowed: impl Fn(usize) -> bool) -> Option<LlamaToken> {
     let mut best: Option<(usize, f32)> = None;
     for (idx, &logit) in logits.iter().enumerate() {
-        if logit.is_nan() {
-            continue;
-        }
-        if best.is_none_or(|(_, b)| logit > b) {
+        if !logit.is_nan() && best.is_none_or(|(_, b)| logit > b) && allowed(idx) {
             best = Some((idx, logit));
         }
     }
@@ -690,16 +695,16 @@ fn greedy(logits: &[f32]) -> Option<LlamaToken> {
         .map(LlamaToken)
 }
 
-/// Greedy under the grammar: check the greedy token alone; compute the grammar's mask of the
-/// whole vocabulary only when it is rejected.
-fn constrained_greedy(
+/// Greedy under the grammar: `first`, the greedy token, is checked alone; the grammar's mask of
+/// the whole vocabulary is computed only when it is rejected.
+fn constrained_choice(
     matcher: &mut Matcher,
+    first: LlamaToken,
     logits: &[f32],
     is_end: impl Fn(LlamaToken) -> bool,
     stats: &mut Stats,
 ) -> Result<LlamaToken, LlmError> {
     let grammar_error = |err| backend_error("grammar", err);
-    let first = greedy(logits).ok_or_else(|| backend_error("sampling", "no logits"))?;
     let fits = if is_end(first) {
         matcher.is_accepting().map_err(grammar_error)?
     } else {
@@ -713,14 +718,8 @@ fn constrained_greedy(
     }
     stats.grammar_rejections += 1;
     let mask = matcher.compute_mask().map_err(grammar_error)?;
-    let mut best: Option<(usize, f32)> = None;
-    for (idx, &logit) in logits.iter().enumerate() {
-        let allowed = TokenId::try_from(idx).is_ok_and(|id| mask.is_allowed(id));
-        if allowed && !logit.is_nan() && best.is_none_or(|(_, b)| logit > b) {
-            best = Some((idx, logit));
-        }
-    }
-    best.and_then(|(idx, _)| i32::try_from(idx).ok())
-        .map(LlamaToken)
-        .ok_or_else(|| backend_error("grammar", "no token fits the grammar"))
+    best_token(logits, |idx| {
+        TokenId::try_from(idx).is_ok_and(|id| mask.is_allowed(id))
+    })
+    .ok_or_else(|| backend_error("grammar", "no token fits the grammar"))
 }
