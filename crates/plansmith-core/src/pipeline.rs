@@ -339,7 +339,7 @@ impl Planner {
             return Err(PlanError::InvalidRequest("the query is empty".into()));
         }
         let now = request.now.unwrap_or_else(Utc::now);
-        let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+        let plan_id = Plan::new_id();
         let mut diagnostics = Diagnostics {
             model: self.model.name(),
             ..Diagnostics::default()

@@ -60,6 +60,14 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A fresh plan id, `plan-` and 32 hex digits: a UUIDv7, so ids made later sort later (the
+    /// process guarantees the order). Stores index plans by id, and a random id (UUIDv4) put
+    /// every new plan on a random leaf page of that index: each commit rewrote one 4 KiB page
+    /// per plan per index, which halved the service's persisted plans per second (README, "Load").
+    pub fn new_id() -> String {
+        format!("plan-{}", uuid::Uuid::now_v7().simple())
+    }
+
     /// A new version-1 plan with no steps, created now.
     pub fn new(id: impl Into<String>, goal: impl Into<String>) -> Plan {
         let goal = goal.into();
@@ -550,6 +558,18 @@ pub fn escape_pointer(token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_ids_sort_in_the_order_they_were_made() {
+        let ids: Vec<String> = (0..2000).map(|_| Plan::new_id()).collect();
+        for id in &ids {
+            assert!(id.starts_with("plan-") && id.len() == 37, "{id}");
+            assert!(id[5..].bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
+        for pair in ids.windows(2) {
+            assert!(pair[0] < pair[1], "{} then {}", pair[0], pair[1]);
+        }
+    }
 
     #[test]
     fn step_refs_parse_and_print() {

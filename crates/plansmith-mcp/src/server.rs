@@ -576,7 +576,7 @@ impl PlansmithMcp {
                     .get_template(&name()?, params.version)
                     .await
                     .map_err(err)?;
-                let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+                let plan_id = plansmith_core::Plan::new_id();
                 let (mut plan, diagnostics) = template
                     .instantiate(
                         &params.arguments,

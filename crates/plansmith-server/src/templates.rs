@@ -265,7 +265,7 @@ async fn instantiate(
 ) -> Result<Response, ApiError> {
     let template = state.store.get_template(&name, body.version).await?;
     let options = body.options.unwrap_or_default();
-    let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+    let plan_id = plansmith_core::Plan::new_id();
     let (mut plan, diagnostics) = template
         .instantiate(
             &body.arguments,

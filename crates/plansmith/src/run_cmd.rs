@@ -201,7 +201,7 @@ async fn resolve_plan(
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read {}", path.display()))
         .map_err(CliError::input)?;
-    let fresh = format!("plan-{}", uuid::Uuid::new_v4().simple());
+    let fresh = plansmith_core::Plan::new_id();
     let defaults = ParseDefaults {
         plan_id: &fresh,
         goal: "",

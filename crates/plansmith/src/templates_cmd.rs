@@ -277,7 +277,7 @@ async fn instantiate(
         allow_recurring: args.allow_recurring,
         ..PlanOptions::default()
     };
-    let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+    let plan_id = plansmith_core::Plan::new_id();
     let (mut plan, diagnostics) = template
         .instantiate(&arguments, &catalog, &options, &plan_id, Utc::now())
         .map_err(CliError::input)?;
@@ -328,7 +328,7 @@ fn read_plan(path: &std::path::Path) -> Result<Plan, CliError> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read {}", path.display()))
         .map_err(CliError::input)?;
-    let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+    let plan_id = plansmith_core::Plan::new_id();
     let defaults = ParseDefaults {
         plan_id: &plan_id,
         goal: "",

@@ -46,7 +46,7 @@ pub struct ValidateArgs {
 pub fn run(args: ValidateArgs) -> Result<u8, CliError> {
     let text = read_input(&args.file).map_err(CliError::input)?;
     let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
-    let plan_id = format!("plan-{}", uuid::Uuid::new_v4().simple());
+    let plan_id = plansmith_core::Plan::new_id();
     let defaults = ParseDefaults {
         plan_id: &plan_id,
         goal: "",
