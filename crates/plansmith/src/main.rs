@@ -23,6 +23,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+/// mimalloc instead of glibc's allocator: a served request allocates and frees thousands of small
+/// strings and JSON nodes across threads, and glibc's malloc/free (with its consolidation of
+/// freed chunks) took ~17 % of the server's CPU under load; see README, "Load".
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod config;
 mod eval;
 mod investigate_cmd;
