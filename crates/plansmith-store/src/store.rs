@@ -450,6 +450,22 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
         )",
         ],
     ),
+    (
+        5,
+        "owner and conversation indexes hold only plans that have one",
+        // Most plans have no conversation, and a server without tokens gives none an owner: the
+        // full indexes took an entry for every new plan that no filter can use (a filter is
+        // `owner = $1` or `conversation_id = $1`, which implies NOT NULL, so both SQLite and
+        // PostgreSQL use the partial index for it).
+        &[
+            "DROP INDEX IF EXISTS plans_by_owner",
+            "DROP INDEX IF EXISTS plans_by_conversation",
+            "CREATE INDEX IF NOT EXISTS plans_by_owner_set ON plans (owner, updated_at)
+             WHERE owner IS NOT NULL",
+            "CREATE INDEX IF NOT EXISTS plans_by_conversation_set ON plans (conversation_id, updated_at)
+             WHERE conversation_id IS NOT NULL",
+        ],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every

@@ -22,3 +22,6 @@ mod memory;
 
 /// The execution log: claims, leases, fencing, takeover, replans, step decisions.
 mod exec;
+
+/// The owner and conversation indexes hold only plans that have one; filters use them.
+mod indexes;

@@ -1,0 +1,92 @@
+//! The owner and conversation indexes (migration 5) hold only plans that have one, and the
+//! list filters still find their plans through them.
+
+use plansmith_core::Plan;
+use plansmith_store::{ListFilter, Location, Review, ReviewState};
+
+use crate::support::{TestDb, both_backends};
+
+async fn filters_use_the_partial_indexes(db: TestDb) {
+    for (idx, (owner, conversation)) in [
+        (None, None),
+        (Some("ann"), None),
+        (None, Some("c1")),
+        (Some("ann"), Some("c1")),
+        (Some("bob"), None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut plan = Plan::new(format!("p{idx}"), "goal");
+        plan.owner = owner.map(str::to_owned);
+        plan.conversation_id = conversation.map(str::to_owned);
+        db.store
+            .create(plan, ReviewState::Draft, Review::default(), "t")
+            .await
+            .unwrap();
+    }
+    let ids = |page: plansmith_store::Page| {
+        let mut ids: Vec<String> = page.plans.into_iter().map(|p| p.plan.id).collect();
+        ids.sort();
+        ids
+    };
+    let by_owner = ListFilter {
+        owner: Some("ann".into()),
+        ..ListFilter::default()
+    };
+    assert_eq!(ids(db.store.list(&by_owner).await.unwrap()), ["p1", "p3"]);
+    let by_conversation = ListFilter {
+        conversation_id: Some("c1".into()),
+        ..ListFilter::default()
+    };
+    assert_eq!(
+        ids(db.store.list(&by_conversation).await.unwrap()),
+        ["p2", "p3"]
+    );
+    assert_eq!(
+        db.store.list(&ListFilter::default()).await.unwrap().total,
+        5
+    );
+
+    sqlx::any::install_default_drivers();
+    let (url, explain) = match &db.location {
+        Location::Sqlite(path) => (format!("sqlite://{}", path.display()), "EXPLAIN QUERY PLAN"),
+        Location::Postgres(url) => (url.clone(), "EXPLAIN"),
+        other => panic!("unexpected location {other:?}"),
+    };
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    if matches!(db.location, Location::Postgres(_)) {
+        // Five rows: without this PostgreSQL would rightly scan the table.
+        sqlx::query("SET enable_seqscan = off")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    for (column, index) in [
+        ("owner", "plans_by_owner_set"),
+        ("conversation_id", "plans_by_conversation_set"),
+    ] {
+        let sql = format!(
+            "{explain} SELECT id FROM plans WHERE {column} = 'x' ORDER BY updated_at DESC, id"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        let plan: Vec<String> = rows
+            .iter()
+            .map(|row| {
+                let last = sqlx::Row::len(row) - 1;
+                sqlx::Row::get::<String, _>(row, last)
+            })
+            .collect();
+        assert!(
+            plan.iter().any(|line| line.contains(index)),
+            "a `{column} = …` filter should use {index}: {plan:?}"
+        );
+    }
+}
+
+both_backends!(partial_indexes, super::filters_use_the_partial_indexes);
