@@ -202,7 +202,9 @@ pub fn parse(raw: &str, defaults: &ParseDefaults<'_>) -> Result<Parsed, ParseErr
 ///   it. The pre-pass writes `\uFFFD`.
 ///
 /// `\'` becomes `'`. Single-quoted strings are left to jsonrepair (which drops the backslash of
-/// an invalid escape there).
+/// an invalid escape there). A raw control character inside a string (a line break in a
+/// multi-line value) is escaped too, and that alone does not count as a repair: the text has
+/// one reading.
 pub fn extract_json(raw: &str) -> Result<(Value, bool), ParseError> {
     let extracted = extract(raw)?;
     Ok((extracted.value, extracted.repaired))
@@ -554,11 +556,11 @@ fn parse_candidate(slice: &str) -> Result<(Value, bool), String> {
         return Ok((value, false));
     }
     let escaped = escape_invalid_escapes(slice);
-    let text = escaped.as_deref().unwrap_or(slice);
-    if escaped.is_some()
+    let text = escaped.as_ref().map_or(slice, |(text, _)| text.as_str());
+    if let Some((_, repaired)) = escaped
         && let Ok(value) = serde_json::from_str::<Value>(text)
     {
-        return Ok((value, true));
+        return Ok((value, repaired));
     }
     let repaired = jsonrepair_rs::jsonrepair(text).map_err(|err| err.to_string())?;
     serde_json::from_str::<Value>(&repaired)
@@ -567,11 +569,15 @@ fn parse_candidate(slice: &str) -> Result<(Value, bool), String> {
 }
 
 /// The escape pre-pass (see [`extract_json`] for why it exists): inside double-quoted strings,
-/// an invalid escape `\x` becomes `\\x`, `\'` becomes `'`, and a lone surrogate escape becomes
-/// `\uFFFD`. Returns `None` when nothing changed.
-fn escape_invalid_escapes(text: &str) -> Option<String> {
+/// an invalid escape `\x` becomes `\\x`, `\'` becomes `'`, a lone surrogate escape becomes
+/// `\uFFFD`, and a raw control character (a line break in a multi-line value) is escaped.
+/// Returns `None` when nothing changed, else the text and whether it was repaired: escaping a
+/// raw control character is not a repair, since the text has one reading (Python's
+/// `json.loads(strict=False)` reads it the same way), while the others guess.
+fn escape_invalid_escapes(text: &str) -> Option<(String, bool)> {
     let mut out = String::with_capacity(text.len() + 8);
     let mut changed = false;
+    let mut controls = false;
     let mut in_string = false;
     let mut chars = text.char_indices().peekable();
     while let Some((idx, c)) = chars.next() {
@@ -634,16 +640,33 @@ fn escape_invalid_escapes(text: &str) -> Option<String> {
                     }
                 },
                 // A backslash before a line break is a line continuation; jsonrepair drops it.
-                Some('\n' | '\r') | None => out.push('\\'),
+                Some(next @ ('\n' | '\r')) => {
+                    out.push('\\');
+                    out.push(next);
+                    chars.next();
+                }
+                None => out.push('\\'),
                 Some(_) => {
                     out.push_str("\\\\");
                     changed = true;
                 }
             },
+            '\n' => push_control(&mut out, "\\n", &mut controls),
+            '\r' => push_control(&mut out, "\\r", &mut controls),
+            '\t' => push_control(&mut out, "\\t", &mut controls),
+            c if c < '\u{20}' => {
+                let escape = format!("\\u{:04x}", u32::from(c));
+                push_control(&mut out, &escape, &mut controls);
+            }
             _ => out.push(c),
         }
     }
-    changed.then_some(out)
+    (changed || controls).then_some((out, changed))
+}
+
+fn push_control(out: &mut String, escape: &str, controls: &mut bool) {
+    out.push_str(escape);
+    *controls = true;
 }
 
 /// The four hex digits at byte `at`, as a UTF-16 code unit.
@@ -2070,13 +2093,41 @@ mod tests {
             (r#"{"a": "x\"#, None),
         ];
         for (input, want) in cases {
-            assert_eq!(escape_invalid_escapes(input).as_deref(), *want, "{input}");
+            let got = escape_invalid_escapes(input);
+            assert_eq!(
+                got.as_ref().map(|(text, _)| text.as_str()),
+                *want,
+                "{input}"
+            );
+            assert!(got.is_none_or(|(_, repaired)| repaired), "{input}");
         }
         // jsonrepair alone fails or loses the backslash on these; with the pre-pass they survive.
         assert!(jsonrepair_rs::jsonrepair(r#"{"a": "\upcite"}"#).is_err());
         let (value, repaired) = parse_candidate(r#"{"a": "\upcite{x} \d"}"#).unwrap();
         assert!(repaired);
         assert_eq!(value["a"], r"\upcite{x} \d");
+    }
+
+    #[test]
+    fn raw_control_characters_in_strings_are_read_as_written() {
+        // Small models (and servers whose JSON grammar allows it) write multi-line values with
+        // raw line breaks; the text has one reading, so it is not a repair.
+        let (value, repaired) =
+            parse_candidate("{\"a\": \"line 1\nline 2\tend\u{1}\",\n \"b\": 2}").unwrap();
+        assert!(!repaired);
+        assert_eq!(value["a"], "line 1\nline 2\tend\u{1}");
+        assert_eq!(value["b"], 2);
+        // With a guessed fix beside it, it is a repair.
+        let (value, repaired) = parse_candidate("{\"a\": \"x\ny \\d\"}").unwrap();
+        assert!(repaired);
+        assert_eq!(value["a"], "x\ny \\d");
+        // A backslash before a line break is still left to jsonrepair, as before.
+        assert!(parse_candidate("{\"a\": \"x\\\ny\"}").unwrap().1);
+        // The whole path: a plan with a multi-line thought is read as written.
+        let raw = "{\"thought\": \"first\nsecond\", \"steps\": [{\"id\": \"s1\", \"type\": \"reply\", \"text\": \"hi\"}]}";
+        let (value, repaired) = extract_json(raw).unwrap();
+        assert!(!repaired);
+        assert_eq!(value["thought"], "first\nsecond");
     }
 
     #[test]
