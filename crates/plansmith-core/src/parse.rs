@@ -550,6 +550,16 @@ fn match_brackets(text: &str, start: usize) -> Cut {
     }
 }
 
+/// `text` as one JSON value, read as written: strict JSON, except that raw control characters
+/// inside strings stand for themselves (see [`extract_json`]); `None` when anything else would
+/// have to be guessed. For checking what a server's constrained decoding produced.
+pub fn read_as_written(text: &str) -> Option<Value> {
+    match parse_candidate(text) {
+        Ok((value, false)) => Some(value),
+        _ => None,
+    }
+}
+
 /// Reads one candidate: `serde_json`, then the escape pre-pass, then jsonrepair.
 fn parse_candidate(slice: &str) -> Result<(Value, bool), String> {
     if let Ok(value) = serde_json::from_str::<Value>(slice) {
@@ -2123,6 +2133,12 @@ mod tests {
         assert_eq!(value["a"], "x\ny \\d");
         // A backslash before a line break is still left to jsonrepair, as before.
         assert!(parse_candidate("{\"a\": \"x\\\ny\"}").unwrap().1);
+        assert_eq!(
+            read_as_written("{\"a\": \"x\ny\"}"),
+            Some(serde_json::json!({"a": "x\ny"}))
+        );
+        assert_eq!(read_as_written("{\"a\": \"\\d\"}"), None);
+        assert_eq!(read_as_written("{\"a\": 1,}"), None);
         // The whole path: a plan with a multi-line thought is read as written.
         let raw = "{\"thought\": \"first\nsecond\", \"steps\": [{\"id\": \"s1\", \"type\": \"reply\", \"text\": \"hi\"}]}";
         let (value, repaired) = extract_json(raw).unwrap();

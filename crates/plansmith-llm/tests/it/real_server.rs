@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use plansmith_core::llm::BoxFuture;
+use plansmith_core::parse::read_as_written;
 use plansmith_core::{
     Capabilities, Catalog, Completion, CompletionRequest, LanguageModel, LlmError, OutcomeStatus,
     OutputConstraint, PlanRequest, Planner, Strategy,
@@ -303,17 +304,20 @@ async fn plan_with(
                     "a forced planning call came back as a tool call: {completion:?}"
                 );
                 assert_eq!(completion.tool_calls[0].name, "planning");
-                serde_json::from_str(&completion.tool_calls[0].arguments).unwrap_or_else(|e| {
+                // Read as written: strict JSON, but for raw control characters inside strings,
+                // which llama-cpp-python's grammar lets the model write (a line break in a
+                // value) and which have one reading; anything that needs a guess fails here.
+                read_as_written(&completion.tool_calls[0].arguments).unwrap_or_else(|| {
                     panic!(
-                        "arguments not JSON ({e}): {}",
+                        "arguments not JSON as written: {}",
                         completion.tool_calls[0].arguments
                     )
                 })
             }
             _ => {
                 assert!(completion.tool_calls.is_empty());
-                serde_json::from_str(&completion.text)
-                    .unwrap_or_else(|e| panic!("not JSON ({e}): {}", completion.text))
+                read_as_written(&completion.text)
+                    .unwrap_or_else(|| panic!("not JSON as written: {}", completion.text))
             }
         };
         // The client asks for OpenAI's strict subset, which leaves the bounds out (maxLength,
