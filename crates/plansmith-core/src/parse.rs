@@ -42,6 +42,7 @@
 //! # Ok::<(), plansmith_core::parse::ParseError>(())
 //! ```
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
@@ -554,28 +555,37 @@ fn match_brackets(text: &str, start: usize) -> Cut {
 /// inside strings stand for themselves (see [`extract_json`]); `None` when anything else would
 /// have to be guessed. For checking what a server's constrained decoding produced.
 pub fn read_as_written(text: &str) -> Option<Value> {
-    match parse_candidate(text) {
+    match read_escaped(text) {
         Ok((value, false)) => Some(value),
         _ => None,
     }
 }
 
-/// Reads one candidate: `serde_json`, then the escape pre-pass, then jsonrepair.
+/// Reads one candidate: [`read_escaped`], then jsonrepair on what the pre-pass left.
 fn parse_candidate(slice: &str) -> Result<(Value, bool), String> {
-    if let Ok(value) = serde_json::from_str::<Value>(slice) {
-        return Ok((value, false));
-    }
-    let escaped = escape_invalid_escapes(slice);
-    let text = escaped.as_ref().map_or(slice, |(text, _)| text.as_str());
-    if let Some((_, repaired)) = escaped
-        && let Ok(value) = serde_json::from_str::<Value>(text)
-    {
-        return Ok((value, repaired));
-    }
-    let repaired = jsonrepair_rs::jsonrepair(text).map_err(|err| err.to_string())?;
+    let text = match read_escaped(slice) {
+        Ok(read) => return Ok(read),
+        Err(text) => text,
+    };
+    let repaired = jsonrepair_rs::jsonrepair(&text).map_err(|err| err.to_string())?;
     serde_json::from_str::<Value>(&repaired)
         .map(|value| (value, true))
         .map_err(|err| format!("repair produced invalid JSON: {err}"))
+}
+
+/// `serde_json`, then the escape pre-pass and `serde_json` again: the value and whether it was
+/// repaired, or the text (escaped where the pre-pass could) for jsonrepair.
+fn read_escaped(slice: &str) -> Result<(Value, bool), Cow<'_, str>> {
+    if let Ok(value) = serde_json::from_str::<Value>(slice) {
+        return Ok((value, false));
+    }
+    match escape_invalid_escapes(slice) {
+        Some((text, repaired)) => match serde_json::from_str::<Value>(&text) {
+            Ok(value) => Ok((value, repaired)),
+            Err(_) => Err(Cow::Owned(text)),
+        },
+        None => Err(Cow::Borrowed(slice)),
+    }
 }
 
 /// The escape pre-pass (see [`extract_json`] for why it exists): inside double-quoted strings,

@@ -179,15 +179,7 @@ async fn concurrent_opens_migrate_once(location: plansmith_store::Location) {
     for store in &stores {
         assert_eq!(store.get("shared").await.unwrap().version(), 1);
     }
-    sqlx::any::install_default_drivers();
-    let url = match &location {
-        plansmith_store::Location::Sqlite(path) => format!("sqlite://{}", path.display()),
-        plansmith_store::Location::Postgres(url) => url.clone(),
-        other => panic!("unexpected location {other:?}"),
-    };
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
+    let mut conn = crate::support::raw_connection(&location).await;
     let row = sqlx::query("SELECT COUNT(*), COUNT(DISTINCT version) FROM plansmith_migrations")
         .fetch_one(&mut conn)
         .await

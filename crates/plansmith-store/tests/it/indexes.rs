@@ -4,7 +4,7 @@
 use plansmith_core::Plan;
 use plansmith_store::{ListFilter, Location, Review, ReviewState};
 
-use crate::support::{TestDb, both_backends};
+use crate::support::{TestDb, both_backends, raw_connection};
 
 async fn filters_use_the_partial_indexes(db: TestDb) {
     for (idx, (owner, conversation)) in [
@@ -48,15 +48,11 @@ async fn filters_use_the_partial_indexes(db: TestDb) {
         5
     );
 
-    sqlx::any::install_default_drivers();
-    let (url, explain) = match &db.location {
-        Location::Sqlite(path) => (format!("sqlite://{}", path.display()), "EXPLAIN QUERY PLAN"),
-        Location::Postgres(url) => (url.clone(), "EXPLAIN"),
-        other => panic!("unexpected location {other:?}"),
+    let explain = match db.location {
+        Location::Postgres(_) => "EXPLAIN",
+        _ => "EXPLAIN QUERY PLAN",
     };
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
+    let mut conn = raw_connection(&db.location).await;
     if matches!(db.location, Location::Postgres(_)) {
         // Five rows: without this PostgreSQL would rightly scan the table.
         sqlx::query("SET enable_seqscan = off")

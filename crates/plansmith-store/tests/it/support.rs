@@ -103,6 +103,20 @@ pub async fn postgres(test: &str) -> Option<TestDb> {
     })
 }
 
+/// A plain sqlx connection to the database at `location`, for tests that look underneath the
+/// store (the migrations table, query plans).
+pub async fn raw_connection(location: &Location) -> sqlx::AnyConnection {
+    sqlx::any::install_default_drivers();
+    let url = match location {
+        Location::Sqlite(path) => format!("sqlite://{}", path.display()),
+        Location::Postgres(url) => url.clone(),
+        other => panic!("unexpected location {other:?}"),
+    };
+    <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap()
+}
+
 /// The workspace root (for `examples/`).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
