@@ -466,6 +466,15 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
              WHERE conversation_id IS NOT NULL",
         ],
     ),
+    (
+        6,
+        "plans by last update, for the unfiltered list",
+        // `GET /v1/plans` with no filter (the review page's first view) sorted every plan to
+        // show the newest 50: 130-220 ms with 38,000 plans, growing with the store. Read
+        // backwards, this index hands out the page in order (`updated_at DESC, id DESC`). New
+        // plans append to its last page, as they do to the time-ordered id indexes.
+        &["CREATE INDEX IF NOT EXISTS plans_by_updated ON plans (updated_at, id)"],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every
@@ -875,7 +884,8 @@ impl PlanStore {
         .await
     }
 
-    /// OpenManus `list`, with filters and paging; most recently updated first.
+    /// OpenManus `list`, with filters and paging; most recently updated first (ties: the
+    /// newest id first).
     pub async fn list(&self, filter: &ListFilter) -> Result<Page> {
         let mut conditions = Vec::new();
         let mut binds: Vec<String> = Vec::new();
@@ -908,7 +918,7 @@ impl PlanStore {
         let total: i64 = count.fetch_one(&self.pool).await?.try_get(0)?;
         let limit = filter.limit.unwrap_or(50).clamp(1, 1000);
         let sql = format!(
-            "SELECT {PLAN_COLUMNS} FROM plans{where_clause} ORDER BY updated_at DESC, id
+            "SELECT {PLAN_COLUMNS} FROM plans{where_clause} ORDER BY updated_at DESC, id DESC
              LIMIT {limit} OFFSET {}",
             filter.offset
         );

@@ -1,12 +1,13 @@
 //! The owner and conversation indexes (migration 5) hold only plans that have one, and the
-//! list filters still find their plans through them.
+//! list filters still find their plans through them; the unfiltered list reads its page from
+//! the `updated_at` index (migration 6) instead of sorting every plan.
 
 use plansmith_core::Plan;
 use plansmith_store::{ListFilter, Location, Review, ReviewState};
 
 use crate::support::{TestDb, both_backends, raw_connection};
 
-async fn filters_use_the_partial_indexes(db: TestDb) {
+async fn lists_use_their_indexes(db: TestDb) {
     for (idx, (owner, conversation)) in [
         (None, None),
         (Some("ann"), None),
@@ -43,10 +44,11 @@ async fn filters_use_the_partial_indexes(db: TestDb) {
         ids(db.store.list(&by_conversation).await.unwrap()),
         ["p2", "p3"]
     );
-    assert_eq!(
-        db.store.list(&ListFilter::default()).await.unwrap().total,
-        5
-    );
+    let all = db.store.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(all.total, 5);
+    // Newest first (created one after the other; a tie in time goes to the larger id).
+    let order: Vec<&str> = all.plans.iter().map(|p| p.plan.id.as_str()).collect();
+    assert_eq!(order, ["p4", "p3", "p2", "p1", "p0"]);
 
     let explain = match db.location {
         Location::Postgres(_) => "EXPLAIN",
@@ -60,12 +62,14 @@ async fn filters_use_the_partial_indexes(db: TestDb) {
             .await
             .unwrap();
     }
-    for (column, index) in [
-        ("owner", "plans_by_owner_set"),
-        ("conversation_id", "plans_by_conversation_set"),
+    for (condition, index) in [
+        ("WHERE owner = 'x'", "plans_by_owner_set"),
+        ("WHERE conversation_id = 'x'", "plans_by_conversation_set"),
+        ("", "plans_by_updated"),
     ] {
+        // The list's own query (`PlanStore::list`).
         let sql = format!(
-            "{explain} SELECT id FROM plans WHERE {column} = 'x' ORDER BY updated_at DESC, id"
+            "{explain} SELECT id FROM plans {condition} ORDER BY updated_at DESC, id DESC LIMIT 50"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .fetch_all(&mut conn)
@@ -80,9 +84,17 @@ async fn filters_use_the_partial_indexes(db: TestDb) {
             .collect();
         assert!(
             plan.iter().any(|line| line.contains(index)),
-            "a `{column} = …` filter should use {index}: {plan:?}"
+            "`{condition}` should use {index}: {plan:?}"
         );
+        if condition.is_empty() {
+            assert!(
+                !plan
+                    .iter()
+                    .any(|line| line.contains("TEMP B-TREE") || line.contains("Sort")),
+                "the unfiltered list should not sort: {plan:?}"
+            );
+        }
     }
 }
 
-both_backends!(partial_indexes, super::filters_use_the_partial_indexes);
+both_backends!(list_indexes, super::lists_use_their_indexes);
