@@ -208,6 +208,11 @@ fn topological_order(steps: &[Step]) -> Result<Vec<usize>, Vec<String>> {
 /// Cuts the plan to `max_steps`, keeping the first steps and the closing reply.
 /// Merges a step that repeats an earlier one exactly (a small model's frequent glitch: the
 /// same call twice) into the first: dependents and `$ref`s are pointed at the kept step.
+/// A repeat is the same action and schedule with the same dependencies, or one that waits for
+/// the step it repeats and otherwise only for that step's own dependencies (`s2` = `s1` again,
+/// `depends_on: ["s1"]`): its arguments cannot use `s1`'s result (they equal `s1`'s), so it
+/// would make the same call on the same inputs once `s1` is done. Neither kind of merge can
+/// close a cycle, and every dependent still waits for what the repeat waited for.
 /// Replies are left alone (two identical replies are harmless and rare). A research or
 /// processing task says what it does in its title and description, so tasks are duplicates
 /// only when those match too.
@@ -221,7 +226,7 @@ fn merge_duplicates(plan: &mut Plan, diags: &mut Vec<Diagnostic>) {
                 kept.iter().find(|k| {
                     k.action == step.action
                         && k.schedule == step.schedule
-                        && same_set(&k.depends_on, &step.depends_on)
+                        && (same_set(&k.depends_on, &step.depends_on) || waits_only_for(&step, k))
                         && (!matches!(step.action, Action::Task { .. })
                             || (k.title == step.title && k.description == step.description))
                 })
@@ -246,6 +251,15 @@ fn merge_duplicates(plan: &mut Plan, diags: &mut Vec<Diagnostic>) {
         }
     }
     plan.steps = kept;
+}
+
+/// `step` depends on `earlier`, and on nothing `earlier` does not depend on itself.
+fn waits_only_for(step: &Step, earlier: &Step) -> bool {
+    step.depends_on.contains(&earlier.id)
+        && step
+            .depends_on
+            .iter()
+            .all(|dep| *dep == earlier.id || earlier.depends_on.contains(dep))
 }
 
 fn same_set(a: &[String], b: &[String]) -> bool {
