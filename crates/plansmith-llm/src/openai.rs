@@ -116,8 +116,15 @@ impl OpenAiClient {
         match (strategy, target) {
             (Strategy::JsonSchema | Strategy::Grammar, Some(target)) => {
                 let wire = refs::to_wire(&target.schema);
+                // A compatible server builds a grammar from the schema: it keeps the bounds
+                // that make the reply end. OpenAI's own API gets its strict subset.
+                let keep = if self.config.provider == Provider::OpenAiCompatible {
+                    strict::BOUNDS
+                } else {
+                    &[]
+                };
                 let strict_schema = (target.strict && self.config.strict)
-                    .then(|| strict::to_strict(&wire))
+                    .then(|| strict::to_strict_keeping(&wire, keep))
                     .flatten();
                 let (schema, strict) = match strict_schema {
                     Some(schema) => (schema, true),

@@ -39,19 +39,32 @@ pub const UNSUPPORTED: &[&str] = &[
     "$id",
 ];
 
+/// The bounds on lengths and item counts. A server that decodes with a grammar built from the
+/// schema (llama.cpp's server, vLLM) needs them to be sure the reply ends (DESIGN §6, pitfall
+/// 4): without `maxItems` SmolLM2 once wrote `depends_on` entries until the token cap.
+pub const BOUNDS: &[&str] = &["maxLength", "minLength", "maxItems", "minItems"];
+
 /// The strict form of `schema`, or `None` when it cannot be expressed strictly.
 pub fn to_strict(schema: &Value) -> Option<Value> {
+    to_strict_keeping(schema, &[])
+}
+
+/// [`to_strict`], but the keywords in `keep` stay even where [`UNSUPPORTED`] lists them (an
+/// OpenAI-compatible server keeps [`BOUNDS`]).
+pub fn to_strict_keeping(schema: &Value, keep: &[&str]) -> Option<Value> {
     let mut out = schema.clone();
-    strictify(&mut out).then_some(out)
+    strictify(&mut out, keep).then_some(out)
 }
 
 /// Rewrites in place; `false` when some part cannot be made strict.
-fn strictify(schema: &mut Value) -> bool {
+fn strictify(schema: &mut Value, keep: &[&str]) -> bool {
     let Value::Object(map) = schema else {
         return true;
     };
     for keyword in UNSUPPORTED {
-        map.remove(*keyword);
+        if !keep.contains(keyword) {
+            map.remove(*keyword);
+        }
     }
     if let Some(one_of) = map.remove("oneOf") {
         map.insert("anyOf".into(), one_of);
@@ -60,17 +73,17 @@ fn strictify(schema: &mut Value) -> bool {
     for key in ["anyOf", "allOf", "prefixItems"] {
         if let Some(Value::Array(members)) = map.get_mut(key) {
             for member in members {
-                ok &= strictify(member);
+                ok &= strictify(member, keep);
             }
         }
     }
     if let Some(items) = map.get_mut("items") {
-        ok &= strictify(items);
+        ok &= strictify(items, keep);
     }
     for key in ["$defs", "definitions"] {
         if let Some(Value::Object(defs)) = map.get_mut(key) {
             for def in defs.values_mut() {
-                ok &= strictify(def);
+                ok &= strictify(def, keep);
             }
         }
     }
@@ -98,7 +111,7 @@ fn strictify(schema: &mut Value) -> bool {
     };
     let mut all = Vec::with_capacity(properties.len());
     for (name, property) in properties.iter_mut() {
-        ok &= strictify(property);
+        ok &= strictify(property, keep);
         if !required.contains(name) && !allows_null(property) {
             let inner = std::mem::take(property);
             *property = json!({"anyOf": [inner, {"type": "null"}]});
@@ -218,6 +231,28 @@ mod tests {
         let mut reply = json!({"title": "T", "steps": [{"type": "tool", "name": "a", "arguments": {"to": "x@y.z", "cc": null}}]});
         drop_absent_nulls(&mut reply, &schema);
         assert_eq!(reply["steps"][0]["arguments"], json!({"to": "x@y.z"}));
+    }
+
+    #[test]
+    fn bounds_stay_when_asked_and_other_keywords_still_go() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "maxLength": 120, "pattern": "^t"},
+                "steps": {"type": "array", "maxItems": 3, "items": {"type": "string", "format": "email"}}
+            },
+            "required": ["title"]
+        });
+        let strict = to_strict_keeping(&schema, BOUNDS).unwrap();
+        assert_eq!(
+            strict["properties"]["title"],
+            json!({"type": "string", "maxLength": 120})
+        );
+        // Optional, so nullable; the bound is kept inside.
+        assert_eq!(
+            strict["properties"]["steps"],
+            json!({"anyOf": [{"type": "array", "maxItems": 3, "items": {"type": "string"}}, {"type": "null"}]})
+        );
     }
 
     #[test]

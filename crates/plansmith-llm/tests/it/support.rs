@@ -191,6 +191,16 @@ pub fn cassette_client(cassette: &Cassette, uri: &str) -> Client {
 /// Checks a schema is in OpenAI's strict subset: every object closed with every property
 /// required, no refused keywords.
 pub fn assert_strict(schema: &Value, at: &str) {
+    check_strict(schema, at, &[]);
+}
+
+/// [`assert_strict`] for an OpenAI-compatible server: the length and item bounds may stay
+/// (`plansmith_llm::strict::BOUNDS`), everything else is in the strict subset.
+pub fn assert_strict_keeping_bounds(schema: &Value, at: &str) {
+    check_strict(schema, at, plansmith_llm::strict::BOUNDS);
+}
+
+fn check_strict(schema: &Value, at: &str, allowed: &[&str]) {
     match schema {
         Value::Object(map) => {
             for keyword in [
@@ -202,6 +212,9 @@ pub fn assert_strict(schema: &Value, at: &str) {
                 "minimum",
                 "oneOf",
             ] {
+                if allowed.contains(&keyword) {
+                    continue;
+                }
                 assert!(
                     !map.contains_key(keyword),
                     "{at}: `{keyword}` left in a strict schema"
@@ -223,12 +236,12 @@ pub fn assert_strict(schema: &Value, at: &str) {
                 assert_eq!(required, keys, "{at}: every property must be required");
             }
             for (key, value) in map {
-                assert_strict(value, &format!("{at}/{key}"));
+                check_strict(value, &format!("{at}/{key}"), allowed);
             }
         }
         Value::Array(items) => {
             for (idx, item) in items.iter().enumerate() {
-                assert_strict(item, &format!("{at}/{idx}"));
+                check_strict(item, &format!("{at}/{idx}"), allowed);
             }
         }
         _ => {}
