@@ -8,7 +8,8 @@
 //!
 //! Both negotiate the structured-output strategy and fall back when the server refuses one:
 //! `json_schema` with `strict` (the plan schema rewritten to OpenAI's strict subset by
-//! [`strict::to_strict`], the reply mapped back by [`strict::drop_absent_nulls`]) → a forced
+//! [`strict::to_strict`] — an OpenAI-compatible server keeps the length and item bounds,
+//! [`strict::to_strict_keeping`] — the reply mapped back by [`strict::drop_absent_nulls`]) → a forced
 //! `planning` tool call → JSON mode → prompt only. A refusal is a 400/422/501 whose body names
 //! the feature ([`negotiate`]); each client remembers what was refused, so later calls (and
 //! [`LanguageModel::capabilities`]) skip it, and every `Completion` says in `strategy` which

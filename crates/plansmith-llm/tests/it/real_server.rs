@@ -199,12 +199,16 @@ impl LanguageModel for Recording {
     }
 }
 
-/// `schema` without the keywords the strict subset drops (property names are left alone).
+/// `schema` without the keywords the strict subset drops for an OpenAI-compatible server: the
+/// bounds (`strict::BOUNDS`) stay, as they do on the wire (property names are left alone).
 fn without_strict_unsupported(schema: &Value) -> Value {
+    use plansmith_llm::strict::{BOUNDS, UNSUPPORTED};
     match schema {
         Value::Object(map) => Value::Object(
             map.iter()
-                .filter(|(key, _)| !plansmith_llm::strict::UNSUPPORTED.contains(&key.as_str()))
+                .filter(|(key, _)| {
+                    !UNSUPPORTED.contains(&key.as_str()) || BOUNDS.contains(&key.as_str())
+                })
                 .map(|(key, value)| {
                     let value = match (key.as_str(), value) {
                         ("properties", Value::Object(props)) => Value::Object(
@@ -320,9 +324,10 @@ async fn plan_with(
                     .unwrap_or_else(|| panic!("not JSON as written: {}", completion.text))
             }
         };
-        // The client asks for OpenAI's strict subset, which leaves the bounds out (maxLength,
-        // maxItems, …; plansmith's own validator checks them afterwards): the server can only
-        // be held to the schema it was sent.
+        // The client sends the strict subset plus the length and item bounds (a compatible
+        // server's grammar needs them to end the reply); the other keywords it leaves out
+        // (pattern, minimum, …) plansmith's own validator checks afterwards. The server is held
+        // to the schema it was sent, bounds included.
         let validator = jsonschema::validator_for(&without_strict_unsupported(schema)).unwrap();
         let errors: Vec<String> = validator
             .iter_errors(&reply)
