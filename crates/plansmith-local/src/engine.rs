@@ -12,7 +12,8 @@
 //! parses and matches the schema. The JSON is written compact with fixed separators
 //! (`{"a": 1, "b": [2]}`), so the keys and punctuation between values are forced: the grammar
 //! hands them out as whole tokens, and they go through the model in one batch with the token
-//! chosen before them, without logits and without sampling. About half the tokens of a plan are
+//! chosen before them (the reply's opening `{"thought": "` with the prompt's last batch),
+//! without logits and without sampling. About half the tokens of a plan are
 //! forced (73 of 150 for the bench's 3-step plan), and a forced token costs ~45–75 % of a
 //! sampled one (no output layer; batched with its neighbour), which makes constrained decoding
 //! faster than unconstrained: the warm 3-step plan went from 3.7 to 3.3–3.5 s at 2 threads.
@@ -47,6 +48,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::vocab::LlamaVocab;
 use llguidance::api::TopLevelGrammar;
 use llguidance::earley::SlicedBiasComputer;
 use llguidance::toktrie::{
@@ -343,6 +345,51 @@ fn worker(
     }
 }
 
+/// The reply being decoded.
+#[derive(Default)]
+struct Reply {
+    /// Its text so far.
+    bytes: Vec<u8>,
+    /// Tokens chosen or forced but not yet run through the model.
+    pending: Vec<LlamaToken>,
+    /// Tokens in the reply (chosen and forced).
+    generated: usize,
+}
+
+impl Reply {
+    /// Appends one token to the reply; it goes through the model with the next batch.
+    fn push(&mut self, token: LlamaToken, vocab: &LlamaVocab<'_>) {
+        self.bytes.extend(vocab.token_to_piece(token, false, None));
+        self.generated += 1;
+        self.pending.push(token);
+    }
+
+    /// Appends the tokens the grammar forces next (keys, punctuation: no choice to make), as
+    /// many as the token cap leaves room for (it keeps the reply inside the context).
+    fn force(
+        &mut self,
+        matcher: &mut Matcher,
+        max_tokens: usize,
+        vocab: &LlamaVocab<'_>,
+        stats: &mut Stats,
+    ) -> Result<(), LlmError> {
+        let started = Instant::now();
+        let mut forced = matcher.compute_ff_tokens();
+        forced.truncate(max_tokens.saturating_sub(self.generated));
+        if !forced.is_empty() {
+            matcher
+                .consume_tokens(&forced)
+                .map_err(|err| backend_error("grammar", err))?;
+            stats.forced_tokens += forced.len();
+            for id in forced {
+                self.push(llama_token(id)?, vocab);
+            }
+        }
+        stats.grammar_time += started.elapsed();
+        Ok(())
+    }
+}
+
 struct Session<'m, 'c> {
     model: &'m LlamaModel,
     ctx: &'c mut LlamaContext<'m>,
@@ -444,54 +491,39 @@ impl Session<'_, '_> {
         stats.prompt_tokens = tokens.len();
         stats.cached_tokens = common;
 
+        let vocab = self.model.vocab();
+        let mut reply = Reply::default();
+        // The tokens the grammar forces at the start of the reply (`{"thought": "`) go through
+        // the model in the prompt's last batch: one decode fewer.
         let started = Instant::now();
+        if let Some(matcher) = matcher.as_mut() {
+            reply.force(matcher, max_tokens, &vocab, stats)?;
+        }
+        let mut prompt_and_forced = tokens.get(common..).unwrap_or_default().to_vec();
+        prompt_and_forced.append(&mut reply.pending);
         let mut batch = LlamaBatch::new(self.batch_size(), 1);
-        let mut last_index = self.evaluate(
-            &mut batch,
-            tokens.get(common..).unwrap_or_default(),
-            "prompt evaluation",
-        )?;
+        let mut last_index = self.evaluate(&mut batch, &prompt_and_forced, "prompt evaluation")?;
         stats.prompt_time = started.elapsed();
 
         // Each round: the tokens the grammar forces next join the token chosen before them, and
         // all go through the model in one batch (only the last needs logits), then the next
         // token is chosen from those logits. A grammar that is complete ends the reply.
         let started = Instant::now();
-        let vocab = self.model.vocab();
-        let mut bytes: Vec<u8> = Vec::new();
-        let mut pending: Vec<LlamaToken> = Vec::new();
-        let mut generated = 0usize;
         let mut finish = FinishReason::Length;
-        while generated < max_tokens {
+        while reply.generated < max_tokens {
             if let Some(matcher) = matcher.as_mut() {
-                let grammar_started = Instant::now();
-                let mut forced = matcher.compute_ff_tokens();
-                // The token cap bounds forced tokens too (it keeps the reply inside the context).
-                forced.truncate(max_tokens - generated);
-                if !forced.is_empty() {
-                    matcher
-                        .consume_tokens(&forced)
-                        .map_err(|err| backend_error("grammar", err))?;
-                    generated += forced.len();
-                    stats.forced_tokens += forced.len();
-                    for id in forced {
-                        let token = llama_token(id)?;
-                        bytes.extend(vocab.token_to_piece(token, false, None));
-                        pending.push(token);
-                    }
-                }
-                stats.grammar_time += grammar_started.elapsed();
+                reply.force(matcher, max_tokens, &vocab, stats)?;
                 if matcher.is_stopped() {
                     finish = FinishReason::Stop;
                     break;
                 }
-                if generated >= max_tokens {
+                if reply.generated >= max_tokens {
                     break;
                 }
             }
-            if !pending.is_empty() {
-                last_index = self.evaluate(&mut batch, &pending, "generation")?;
-                pending.clear();
+            if !reply.pending.is_empty() {
+                last_index = self.evaluate(&mut batch, &reply.pending, "generation")?;
+                reply.pending.clear();
             }
             let logits = self.ctx.get_logits_ith(last_index);
             let first = best_token(logits, |_| true)
@@ -513,11 +545,12 @@ impl Session<'_, '_> {
                     .map_err(|err| backend_error("grammar", err))?;
                 stats.grammar_time += grammar_started.elapsed();
             }
-            bytes.extend(vocab.token_to_piece(token, false, None));
-            generated += 1;
-            pending.push(token);
+            reply.push(token, &vocab);
         }
         stats.generate_time = started.elapsed();
+        let Reply {
+            bytes, generated, ..
+        } = reply;
         stats.generated_tokens = generated;
         Ok(Completion {
             text: String::from_utf8_lossy(&bytes).into_owned(),
