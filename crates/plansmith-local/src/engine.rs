@@ -3,7 +3,10 @@
 //! One worker thread owns the model and one context for the life of the [`LocalModel`]: the
 //! model is loaded once, requests run one at a time, and the KV cache of the previous prompt
 //! is kept, so a request that shares its prefix (system prompt + tool manifest) with the last
-//! one only evaluates the new tokens.
+//! one only evaluates the new tokens. A request whose caller stops waiting (its future is
+//! dropped: a server timeout, a closed connection) is not decoded any further: the worker checks
+//! between two tokens, and between two prompt batches, so the next request does not queue
+//! behind a reply nobody will read.
 //!
 //! With an output constraint the plan's JSON Schema becomes a grammar (llguidance, compiled
 //! per request; the vocabulary is indexed once per model), and decoding is greedy-first: the
@@ -124,6 +127,9 @@ pub struct Stats {
     pub generate_time: Duration,
     /// Tokens the grammar rejected as the greedy choice (each cost a full-vocabulary mask).
     pub grammar_rejections: usize,
+    /// The caller stopped waiting (its future was dropped: a timeout, a closed connection), so
+    /// decoding stopped early, or never started when the request was still queued.
+    pub abandoned: bool,
 }
 
 impl Stats {
@@ -337,7 +343,10 @@ fn worker(
     };
     for job in inbox {
         let mut run_stats = Stats::default();
-        let result = session.complete(&job.request, &mut run_stats);
+        // A caller that stopped waiting gets nothing more: its request is not decoded (or no
+        // further), so the model is free for the next one at once.
+        let abandoned = || job.reply.is_canceled();
+        let result = session.complete(&job.request, &mut run_stats, &abandoned);
         if let Ok(mut shared) = stats.lock() {
             *shared = run_stats;
         }
@@ -401,6 +410,12 @@ struct Session<'m, 'c> {
     factory: Option<ParserFactory>,
 }
 
+/// The error a request gets when its caller stopped waiting (nobody reads it: it is for the
+/// worker's own bookkeeping).
+fn abandoned_error() -> LlmError {
+    LlmError::Backend("local model: the caller stopped waiting; decoding stopped".into())
+}
+
 fn backend_error(what: &str, err: impl std::fmt::Display) -> LlmError {
     LlmError::Backend(format!("local model: {what}: {err}"))
 }
@@ -410,7 +425,12 @@ impl Session<'_, '_> {
         &mut self,
         request: &CompletionRequest,
         stats: &mut Stats,
+        abandoned: &dyn Fn() -> bool,
     ) -> Result<Completion, LlmError> {
+        if abandoned() {
+            stats.abandoned = true;
+            return Err(abandoned_error());
+        }
         let messages = request
             .messages
             .iter()
@@ -502,7 +522,13 @@ impl Session<'_, '_> {
         let mut prompt_and_forced = tokens.get(common..).unwrap_or_default().to_vec();
         prompt_and_forced.append(&mut reply.pending);
         let mut batch = LlamaBatch::new(self.batch_size(), 1);
-        let mut last_index = self.evaluate(&mut batch, &prompt_and_forced, "prompt evaluation")?;
+        let mut last_index = self.evaluate(
+            &mut batch,
+            &prompt_and_forced,
+            "prompt evaluation",
+            abandoned,
+            stats,
+        )?;
         stats.prompt_time = started.elapsed();
 
         // Each round: the tokens the grammar forces next join the token chosen before them, and
@@ -511,6 +537,11 @@ impl Session<'_, '_> {
         let started = Instant::now();
         let mut finish = FinishReason::Length;
         while reply.generated < max_tokens {
+            if abandoned() {
+                stats.abandoned = true;
+                stats.generated_tokens = reply.generated;
+                return Err(abandoned_error());
+            }
             if let Some(matcher) = matcher.as_mut() {
                 reply.force(matcher, max_tokens, &vocab, stats)?;
                 if matcher.is_stopped() {
@@ -522,7 +553,8 @@ impl Session<'_, '_> {
                 }
             }
             if !reply.pending.is_empty() {
-                last_index = self.evaluate(&mut batch, &reply.pending, "generation")?;
+                last_index =
+                    self.evaluate(&mut batch, &reply.pending, "generation", abandoned, stats)?;
                 reply.pending.clear();
             }
             let logits = self.ctx.get_logits_ith(last_index);
@@ -570,16 +602,23 @@ impl Session<'_, '_> {
     }
 
     /// Runs `tokens` through the model after the cached ones, in batches; only the last token
-    /// gets logits. Returns that token's index in the last batch.
+    /// gets logits. Returns that token's index in the last batch. Stops between batches when
+    /// the caller has stopped waiting (a long prompt takes several seconds a batch).
     fn evaluate(
         &mut self,
         batch: &mut LlamaBatch<'_>,
         tokens: &[LlamaToken],
         what: &str,
+        abandoned: &dyn Fn() -> bool,
+        stats: &mut Stats,
     ) -> Result<i32, LlmError> {
         let batch_size = self.batch_size();
         let mut last_index = 0;
         for (chunk_idx, chunk) in tokens.chunks(batch_size).enumerate() {
+            if chunk_idx > 0 && abandoned() {
+                stats.abandoned = true;
+                return Err(abandoned_error());
+            }
             batch.clear();
             let is_last_chunk = (chunk_idx + 1) * batch_size >= tokens.len();
             for (offset, &token) in chunk.iter().enumerate() {

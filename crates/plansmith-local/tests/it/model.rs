@@ -324,3 +324,54 @@ fn the_token_cap_bounds_forced_tokens_too() {
         assert!(model.last_stats().forced_tokens > 0);
     }
 }
+
+#[test]
+fn an_abandoned_request_stops_decoding_and_frees_the_model() {
+    let _serial = serial();
+    let model = model();
+    let cap = 3000;
+    // A grammar that cannot end before the cap: a thousand numbers.
+    let schema = json!({"type": "array", "items": {"type": "integer"},
+        "minItems": 1000, "maxItems": 1000});
+    let long = CompletionRequest {
+        messages: vec![plansmith_core::llm::Message::user("Write numbers.")],
+        constraint: Some(OutputConstraint::JsonSchema {
+            name: "numbers".into(),
+            schema: Arc::new(schema),
+            strict: true,
+        }),
+        max_tokens: cap,
+        temperature: 0.0,
+    };
+    let before = model.last_stats();
+    let pending = model.complete(long);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The caller gives up (what a server timeout or a closed connection does to the future).
+    drop(pending);
+    // The stats change when the worker is done with the request, whether it stopped early or
+    // decoded to the cap; the deadline only keeps a broken build from hanging the test run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let stats = loop {
+        let stats = model.last_stats();
+        if stats != before {
+            break stats;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(stats.abandoned, "{stats:?}");
+    assert!(stats.generated_tokens < cap as usize / 2, "{stats:?}");
+    // The model serves the next request.
+    let short = CompletionRequest {
+        messages: vec![plansmith_core::llm::Message::user("Say hi.")],
+        constraint: None,
+        max_tokens: 4,
+        temperature: 0.0,
+    };
+    let completion = futures::executor::block_on(model.complete(short)).unwrap();
+    assert!(completion.usage.completion_tokens > 0, "{completion:?}");
+    assert!(!model.last_stats().abandoned);
+}
