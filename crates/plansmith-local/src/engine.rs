@@ -84,6 +84,12 @@ pub struct LocalConfig {
     pub constrained: bool,
     /// Chat template to use when the GGUF has none (`chatml`).
     pub fallback_template: String,
+    /// Reuse the KV cache of the previous prompt's shared prefix (on by default). Off, every
+    /// prompt is evaluated from scratch: slower, but a reply no longer depends on the request
+    /// before it. llama.cpp's numbers differ slightly with how a prompt is split into batches,
+    /// and a reused prefix splits it differently, which can change a greedy reply; evaluations
+    /// turn reuse off so that each case's reply is the same alone, in a run, or on resume.
+    pub reuse_prefix: bool,
 }
 
 impl LocalConfig {
@@ -102,6 +108,7 @@ impl LocalConfig {
             batch: 512,
             constrained: true,
             fallback_template: "chatml".to_owned(),
+            reuse_prefix: true,
         }
     }
 }
@@ -491,13 +498,16 @@ impl Session<'_, '_> {
 
         // Reuse the longest prefix already in the KV cache; always re-evaluate at least one
         // token, so there are logits to sample from.
-        let common = self
-            .cached
-            .iter()
-            .zip(&tokens)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(tokens.len() - 1);
+        let common = if self.config.reuse_prefix {
+            self.cached
+                .iter()
+                .zip(&tokens)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(tokens.len() - 1)
+        } else {
+            0
+        };
         let common_u32 = u32::try_from(common).unwrap_or(0);
         if self
             .ctx

@@ -168,6 +168,73 @@ mod tests {
         let err = retrieval(&catalog, &cases, &out, 5).unwrap_err();
         assert!(format!("{err:#}").contains("cases.jsonl:3:"), "{err:#}");
     }
+
+    /// Keeps the user message of every call; answers with a one-step plan.
+    #[derive(Default)]
+    struct Recording(std::sync::Mutex<Vec<String>>);
+
+    impl plansmith_core::LanguageModel for Recording {
+        fn name(&self) -> String {
+            "recording".into()
+        }
+        fn capabilities(&self) -> plansmith_core::Capabilities {
+            plansmith_core::Capabilities::default()
+        }
+        fn complete(
+            &self,
+            request: plansmith_core::CompletionRequest,
+        ) -> plansmith_core::llm::BoxFuture<
+            '_,
+            Result<plansmith_core::Completion, plansmith_core::LlmError>,
+        > {
+            if let Some(user) = request.messages.last() {
+                self.0.lock().unwrap().push(user.content.clone());
+            }
+            let text = r#"{"steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Oslo"}}]}"#;
+            Box::pin(async move {
+                Ok(plansmith_core::Completion {
+                    text: text.into(),
+                    tool_calls: Vec::new(),
+                    usage: plansmith_core::Usage::default(),
+                    finish: plansmith_core::llm::FinishReason::Stop,
+                    strategy: None,
+                })
+            })
+        }
+    }
+
+    #[test]
+    fn plan_cases_are_planned_at_a_fixed_time_so_runs_repeat() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = dir.path().join("cases.jsonl");
+        let out = dir.path().join("preds.jsonl");
+        fs::write(
+            &cases,
+            r#"{"id": "a", "category": "simple", "query": "weather in Oslo", "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]}"#,
+        )
+        .unwrap();
+        let model = std::sync::Arc::new(Recording::default());
+        let default_now: chrono::DateTime<chrono::Utc> = EVAL_NOW.parse().unwrap();
+        for _ in 0..2 {
+            plan(&cases, &out, model.clone(), None, &[], false, default_now).unwrap();
+        }
+        let later = "2027-03-01T18:30:00Z".parse().unwrap();
+        plan(&cases, &out, model.clone(), None, &[], false, later).unwrap();
+        let prompts = model.0.lock().unwrap().clone();
+        assert_eq!(prompts.len(), 3, "{prompts:?}");
+        assert_eq!(prompts[0], prompts[1]);
+        assert!(
+            prompts[0].contains("Current time: 2026-01-05T09:00:00Z (Monday)"),
+            "{}",
+            prompts[0]
+        );
+        assert!(
+            prompts[2].contains("Current time: 2027-03-01T18:30:00Z (Monday)"),
+            "{}",
+            prompts[2]
+        );
+        assert!(fs::read_to_string(&out).unwrap().contains("get_weather"));
+    }
 }
 
 /// One line of a plan-evaluation cases file (`bfcl_cases.jsonl`).
@@ -252,7 +319,11 @@ impl FileTotals {
     }
 }
 
-/// Runs every case (its messages and tools) through the pipeline with `model` and writes
+/// The time `eval plan` plans every case at unless told otherwise: fixed, so that the prompts,
+/// and with them a local model's replies, are the same from run to run.
+pub const EVAL_NOW: &str = "2026-01-05T09:00:00Z";
+
+/// Runs every case (its messages and tools) through the pipeline with `model` at time `now` and writes
 /// `{"id", "plan": [steps]}` lines for `score.py plan`: tool steps as
 /// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`. Each line also
 /// records `status` (ready, needs_input, fallback, error), `parsed_first`, `valid_first`,
@@ -264,6 +335,7 @@ pub fn plan(
     limit_per_category: Option<usize>,
     categories: &[String],
     resume: bool,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> anyhow::Result<PlanSummary> {
     use plansmith_core::{Action, PlanRequest, Planner};
 
@@ -340,6 +412,7 @@ pub fn plan(
         request.options.max_repairs = 1;
         request.options.max_string_length = 300;
         request.options.max_tokens = 600;
+        request.now = Some(now);
         let case_started = std::time::Instant::now();
         // Per case, beside the plan: how it ended and whether the first reply was usable as
         // written, so that a run resumed across processes keeps every figure.

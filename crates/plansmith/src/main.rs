@@ -193,6 +193,10 @@ struct EvalPlanArgs {
     /// Keep the predictions already in `--out` and run only the cases missing there.
     #[arg(long)]
     resume: bool,
+    /// The current time every case is planned at (RFC 3339). The prompt carries the time and the
+    /// reply depends on it, so a fixed time makes a run repeatable.
+    #[arg(long, default_value = eval::EVAL_NOW)]
+    now: chrono::DateTime<chrono::Utc>,
 }
 
 #[derive(Debug, Args)]
@@ -256,9 +260,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         #[cfg(feature = "local")]
         Command::Models(ModelsCommand::Pull { name }) => models_cmd::pull(name.as_deref()),
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
-        Command::Eval(EvalCommand::Plan(args)) => model::load_with(args.model.as_deref(), args.unconstrained)
+        Command::Eval(EvalCommand::Plan(args)) => model::load_with(
+            args.model.as_deref(),
+            model::LocalOptions { unconstrained: args.unconstrained, independent: true },
+        )
             .and_then(|model| {
-                eval::plan(&args.cases, &args.out, model, args.limit, &args.categories, args.resume).map_err(CliError::input)
+                eval::plan(&args.cases, &args.out, model, args.limit, &args.categories, args.resume, args.now).map_err(CliError::input)
             })
             .map(|summary| {
                 println!(

@@ -34,13 +34,23 @@ const KINDS: &str = "local, local:NAME, local:PATH.gguf, scripted:FILE, openai:M
 /// Builds the model named by `spec` (from `--model` or `PLANSMITH_MODEL`), else the config
 /// file's `model`, else the embedded default model.
 pub fn load(spec: Option<&str>) -> Result<Arc<dyn LanguageModel>, CliError> {
-    load_with(spec, false)
+    load_with(spec, LocalOptions::default())
 }
 
-/// Like [`load`]; `unconstrained` turns grammar-constrained decoding off for local models.
+/// How `eval` wants a local model, beside the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalOptions {
+    /// Decode without the JSON-Schema grammar.
+    pub unconstrained: bool,
+    /// Evaluate every prompt from scratch instead of reusing the previous prompt's prefix from
+    /// the KV cache, so that a reply does not depend on the request before it.
+    pub independent: bool,
+}
+
+/// Like [`load`], with [`LocalOptions`] for local models (other kinds ignore them).
 pub fn load_with(
     spec: Option<&str>,
-    unconstrained: bool,
+    options: LocalOptions,
 ) -> Result<Arc<dyn LanguageModel>, CliError> {
     let file = crate::config::current();
     let spec = spec
@@ -55,10 +65,10 @@ pub fn load_with(
             Ok(Arc::new(model))
         }
         #[cfg(feature = "local")]
-        "local" => Ok(Arc::new(load_local(rest, unconstrained)?)),
+        "local" => Ok(Arc::new(load_local(rest, options)?)),
         #[cfg(not(feature = "local"))]
         "local" => {
-            let _ = (rest, unconstrained);
+            let _ = (rest, options);
             Err(CliError::model(anyhow!(
                 "this plansmith was built without the embedded model (feature `local`); \
                  choose a remote model with --model (supported: {KINDS})"
@@ -80,7 +90,7 @@ pub fn load_with(
 
 #[cfg(feature = "local")]
 /// Loads a local model: `""` (the default), a pinned name, or a GGUF path.
-pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliError> {
+pub fn load_local(what: &str, options: LocalOptions) -> Result<LocalModel, CliError> {
     // Checked before the model is resolved, so a typo does not wait for a download.
     let threads = generation_threads(std::env::var("PLANSMITH_THREADS").ok())?;
     let (path, name) = resolve_local(what)?;
@@ -89,7 +99,8 @@ pub fn load_local(what: &str, unconstrained: bool) -> Result<LocalModel, CliErro
         config.threads = threads;
     }
     let env_off = std::env::var("PLANSMITH_UNCONSTRAINED").is_ok_and(|v| !v.is_empty() && v != "0");
-    config.constrained = !(unconstrained || env_off);
+    config.constrained = !(options.unconstrained || env_off);
+    config.reuse_prefix = !options.independent;
     LocalModel::load(config).map_err(CliError::model)
 }
 

