@@ -68,7 +68,7 @@ pub fn load_with(
         "local" => Ok(Arc::new(load_local(rest, options)?)),
         #[cfg(not(feature = "local"))]
         "local" => {
-            let _ = (rest, options);
+            let _ = (rest, options.unconstrained, options.independent);
             Err(CliError::model(anyhow!(
                 "this plansmith was built without the embedded model (feature `local`); \
                  choose a remote model with --model (supported: {KINDS})"
