@@ -154,6 +154,11 @@ pub fn tool_step_schema(name: &str, input_schema: &Value, text_max: u64) -> Valu
 }
 
 /// One member of the step union: `id`, `type` (a const), `title`, the action fields, `depends_on`.
+///
+/// The title stays before the action, measured: with the action first (and the title after the
+/// arguments, or not in the prompt's example) the 0.5B local model added a second call of the
+/// same tool with other arguments to 4 of the first 20 BFCL `simple_python` cases (10 plans
+/// right instead of 12).
 fn step_branch<const N: usize>(kind: &str, fields: [(&str, Value); N]) -> Value {
     let mut properties = Map::new();
     properties.insert(
