@@ -417,10 +417,16 @@ struct Session<'m, 'c> {
     factory: Option<ParserFactory>,
 }
 
-/// The error a request gets when its caller stopped waiting (nobody reads it: it is for the
-/// worker's own bookkeeping).
-fn abandoned_error() -> LlmError {
-    LlmError::Backend("local model: the caller stopped waiting; decoding stopped".into())
+/// Ends a request whose caller stopped waiting: marks the stats, and gives an error that nobody
+/// reads (it is for the worker's own bookkeeping).
+fn stop_if_abandoned(abandoned: &dyn Fn() -> bool, stats: &mut Stats) -> Result<(), LlmError> {
+    if abandoned() {
+        stats.abandoned = true;
+        return Err(LlmError::Backend(
+            "local model: the caller stopped waiting; decoding stopped".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn backend_error(what: &str, err: impl std::fmt::Display) -> LlmError {
@@ -434,10 +440,7 @@ impl Session<'_, '_> {
         stats: &mut Stats,
         abandoned: &dyn Fn() -> bool,
     ) -> Result<Completion, LlmError> {
-        if abandoned() {
-            stats.abandoned = true;
-            return Err(abandoned_error());
-        }
+        stop_if_abandoned(abandoned, stats)?;
         let messages = request
             .messages
             .iter()
@@ -547,11 +550,8 @@ impl Session<'_, '_> {
         let started = Instant::now();
         let mut finish = FinishReason::Length;
         while reply.generated < max_tokens {
-            if abandoned() {
-                stats.abandoned = true;
-                stats.generated_tokens = reply.generated;
-                return Err(abandoned_error());
-            }
+            stats.generated_tokens = reply.generated;
+            stop_if_abandoned(abandoned, stats)?;
             if let Some(matcher) = matcher.as_mut() {
                 reply.force(matcher, max_tokens, &vocab, stats)?;
                 if matcher.is_stopped() {
@@ -625,9 +625,8 @@ impl Session<'_, '_> {
         let batch_size = self.batch_size();
         let mut last_index = 0;
         for (chunk_idx, chunk) in tokens.chunks(batch_size).enumerate() {
-            if chunk_idx > 0 && abandoned() {
-                stats.abandoned = true;
-                return Err(abandoned_error());
+            if chunk_idx > 0 {
+                stop_if_abandoned(abandoned, stats)?;
             }
             batch.clear();
             let is_last_chunk = (chunk_idx + 1) * batch_size >= tokens.len();
