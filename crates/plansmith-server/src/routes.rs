@@ -14,7 +14,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::{Json, Router};
 use futures::Stream;
 use plansmith_core::{
-    Diagnostic, Diagnostics, OutcomeStatus, Plan, PlanEvent, PlanRequest, StepStatus,
+    Diagnostic, Diagnostics, Outcome, OutcomeStatus, Plan, PlanEvent, PlanRequest, StepStatus,
 };
 use plansmith_store::store::parse_status;
 use plansmith_store::{
@@ -378,13 +378,24 @@ async fn create_plan(
         review.max_iterations = max;
     }
     if !query.stream {
-        let created = plan_and_store(&state, &request, review, &caller.actor(), None).await?;
+        let outcome = plan(&state, &request, None).await?;
+        let created = store(&state, outcome, &request, review, &caller.actor()).await?;
         return Ok((StatusCode::CREATED, Json(created)).into_response());
     }
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let actor = caller.actor();
     tokio::spawn(async move {
-        let result = plan_and_store(&state, &request, review, &actor, Some(tx.clone())).await;
+        // The client closing the stream drops `rx`: planning stops then (the model's call is
+        // dropped, and a local model stops generating), as it does when the client of a plain
+        // request goes away. A plan already made is still stored.
+        let planned = tokio::select! {
+            planned = plan(&state, &request, Some(tx.clone())) => planned,
+            () = tx.closed() => return,
+        };
+        let result = match planned {
+            Ok(outcome) => store(&state, outcome, &request, review, &actor).await,
+            Err(err) => Err(err),
+        };
         let event = match result {
             Ok(created) => sse_json("outcome", &created),
             Err(err) => sse_json(
@@ -428,13 +439,12 @@ where
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
-async fn plan_and_store(
+/// Plans `request`, sending the planning events to `events` when there is a stream.
+async fn plan(
     state: &AppState,
     request: &PlanRequest,
-    review: Review,
-    actor: &str,
     events: Option<mpsc::UnboundedSender<Event>>,
-) -> Result<Created, ApiError> {
+) -> Result<Outcome, ApiError> {
     let result = match events {
         None => state.planner.plan(request).await,
         Some(tx) => {
@@ -450,14 +460,26 @@ async fn plan_and_store(
             state.planner.plan_with_events(request, &mut on_event).await
         }
     };
-    let mut outcome = match result {
-        Ok(outcome) => outcome,
+    match result {
+        Ok(outcome) => {
+            state.metrics.record_outcome(&outcome);
+            Ok(outcome)
+        }
         Err(err) => {
             state.metrics.record_failure();
-            return Err(err.into());
+            Err(err.into())
         }
-    };
-    state.metrics.record_outcome(&outcome);
+    }
+}
+
+/// Stores a planned outcome for review and announces it.
+async fn store(
+    state: &AppState,
+    mut outcome: Outcome,
+    request: &PlanRequest,
+    review: Review,
+    actor: &str,
+) -> Result<Created, ApiError> {
     if request.owner.is_some() {
         outcome.plan.owner = request.owner.clone();
     }

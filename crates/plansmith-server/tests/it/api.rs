@@ -302,6 +302,93 @@ async fn streaming_plan_sends_steps_then_the_outcome() {
     assert_eq!(status, 200, "the streamed plan is stored");
 }
 
+/// A model that never answers and records when the pipeline gives up on its call (drops it).
+struct Hanging {
+    dropped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct SetOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl plansmith_core::LanguageModel for Hanging {
+    fn name(&self) -> String {
+        "hanging".into()
+    }
+
+    fn capabilities(&self) -> plansmith_core::Capabilities {
+        plansmith_core::Capabilities::default()
+    }
+
+    fn complete(
+        &self,
+        _request: plansmith_core::CompletionRequest,
+    ) -> futures::future::BoxFuture<'_, Result<plansmith_core::Completion, plansmith_core::LlmError>>
+    {
+        let guard = SetOnDrop(self.dropped.clone());
+        Box::pin(async move {
+            let _guard = guard;
+            std::future::pending().await
+        })
+    }
+}
+
+/// A client that closes a plan's event stream stops the planning: the model's call is dropped
+/// (a local model then stops generating), as for a plain request whose client went away.
+#[tokio::test]
+async fn closing_a_streamed_plan_stops_the_model() {
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dir = tempfile::tempdir().unwrap();
+    let store = plansmith_store::PlanStore::open(&plansmith_store::Location::Sqlite(
+        dir.path().join("plans.db"),
+    ))
+    .await
+    .unwrap();
+    let tools: Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::root().join("examples/tools.json")).unwrap(),
+    )
+    .unwrap();
+    let model = Hanging {
+        dropped: dropped.clone(),
+    };
+    let planner = plansmith_core::Planner::new(
+        plansmith_core::Catalog::from_json(&tools).unwrap(),
+        std::sync::Arc::new(model),
+    );
+    let state = plansmith_server::AppState::new(store, planner, ServerConfig::default());
+    let s = crate::serve_state(state, dir).await;
+    let response = s
+        .client
+        .post(format!("{}/v1/plans?stream=true", s.base))
+        .header("content-type", "application/json")
+        .body(weather().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let events = read_sse(response, |kind, _| kind == "attempt_started").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        !dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the model is still asked while the client listens"
+    );
+    // `read_sse` consumed and dropped the response: the connection is closed.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the model was still asked 10 s after the client closed the stream"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (_, page) = call(&s, Method::GET, "/v1/plans", None, None).await;
+    assert_eq!(page["total"], 0, "nothing was planned, nothing is stored");
+}
+
 #[tokio::test]
 async fn error_table_at_the_edge() {
     let config = ServerConfig {
