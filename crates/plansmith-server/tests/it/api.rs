@@ -274,9 +274,8 @@ async fn step_updates_and_live_events() {
     assert_error(status, &body, 404, "not_found");
 }
 
-#[tokio::test]
-async fn streaming_plan_sends_steps_then_the_outcome() {
-    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+/// Asks for the weather plan as an event stream; checks the stream was opened.
+async fn stream_plan(s: &crate::Server) -> reqwest::Response {
     let response = s
         .client
         .post(format!("{}/v1/plans?stream=true", s.base))
@@ -286,6 +285,13 @@ async fn streaming_plan_sends_steps_then_the_outcome() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 200);
+    response
+}
+
+#[tokio::test]
+async fn streaming_plan_sends_steps_then_the_outcome() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let response = stream_plan(&s).await;
     let events = read_sse(response, |kind, _| kind == "outcome" || kind == "error").await;
     let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
     assert!(kinds.contains(&"attempt_started"), "{kinds:?}");
@@ -342,34 +348,11 @@ impl plansmith_core::LanguageModel for Hanging {
 #[tokio::test]
 async fn closing_a_streamed_plan_stops_the_model() {
     let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let dir = tempfile::tempdir().unwrap();
-    let store = plansmith_store::PlanStore::open(&plansmith_store::Location::Sqlite(
-        dir.path().join("plans.db"),
-    ))
-    .await
-    .unwrap();
-    let tools: Value = serde_json::from_str(
-        &std::fs::read_to_string(crate::root().join("examples/tools.json")).unwrap(),
-    )
-    .unwrap();
     let model = Hanging {
         dropped: dropped.clone(),
     };
-    let planner = plansmith_core::Planner::new(
-        plansmith_core::Catalog::from_json(&tools).unwrap(),
-        std::sync::Arc::new(model),
-    );
-    let state = plansmith_server::AppState::new(store, planner, ServerConfig::default());
-    let s = crate::serve_state(state, dir).await;
-    let response = s
-        .client
-        .post(format!("{}/v1/plans?stream=true", s.base))
-        .header("content-type", "application/json")
-        .body(weather().to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
+    let s = crate::start_with(std::sync::Arc::new(model), ServerConfig::default()).await;
+    let response = stream_plan(&s).await;
     let events = read_sse(response, |kind, _| kind == "attempt_started").await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plansmith_core::{Catalog, Planner, ScriptedModel};
+use plansmith_core::{Catalog, LanguageModel, Planner, ScriptedModel};
 use plansmith_server::{AppState, ServerConfig};
 use plansmith_store::{Location, PlanStore};
 use serde_json::Value;
@@ -41,6 +41,11 @@ pub fn reply(name: &str, n: usize) -> Vec<String> {
 
 /// Starts a server over a fresh SQLite store, scripted with `turns`.
 pub async fn start(turns: Vec<String>, config: ServerConfig) -> Server {
+    start_with(Arc::new(ScriptedModel::new(turns)), config).await
+}
+
+/// Starts a server over a fresh SQLite store and the example catalog, planning with `model`.
+pub async fn start_with(model: Arc<dyn LanguageModel>, config: ServerConfig) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
         .await
@@ -49,7 +54,7 @@ pub async fn start(turns: Vec<String>, config: ServerConfig) -> Server {
         serde_json::from_str(&std::fs::read_to_string(root().join("examples/tools.json")).unwrap())
             .unwrap();
     let catalog = Catalog::from_json(&tools).unwrap();
-    let planner = Planner::new(catalog, Arc::new(ScriptedModel::new(turns)));
+    let planner = Planner::new(catalog, model);
     let state = AppState::new(store, planner, config);
     serve_state(state, dir).await
 }
