@@ -6,8 +6,8 @@ the model wrote itself (an invented forecast, price or search result)?
     plansmith eval plan --cases examples/eval/chained_cases.jsonl --out PREDS.jsonl
     python3 scripts/score-chained.py examples/eval/chained_cases.jsonl PREDS.jsonl
 
-The ten cases are a development set (the prompt's example was chosen on them), not a held-out
-measure."""
+The ten cases are a development set (prompt changes were tried on them: README, "Chained
+requests"), not a held-out measure. A `$ref` to any step's output counts."""
 import json
 import sys
 
