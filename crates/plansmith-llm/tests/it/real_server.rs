@@ -38,6 +38,11 @@ use serde_json::{Value, json};
 
 use crate::support::repo_root;
 
+/// The two server tests run one at a time. Each server computes on two threads; run together on
+/// a two-core machine, llama.cpp's threads contend and generation fell to ~1 token/s (a CI run
+/// timed out at 300 s that way), so each test holds this for as long as its server runs.
+static ONE_SERVER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The running server; killed when dropped (also when a test fails).
 struct LlamaServer {
     child: Child,
@@ -349,6 +354,7 @@ async fn llama_cpp_server_plans_via_a_json_schema_response_format() {
         eprintln!("skipped: {hint}");
         return;
     };
+    let _one = ONE_SERVER_AT_A_TIME.lock().await;
     let server = start(&binary);
     plan_with(&server, weather_catalog(), None, Strategy::JsonSchema, &[]).await;
 }
@@ -383,6 +389,7 @@ async fn llama_cpp_python_server_refuses_json_schema_and_plans_via_a_named_tool_
         eprintln!("skipped: {hint}");
         return;
     };
+    let _one = ONE_SERVER_AT_A_TIME.lock().await;
     let server = start_python(&python);
     // No tools: llama-cpp-python's schema-to-grammar converter writes the `\.` of the
     // step-reference pattern (every tool argument may be `{"$ref": "s1.output…"}`) as an escape
