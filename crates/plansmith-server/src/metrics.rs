@@ -112,6 +112,14 @@ impl Metrics {
         }
     }
 
+    /// Records a planning call whose client went away before the planner answered (counted by
+    /// outcome as `abandoned`, and left out of the ready ratio: it never ended).
+    pub fn record_abandoned(&self) {
+        if let Ok(mut m) = self.inner.lock() {
+            *m.plans.entry("abandoned".to_owned()).or_default() += 1;
+        }
+    }
+
     /// Records one HTTP request's latency by route template and status.
     pub fn record_http(&self, route: &str, status: u16, seconds: f64) {
         if let Ok(mut m) = self.inner.lock() {
@@ -133,7 +141,7 @@ impl Metrics {
             o,
             "plansmith_plans_total",
             "counter",
-            "Planning calls by outcome.",
+            "Planning calls by outcome (abandoned: the client went away first).",
         );
         for (outcome, n) in &m.plans {
             let _ = writeln!(o, "plansmith_plans_total{{outcome=\"{outcome}\"}} {n}");
@@ -163,7 +171,7 @@ impl Metrics {
             o,
             "plansmith_ready_ratio",
             "gauge",
-            "Share of planning calls that ended ready.",
+            "Share of the planning calls that ended (not abandoned) that ended ready.",
         );
         let ratio = if m.planned == 0 {
             0.0

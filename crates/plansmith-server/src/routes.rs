@@ -445,6 +445,9 @@ async fn plan(
     request: &PlanRequest,
     events: Option<mpsc::UnboundedSender<Event>>,
 ) -> Result<Outcome, ApiError> {
+    // Dropped before the planner answers: the client went away (a closed stream, a closed
+    // connection), and the planning call is counted as abandoned.
+    let unanswered = Unanswered(&state.metrics);
     let result = match events {
         None => state.planner.plan(request).await,
         Some(tx) => {
@@ -460,6 +463,7 @@ async fn plan(
             state.planner.plan_with_events(request, &mut on_event).await
         }
     };
+    std::mem::forget(unanswered);
     match result {
         Ok(outcome) => {
             state.metrics.record_outcome(&outcome);
@@ -469,6 +473,16 @@ async fn plan(
             state.metrics.record_failure();
             Err(err.into())
         }
+    }
+}
+
+/// Counts a planning call as abandoned when dropped; [`plan`] forgets it once the planner has
+/// answered.
+struct Unanswered<'a>(&'a crate::Metrics);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        self.0.record_abandoned();
     }
 }
 

@@ -370,6 +370,18 @@ async fn closing_a_streamed_plan_stops_the_model() {
     }
     let (_, page) = call(&s, Method::GET, "/v1/plans", None, None).await;
     assert_eq!(page["total"], 0, "nothing was planned, nothing is stored");
+    let metrics = metrics_text(&s).await;
+    for needle in [
+        "plansmith_plans_total{outcome=\"abandoned\"} 1",
+        "plansmith_ready_ratio 0",
+    ] {
+        assert!(metrics.contains(needle), "missing {needle} in\n{metrics}");
+    }
+}
+
+async fn metrics_text(s: &crate::Server) -> String {
+    let response = s.client.get(format!("{}/metrics", s.base)).send().await;
+    response.unwrap().text().await.unwrap()
 }
 
 #[tokio::test]
@@ -562,15 +574,7 @@ async fn metrics_health_and_page() {
     let (status, health) = call(&s, Method::GET, "/healthz", None, None).await;
     assert_eq!(status, 200);
     assert_eq!(health["status"], "ok");
-    let text = s
-        .client
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&s).await;
     for needle in [
         "plansmith_plans_total{outcome=\"ready\"} 1",
         "plansmith_ready_ratio 1",
