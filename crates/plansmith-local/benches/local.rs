@@ -231,6 +231,20 @@ fn main() {
         constrained_tokens = stats.generated_tokens;
         rejections = stats.grammar_rejections;
         forced = stats.forced_tokens;
+        eprintln!(
+            "warm run {rep}: {:.3} s = prompt {:.3} s + generation {:.3} s (grammar {:.3} s of both) + rest",
+            warm[rep],
+            stats.prompt_time.as_secs_f64(),
+            stats.generate_time.as_secs_f64(),
+            stats.grammar_time.as_secs_f64(),
+        );
+        if rep + 1 == reps {
+            // What the timed plan is: a faster plan of the wrong tools is no gain.
+            for step in &warm_outcome.plan.steps {
+                let action = serde_json::to_string(&step.action).unwrap_or_default();
+                eprintln!("  {} {action}", step.id);
+            }
+        }
     }
     drop(planner);
     drop(ours);

@@ -16,10 +16,12 @@
 //! (`{"a": 1, "b": [2]}`), so the keys and punctuation between values are forced: the grammar
 //! hands them out as whole tokens, and they go through the model in one batch with the token
 //! chosen before them (the reply's opening `{"thought": "` with the prompt's last batch),
-//! without logits and without sampling. About half the tokens of a plan are
-//! forced (73 of 150 for the bench's 3-step plan), and a forced token costs ~45–75 % of a
-//! sampled one (no output layer; batched with its neighbour), which makes constrained decoding
-//! faster than unconstrained: the warm 3-step plan went from 3.7 to 3.3–3.5 s at 2 threads.
+//! without logits and without sampling. The ` "` that opens a string, which the grammar engine
+//! holds back (a longer token could start with it), is forced too ([`Reply::held_back`]). About
+//! half the tokens of a plan are forced (87 of 160 for the bench's 3-step plan), and a forced
+//! token costs ~45–75 % of a sampled one (no output layer; batched with its neighbour), which
+//! makes constrained decoding faster than unconstrained: the warm 3-step plan went from 3.7 to
+//! 3.3–3.5 s at 2 threads with forced tokens, and from 3.19 to 2.94 s with the ` "` forced.
 //!
 //! Keep one [`LocalModel`] per process when it runs more than one generation thread. llama.cpp
 //! (built with OpenMP) gives each thread that drives it a team of worker threads, kept for the
@@ -370,12 +372,38 @@ struct Reply {
     pending: Vec<LlamaToken>,
     /// Tokens in the reply (chosen and forced).
     generated: usize,
+    /// Where the reply's text stands in the JSON it writes (inside a string or not).
+    json: JsonLexState,
+}
+
+/// Whether a point in JSON text is inside a string, and just after a backslash there.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct JsonLexState {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonLexState {
+    /// The state after `bytes`.
+    fn after(mut self, bytes: &[u8]) -> Self {
+        for &b in bytes {
+            match (self.in_string, self.escaped, b) {
+                (true, true, _) => self.escaped = false,
+                (true, false, b'\\') => self.escaped = true,
+                (_, _, b'"') => self.in_string = !self.in_string,
+                _ => {}
+            }
+        }
+        self
+    }
 }
 
 impl Reply {
     /// Appends one token to the reply; it goes through the model with the next batch.
     fn push(&mut self, token: LlamaToken, vocab: &LlamaVocab<'_>) {
-        self.bytes.extend(vocab.token_to_piece(token, false, None));
+        let piece = vocab.token_to_piece(token, false, None);
+        self.json = self.json.after(&piece);
+        self.bytes.extend(piece);
         self.generated += 1;
         self.pending.push(token);
     }
@@ -390,18 +418,67 @@ impl Reply {
         stats: &mut Stats,
     ) -> Result<(), LlmError> {
         let started = Instant::now();
-        let mut forced = matcher.compute_ff_tokens();
-        forced.truncate(max_tokens.saturating_sub(self.generated));
-        if !forced.is_empty() {
-            matcher
-                .consume_tokens(&forced)
-                .map_err(|err| backend_error("grammar", err))?;
-            stats.forced_tokens += forced.len();
-            for id in forced {
-                self.push(llama_token(id)?, vocab);
-            }
-        }
+        let forced = matcher.compute_ff_tokens();
+        self.take(matcher, forced, max_tokens, vocab, stats)?;
+        let held_back = self.held_back(matcher, vocab)?;
+        self.take(matcher, held_back, max_tokens, vocab, stats)?;
         stats.grammar_time += started.elapsed();
+        Ok(())
+    }
+
+    /// The bytes the grammar forces but [`Matcher::compute_ff_tokens`] holds back because a
+    /// longer token might start with them, as tokens, when they end with the quote that opens a
+    /// string (a value, or a key the model chooses): Qwen's vocabulary has ` "$`, ` ""`, …, so
+    /// the ` "` is held back. Left to the model, each cost a sampled decode with the full output
+    /// layer, 11 of the ~80 sampled tokens of the bench's 3-step plan, where the model chose
+    /// exactly these tokens. The price: a string that starts with punctuation is written ` "` +
+    /// `$…` instead of ` "$…`, a split the model rarely sees.
+    fn held_back(
+        &self,
+        matcher: &mut Matcher,
+        vocab: &LlamaVocab<'_>,
+    ) -> Result<Vec<TokenId>, LlmError> {
+        let bytes = matcher.compute_ff_bytes();
+        // Only a run that ends with the quote opening a string: what follows is string text,
+        // which the tokenizer splits from the quote anyway when it starts with a letter or a
+        // digit. Any other held-back run (a lone ` ` or ` [`, the `t` of a key that may be
+        // `title` or `text`, the closing `"` of `"}`) forced on its own splits what the model
+        // writes as one token, and the 0.5B model then lost its way (measured: a plan that
+        // called the wrong tool, or ended its steps early).
+        let Some((&b'"', run)) = bytes.split_last() else {
+            return Ok(Vec::new());
+        };
+        if self.json.after(run).in_string {
+            return Ok(Vec::new());
+        }
+        vocab
+            .tokenize(&bytes, false, false)
+            .into_iter()
+            .map(token_id)
+            .collect()
+    }
+
+    /// Appends `ids` as forced tokens, as many as the token cap leaves room for (it keeps the
+    /// reply inside the context) and the grammar takes.
+    fn take(
+        &mut self,
+        matcher: &mut Matcher,
+        mut ids: Vec<TokenId>,
+        max_tokens: usize,
+        vocab: &LlamaVocab<'_>,
+        stats: &mut Stats,
+    ) -> Result<(), LlmError> {
+        ids.truncate(max_tokens.saturating_sub(self.generated));
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let taken = matcher
+            .try_consume_tokens(&ids)
+            .map_err(|err| backend_error("grammar", err))?;
+        stats.forced_tokens += taken;
+        for &id in ids.get(..taken).unwrap_or_default() {
+            self.push(llama_token(id)?, vocab);
+        }
         Ok(())
     }
 }
@@ -806,4 +883,27 @@ fn constrained_choice(
         TokenId::try_from(idx).is_ok_and(|id| mask.is_allowed(id))
     })
     .ok_or_else(|| backend_error("grammar", "no token fits the grammar"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JsonLexState;
+
+    fn in_string(text: &str) -> bool {
+        JsonLexState::default().after(text.as_bytes()).in_string
+    }
+
+    #[test]
+    fn json_lex_state_tracks_strings_and_escapes() {
+        assert!(!in_string(r#"{"thought": "#));
+        assert!(in_string(r#"{"thought": ""#));
+        assert!(!in_string(r#"{"a": "b""#));
+        // An escaped quote does not end the string; an escaped backslash before a quote does.
+        assert!(in_string(r#"{"a": "say \"hi"#));
+        assert!(!in_string(r#"{"a": "dir\\""#));
+        // Fed in pieces, as tokens arrive: the escape carries over a piece boundary.
+        let state = JsonLexState::default().after(br#"{"a": "x\"#);
+        assert!(state.in_string && state.escaped);
+        assert!(state.after(br#"""#).in_string);
+    }
 }
