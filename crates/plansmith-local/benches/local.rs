@@ -231,7 +231,7 @@ fn main() {
         constrained_tokens = stats.generated_tokens;
         rejections = stats.grammar_rejections;
         forced = stats.forced_tokens;
-        eprintln!(
+        println!(
             "warm run {rep}: {:.3} s = prompt {:.3} s + generation {:.3} s (grammar {:.3} s of both) + rest",
             warm[rep],
             stats.prompt_time.as_secs_f64(),
@@ -242,7 +242,7 @@ fn main() {
             // What the timed plan is: a faster plan of the wrong tools is no gain.
             for step in &warm_outcome.plan.steps {
                 let action = serde_json::to_string(&step.action).unwrap_or_default();
-                eprintln!("  {} {action}", step.id);
+                println!("  {} {action}", step.id);
             }
         }
     }

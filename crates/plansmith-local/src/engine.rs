@@ -430,7 +430,7 @@ impl Reply {
     /// longer token might start with them, as tokens, when they end with the quote that opens a
     /// string (a value, or a key the model chooses): Qwen's vocabulary has ` "$`, ` ""`, …, so
     /// the ` "` is held back. Left to the model, each cost a sampled decode with the full output
-    /// layer, 11 of the ~80 sampled tokens of the bench's 3-step plan, where the model chose
+    /// layer, 10 of the 78 sampled tokens of the bench's 3-step plan, where the model chose
     /// exactly these tokens. The price: a string that starts with punctuation is written ` "` +
     /// `$…` instead of ` "$…`, a split the model rarely sees.
     fn held_back(

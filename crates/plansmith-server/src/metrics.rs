@@ -112,8 +112,9 @@ impl Metrics {
         }
     }
 
-    /// Records a planning call whose client went away before the planner answered (counted by
-    /// outcome as `abandoned`, and left out of the ready ratio: it never ended).
+    /// Records a planning call dropped before the planner answered: its client went away, or the
+    /// request timed out (counted by outcome as `abandoned`, and left out of the ready ratio: it
+    /// never ended).
     pub fn record_abandoned(&self) {
         if let Ok(mut m) = self.inner.lock() {
             *m.plans.entry("abandoned".to_owned()).or_default() += 1;
@@ -141,7 +142,7 @@ impl Metrics {
             o,
             "plansmith_plans_total",
             "counter",
-            "Planning calls by outcome (abandoned: the client went away first).",
+            "Planning calls by outcome (abandoned: dropped before an answer, by a client that went away or a request timeout).",
         );
         for (outcome, n) in &m.plans {
             let _ = writeln!(o, "plansmith_plans_total{{outcome=\"{outcome}\"}} {n}");

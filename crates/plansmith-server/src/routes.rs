@@ -445,8 +445,8 @@ async fn plan(
     request: &PlanRequest,
     events: Option<mpsc::UnboundedSender<Event>>,
 ) -> Result<Outcome, ApiError> {
-    // Dropped before the planner answers: the client went away (a closed stream, a closed
-    // connection), and the planning call is counted as abandoned.
+    // Dropped before the planner answers (the client went away: a closed stream or connection;
+    // or the request timeout fired), the planning call is counted as abandoned.
     let unanswered = Unanswered(&state.metrics);
     let result = match events {
         None => state.planner.plan(request).await,
