@@ -170,7 +170,8 @@ impl From<StoreError> for ApiError {
             | StoreError::InvalidState { .. } => ApiError::new("conflict", message),
             StoreError::InvalidStep { .. }
             | StoreError::InvalidStatus { .. }
-            | StoreError::BadEdit(_) => ApiError::new("bad_request", message),
+            | StoreError::BadEdit(_)
+            | StoreError::BadCursor(_) => ApiError::new("bad_request", message),
             StoreError::Invalid { diagnostics } => ApiError::new("invalid_plan", message)
                 .with_details(serde_json::to_value(diagnostics).unwrap_or(Value::Null)),
             StoreError::Planning(plan_error) => ApiError::from(plan_error),

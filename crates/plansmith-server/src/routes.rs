@@ -520,9 +520,12 @@ struct ListQuery {
     state: Option<ReviewState>,
     /// Page size (default 50, clamped to 1..=500).
     limit: Option<u32>,
-    /// Plans to skip.
+    /// Plans to skip (the cost grows with it; prefer `cursor`).
     #[serde(default)]
     offset: u32,
+    /// Start after this place: the `next_cursor` of the previous page. Every page costs the
+    /// same however deep, and plans updated meanwhile do not shift the pages. Not with `offset`.
+    cursor: Option<String>,
 }
 
 /// Lists plans, most recently updated first.
@@ -540,6 +543,7 @@ async fn list_plans(
         state: query.state,
         limit: Some(query.limit.unwrap_or(50).clamp(1, MAX_LIMIT)),
         offset: query.offset,
+        cursor: query.cursor,
     };
     Ok(Json(state.store.list(&filter).await?))
 }

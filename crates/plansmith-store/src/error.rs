@@ -18,6 +18,9 @@ pub enum StoreError {
     /// `create` with an id that is taken.
     #[error("a plan with id `{0}` already exists")]
     AlreadyExists(String),
+    /// A list cursor that no page gave out (or a cursor together with an offset).
+    #[error("bad list cursor: {0}")]
+    BadCursor(String),
     /// Compare-and-swap failed: someone else wrote a newer version first. Reload and retry.
     #[error("plan `{id}` is at version {actual}, not {expected}: it changed since it was read")]
     Conflict {

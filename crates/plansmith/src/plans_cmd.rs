@@ -96,9 +96,12 @@ enum PlansCommand {
         /// Page size.
         #[arg(long, default_value_t = 50)]
         limit: u32,
-        /// Rows to skip.
-        #[arg(long, default_value_t = 0)]
+        /// Rows to skip (slower the deeper; prefer --cursor).
+        #[arg(long, default_value_t = 0, conflicts_with = "cursor")]
         offset: u32,
+        /// Start after this place: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -310,6 +313,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             state,
             limit,
             offset,
+            cursor,
             json,
         } => {
             let state = state
@@ -324,6 +328,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     state,
                     limit: Some(limit),
                     offset,
+                    cursor,
                 })
                 .await
                 .map_err(store_error)?;
@@ -352,8 +357,8 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                 eprintln!(
                     "{shown} of {} plan(s){}",
                     page.total,
-                    page.next_offset
-                        .map(|o| format!("; next page: --offset {o}"))
+                    page.next_cursor
+                        .map(|c| format!("; next page: --cursor {c}"))
                         .unwrap_or_default()
                 );
             }

@@ -36,6 +36,37 @@ async fn plan_get_list_history_delete() {
     assert_eq!(page["total"], 2);
     assert_eq!(page["plans"].as_array().unwrap().len(), 1);
     assert_eq!(page["next_offset"], 1);
+    // The next page by cursor holds the other plan, and is the last.
+    let newest = page["plans"][0]["plan"]["id"].as_str().unwrap().to_owned();
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let (status, next) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans?limit=1&cursor={cursor}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let older = next["plans"][0]["plan"]["id"].as_str().unwrap();
+    assert_ne!(older, newest);
+    assert_eq!(next["next_cursor"], Value::Null);
+    assert_eq!(next["next_offset"], Value::Null);
+    for bad in ["nonsense", &format!("{cursor}&offset=1")] {
+        let (status, body) = call(
+            &s,
+            Method::GET,
+            &format!("/v1/plans?cursor={bad}"),
+            None,
+            None,
+        )
+        .await;
+        assert_error(status, &body, 400, "bad_request");
+        assert!(
+            body["message"].as_str().unwrap().contains("cursor"),
+            "{body}"
+        );
+    }
     let (_, page) = call(&s, Method::GET, "/v1/plans?state=accepted", None, None).await;
     assert_eq!(page["total"], 0);
     let (status, body) = call(&s, Method::GET, "/v1/plans?state=nonsense", None, None).await;

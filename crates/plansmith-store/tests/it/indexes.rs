@@ -1,6 +1,7 @@
-//! The owner and conversation indexes (migration 5) hold only plans that have one, and the
-//! list filters still find their plans through them; the unfiltered list reads its page from
-//! the `updated_at` index (migration 6) instead of sorting every plan.
+//! The owner, conversation and thread indexes hold only plans that have one, and the list
+//! filters still find their plans through them. Every list, filtered or not, reads its page
+//! from an index in order (`updated_at`, then `id`; migrations 6 and 7) instead of sorting, and
+//! so does a page that starts at a cursor.
 
 use plansmith_core::Plan;
 use plansmith_store::{ListFilter, Location, Review, ReviewState};
@@ -56,16 +57,30 @@ async fn lists_use_their_indexes(db: TestDb) {
     };
     let mut conn = raw_connection(&db.location).await;
     if matches!(db.location, Location::Postgres(_)) {
-        // Five rows: without this PostgreSQL would rightly scan the table.
-        sqlx::query("SET enable_seqscan = off")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        // Five rows: without these PostgreSQL would rightly scan the table, or take the rows
+        // from the index in any order and sort them.
+        for setting in ["SET enable_seqscan = off", "SET enable_bitmapscan = off"] {
+            sqlx::query(setting).execute(&mut conn).await.unwrap();
+        }
     }
     for (condition, index) in [
-        ("WHERE owner = 'x'", "plans_by_owner_set"),
-        ("WHERE conversation_id = 'x'", "plans_by_conversation_set"),
+        ("WHERE owner = 'x'", "plans_by_owner_updated"),
+        (
+            "WHERE conversation_id = 'x'",
+            "plans_by_conversation_updated",
+        ),
+        ("WHERE thread_id = 'x'", "plans_by_thread_updated"),
+        ("WHERE state = 'draft'", "plans_by_state_updated"),
         ("", "plans_by_updated"),
+        // A page after a cursor (`PlanStore::list` with `cursor`).
+        (
+            "WHERE (updated_at, id) < ('2026-01-01T00:00:00.000000Z', 'p')",
+            "plans_by_updated",
+        ),
+        (
+            "WHERE state = 'draft' AND (updated_at, id) < ('2026-01-01T00:00:00.000000Z', 'p')",
+            "plans_by_state_updated",
+        ),
     ] {
         // The list's own query (`PlanStore::list`).
         let sql = format!(
@@ -86,14 +101,12 @@ async fn lists_use_their_indexes(db: TestDb) {
             plan.iter().any(|line| line.contains(index)),
             "`{condition}` should use {index}: {plan:?}"
         );
-        if condition.is_empty() {
-            assert!(
-                !plan
-                    .iter()
-                    .any(|line| line.contains("TEMP B-TREE") || line.contains("Sort")),
-                "the unfiltered list should not sort: {plan:?}"
-            );
-        }
+        assert!(
+            !plan
+                .iter()
+                .any(|line| line.contains("TEMP B-TREE") || line.contains("Sort")),
+            "`{condition}` should read its page in order, not sort: {plan:?}"
+        );
     }
 }
 

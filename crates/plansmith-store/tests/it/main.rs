@@ -25,3 +25,6 @@ mod exec;
 
 /// The owner and conversation indexes hold only plans that have one; filters use them.
 mod indexes;
+
+/// Cursor paging of the plan list.
+mod paging;

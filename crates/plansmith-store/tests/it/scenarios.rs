@@ -215,6 +215,7 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     state: f["state"].as_str().map(|s| s.parse().unwrap()),
                     limit: f["limit"].as_u64().map(|n| n as u32),
                     offset: f["offset"].as_u64().unwrap_or(0) as u32,
+                    cursor: None,
                 };
                 store.list(&filter).await.map(Produced::List)
             }
