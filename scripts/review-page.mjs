@@ -15,6 +15,14 @@ try {
   const page = await browser.newPage();
   page.setDefaultTimeout(10000);
   await page.goto(base + "/");
+  // The list shows a page of plans; "More plans" appends the rest (the test made 56).
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent === "50 of 56 plans");
+  if (await page.isHidden("#more")) await fail("no 'More plans' button with 56 plans");
+  await page.click("#more");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent === "56 of 56 plans");
+  const listed = await page.$$eval("#plans button", (bs) => bs.map((b) => b.dataset.id));
+  if (new Set(listed).size !== 56) await fail(`the list holds ${new Set(listed).size} distinct plans, not 56`);
+  if (!(await page.isHidden("#more"))) await fail("'More plans' still shown after the last page");
   await page.click(`button[data-id="${id}"]`);
   await page.waitForSelector("form.question input");
   await page.screenshot({ path: `${shots}/1-question.png`, fullPage: true });

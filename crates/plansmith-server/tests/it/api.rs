@@ -1,18 +1,8 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{assert_error, call, read_sse, reply, start, tokens};
+use crate::{assert_error, call, create, read_sse, reply, start, tokens, weather};
 use plansmith_server::ServerConfig;
-
-fn weather() -> Value {
-    json!({"query": "Email Bob the weather in Paris"})
-}
-
-async fn create(server: &crate::Server, token: Option<&str>) -> Value {
-    let (status, body) = call(server, Method::POST, "/v1/plans", Some(weather()), token).await;
-    assert_eq!(status, 201, "{body}");
-    body
-}
 
 #[tokio::test]
 async fn plan_get_list_history_delete() {

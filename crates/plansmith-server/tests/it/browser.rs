@@ -1,4 +1,5 @@
-//! The review page in headless Chromium (driven by `scripts/review-page.mjs`): open a plan,
+//! The review page in headless Chromium (driven by `scripts/review-page.mjs`): page through the
+//! plans list (56 plans, 50 to a page), open a plan,
 //! answer its question, edit an argument and see the diagnostic, accept, watch a step status
 //! arrive live (in the step list and on the DAG), make a new plan whose steps stream in over
 //! SSE. Screenshots go to `target/review-page-screenshots/`.
@@ -8,7 +9,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::{call, reply, root, start};
+use crate::{call, create, reply, root, start};
 use plansmith_server::ServerConfig;
 
 #[tokio::test]
@@ -26,10 +27,15 @@ async fn review_page_in_headless_chromium() {
         );
         return;
     };
-    let mut turns = reply("missing-recipient.json", 1);
-    // the answer's replan, then the plan the page creates over SSE
+    // 55 older plans (so the list has a second page), the plan the page works on, the answer's
+    // replan, then the plan the page creates over SSE
+    let mut turns = reply("weather-email.json", 55);
+    turns.extend(reply("missing-recipient.json", 1));
     turns.extend(reply("weather-email.json", 2));
     let s = start(turns, ServerConfig::default()).await;
+    for _ in 0..55 {
+        create(&s, None).await;
+    }
     let request = json!({"query": "Email the report", "options": {"max_repairs": 0}});
     let (status, created) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
     assert_eq!(status, 201, "{created}");
@@ -55,7 +61,7 @@ async fn review_page_in_headless_chromium() {
     assert_eq!(plan["state"], "accepted");
     assert_eq!(plan["plan"]["steps"][0]["status"], "in_progress");
     let (_, page) = call(&s, Method::GET, "/v1/plans", None, None).await;
-    assert_eq!(page["total"], 2, "the page created a second plan: {page}");
+    assert_eq!(page["total"], 57, "the page created one more plan: {page}");
     for name in [
         "1-question.png",
         "2-diagnostic.png",

@@ -15,7 +15,8 @@ use std::time::Duration;
 use plansmith_core::{Catalog, LanguageModel, Planner, ScriptedModel};
 use plansmith_server::{AppState, ServerConfig};
 use plansmith_store::{Location, PlanStore};
-use serde_json::Value;
+use reqwest::Method;
+use serde_json::{Value, json};
 
 /// A running server on an ephemeral loopback port.
 pub struct Server {
@@ -37,6 +38,18 @@ pub fn reply(name: &str, n: usize) -> Vec<String> {
     let script: Value = serde_json::from_str(&text).unwrap();
     let turn = script["turns"][0].as_str().unwrap().to_owned();
     vec![turn; n]
+}
+
+/// The request most tests plan.
+pub fn weather() -> Value {
+    json!({"query": "Email Bob the weather in Paris"})
+}
+
+/// Plans [`weather`] through `POST /v1/plans` and gives the `201` answer.
+pub async fn create(server: &Server, token: Option<&str>) -> Value {
+    let (status, body) = call(server, Method::POST, "/v1/plans", Some(weather()), token).await;
+    assert_eq!(status, 201, "{body}");
+    body
 }
 
 /// Starts a server over a fresh SQLite store, scripted with `turns`.

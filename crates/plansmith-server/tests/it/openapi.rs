@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{call, reply, start};
+use crate::{call, create, reply, start};
 use plansmith_server::{ERROR_TABLE, ServerConfig};
 
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
@@ -115,14 +115,7 @@ async fn openapi_document_covers_every_route() {
     // Over real HTTP: on every documented path, each method is served exactly when the
     // document lists it (the router's 405 fallback answers the others), and no documented
     // route hits the 404 route fallback.
-    let (_, created) = call(
-        &s,
-        Method::POST,
-        "/v1/plans",
-        Some(json!({"query": "Email Bob the weather in Paris"})),
-        None,
-    )
-    .await;
+    let created = create(&s, None).await;
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
     for (path, methods) in &documented {
         let concrete = path

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::{assert_error, call, reply, start, tokens};
+use crate::{assert_error, call, create, reply, start, tokens};
 use plansmith_server::ServerConfig;
 
 /// Version 1 of the test's template, named by query.
@@ -13,15 +13,7 @@ const WEATHER_V1_QUERY: &str = "/v1/templates/weather-mail?version=1";
 #[tokio::test]
 async fn save_list_get_instantiate_delete() {
     let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
-    let (status, created) = call(
-        &s,
-        Method::POST,
-        "/v1/plans",
-        Some(json!({"query": "Email Bob the weather in Paris"})),
-        None,
-    )
-    .await;
-    assert_eq!(status, 201, "{created}");
+    let created = create(&s, None).await;
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
 
     // from a stored plan: the literal "Paris" becomes {{city}}
