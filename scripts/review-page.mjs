@@ -29,10 +29,23 @@ try {
   await page.fill("form.question input", "bob@example.com");
   await page.click("form.question button");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "awaiting_review");
+  // Typing an argument checks it with the engine at once; nothing is stored until Save.
+  const version = await page.textContent("main > p");
   await page.fill('input[aria-label="s1 unit"]', '"kelvin"');
-  await page.click('button[aria-label="Save s1 unit"]');
-  await page.waitForSelector("p.diag[data-code]");
+  await page.waitForSelector('#live-s1 p.diag[data-code]');
+  const live = await page.textContent("#live-s1");
+  if (!live.includes("/steps/0/action/arguments/unit")) await fail(`live check: ${live}`);
   await page.screenshot({ path: `${shots}/2-diagnostic.png`, fullPage: true });
+  if ((await page.textContent("main > p")) !== version) await fail("a check changed the plan's version");
+  await page.fill('input[aria-label="s1 unit"]', '"fahrenheit"');
+  await page.waitForSelector("#live-s1 p.ok");
+  if (await page.$("#live-s1 p.diag")) await fail("a valid edit still shows an error");
+  await page.fill('input[aria-label="s1 unit"]', '"kelvin"');
+  await page.waitForSelector('#live-s1 p.diag[data-code]');
+  // Saved anyway, the edit is refused with the same diagnostic and the plan is unchanged.
+  await page.click('button[aria-label="Save s1 unit"]');
+  await page.waitForSelector("#errors p.diag[data-code]");
+  if ((await page.textContent("main > p")) !== version) await fail("a refused edit changed the plan");
   await page.click("#accept");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "accepted");
   const r = await fetch(`${base}/v1/plans/${id}/steps/s1`, { method: "PATCH",

@@ -52,6 +52,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(get_plan, delete_plan))
         .routes(routes!(history))
         .routes(routes!(feedback))
+        .routes(routes!(check_edit))
         .routes(routes!(update_step))
         .routes(routes!(events))
         .routes(routes!(run_plan))
@@ -747,6 +748,53 @@ async fn feedback(
     publish_stored(&state, "plan_updated", &stored);
     Ok(Json(Updated {
         stored,
+        diagnostics,
+    }))
+}
+
+/// Body of `POST /v1/plans/{id}/check`: a structured edit to check.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Check {
+    /// The operations, as for the `patch` feedback action (RFC 6902 JSON Patch).
+    #[schema(value_type = Vec<Object>)]
+    patch: Value,
+}
+
+/// Answer of `POST /v1/plans/{id}/check`.
+#[derive(Debug, Serialize, ToSchema)]
+struct Checked {
+    /// True when no finding is an error: the `patch` feedback action would store the edit.
+    valid: bool,
+    /// The plan as the edit would make it, validated (argument defaults filled in, etc.).
+    plan: Plan,
+    /// Every finding of the engine's validation, errors included.
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// Checks a structured edit without storing it: the engine's diagnostics of the plan as the
+/// `patch` feedback action would make it. The review page calls it while an argument is
+/// typed. Refused like the edit itself when the plan may not be edited.
+#[utoipa::path(post, path = "/v1/plans/{id}/check", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")), request_body = Check,
+    responses(
+        (status = 200, description = "The edit's findings; nothing was stored", body = Checked),
+        (status = 409, description = "`conflict`: the review state does not allow edits", body = ErrorBody),
+    ))]
+async fn check_edit(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<Check>,
+) -> Result<Json<Checked>, ApiError> {
+    load(&state, &caller, &id).await?;
+    let (plan, diagnostics) = state
+        .store
+        .check_patch(&id, &body.patch, state.planner.catalog())
+        .await?;
+    Ok(Json(Checked {
+        valid: !diagnostics.iter().any(Diagnostic::is_error),
+        plan,
         diagnostics,
     }))
 }

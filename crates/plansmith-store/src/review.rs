@@ -410,37 +410,10 @@ impl PlanStore {
         actor: &str,
     ) -> Result<(StoredPlan, Vec<Diagnostic>)> {
         let current = self.get(id).await?;
-        require(
-            &current,
-            "edit",
-            &[
-                ReviewState::AwaitingReview,
-                ReviewState::Draft,
-                ReviewState::NeedsInput,
-            ],
-        )?;
-        let operations: json_patch::Patch = serde_json::from_value(patch.clone())
-            .map_err(|err| StoreError::BadEdit(format!("not a JSON Patch: {err}")))?;
-        let mut document = serde_json::to_value(&current.plan)
-            .map_err(|err| StoreError::BadEdit(err.to_string()))?;
-        json_patch::patch(&mut document, &operations)
-            .map_err(|err| StoreError::BadEdit(err.to_string()))?;
-        let edited: Plan = serde_json::from_value(document)
-            .map_err(|err| StoreError::BadEdit(format!("the result is not a plan: {err}")))?;
-        let options = current
-            .review
-            .request
-            .as_ref()
-            .map(|r| r.options.clone())
-            .unwrap_or_default();
-        let mut options = options;
-        options.allow_recurring |= current.review.schedule_confirmed;
-        let (mut plan, diagnostics) = validate(edited, catalog, &options);
+        let (plan, diagnostics) = patched(&current, patch, catalog)?;
         if diagnostics.iter().any(Diagnostic::is_error) {
             return Err(StoreError::Invalid { diagnostics });
         }
-        plan.id = current.plan.id.clone();
-        ask_schedule_confirmations(&mut plan, &diagnostics);
         let state = if plan.questions.is_empty() {
             ReviewState::AwaitingReview
         } else {
@@ -457,6 +430,19 @@ impl PlanStore {
             })
             .await?;
         Ok((stored, diagnostics))
+    }
+
+    /// What [`PlanStore::patch`] would make of `patch`, without storing anything: the plan as
+    /// it would be written and every finding, errors included (where `patch` fails with
+    /// [`StoreError::Invalid`]). Refused like `patch` when the plan may not be edited. For
+    /// checking an edit while it is typed.
+    pub async fn check_patch(
+        &self,
+        id: &str,
+        patch: &Value,
+        catalog: &Catalog,
+    ) -> Result<(Plan, Vec<Diagnostic>)> {
+        patched(&self.get(id).await?, patch, catalog)
     }
 
     /// ValueCell's handoff: a copy of the plan under `new_id` in a new conversation, keeping the
@@ -644,6 +630,44 @@ fn require(current: &StoredPlan, operation: &'static str, allowed: &[ReviewState
             state: current.state,
         })
     }
+}
+
+/// `patch` applied to `current`'s plan and validated against `catalog` with the plan's
+/// options: the plan [`PlanStore::patch`] would write (if no finding is an error) and the
+/// findings. Only plans under review may be edited.
+fn patched(
+    current: &StoredPlan,
+    patch: &Value,
+    catalog: &Catalog,
+) -> Result<(Plan, Vec<Diagnostic>)> {
+    require(
+        current,
+        "edit",
+        &[
+            ReviewState::AwaitingReview,
+            ReviewState::Draft,
+            ReviewState::NeedsInput,
+        ],
+    )?;
+    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|err| StoreError::BadEdit(format!("not a JSON Patch: {err}")))?;
+    let mut document =
+        serde_json::to_value(&current.plan).map_err(|err| StoreError::BadEdit(err.to_string()))?;
+    json_patch::patch(&mut document, &operations)
+        .map_err(|err| StoreError::BadEdit(err.to_string()))?;
+    let edited: Plan = serde_json::from_value(document)
+        .map_err(|err| StoreError::BadEdit(format!("the result is not a plan: {err}")))?;
+    let mut options = current
+        .review
+        .request
+        .as_ref()
+        .map(|r| r.options.clone())
+        .unwrap_or_default();
+    options.allow_recurring |= current.review.schedule_confirmed;
+    let (mut plan, diagnostics) = validate(edited, catalog, &options);
+    plan.id = current.plan.id.clone();
+    ask_schedule_confirmations(&mut plan, &diagnostics);
+    Ok((plan, diagnostics))
 }
 
 #[cfg(test)]

@@ -167,6 +167,67 @@ async fn feedback_accept_reject_patch_answer() {
     )
     .await;
     assert_error(status, &body, 400, "bad_request");
+
+    // checking an edit stores nothing: the findings of the plan as the patch would make it
+    let check = format!("/v1/plans/{b}/check");
+    let kelvin = json!({"patch": [
+        {"op": "replace", "path": "/steps/0/action/arguments/unit", "value": "kelvin"}]});
+    let (status, body) = call(&s, Method::POST, &check, Some(kelvin), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["valid"], false);
+    assert_eq!(
+        body["plan"]["steps"][0]["action"]["arguments"]["unit"],
+        "kelvin"
+    );
+    let errors: Vec<&Value> = body["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["severity"] == "error")
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|d| d["pointer"].as_str().unwrap().ends_with("/arguments/unit")),
+        "{body}"
+    );
+    let paris = json!({"patch": [
+        {"op": "replace", "path": "/steps/0/action/arguments/city", "value": "Paris"}]});
+    let (status, body) = call(&s, Method::POST, &check, Some(paris), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["valid"], true, "{body}");
+    assert_eq!(
+        body["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "Paris"
+    );
+    let (_, current) = call(&s, Method::GET, &format!("/v1/plans/{b}"), None, None).await;
+    assert_eq!(current["plan"]["version"], 2, "a check stores nothing");
+    assert_eq!(
+        current["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "Lyon"
+    );
+    for (body, code, want) in [
+        (json!({"patch": 5}), 400, "bad_request"),
+        (
+            json!({"patch": [{"op": "remove", "path": "/nope/0"}]}),
+            400,
+            "bad_request",
+        ),
+        (json!({}), 400, "bad_request"),
+    ] {
+        let (status, answer) = call(&s, Method::POST, &check, Some(body), None).await;
+        assert_error(status, &answer, code, want);
+    }
+    let (status, answer) = call(
+        &s,
+        Method::POST,
+        "/v1/plans/no-such-plan/check",
+        Some(json!({"patch": []})),
+        None,
+    )
+    .await;
+    assert_error(status, &answer, 404, "not_found");
+
     let (status, body) = call(
         &s,
         Method::POST,
@@ -177,6 +238,9 @@ async fn feedback_accept_reject_patch_answer() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["state"], "rejected");
+    // a rejected plan may not be edited, so an edit to it is not checked either
+    let (status, answer) = call(&s, Method::POST, &check, Some(json!({"patch": []})), None).await;
+    assert_error(status, &answer, 409, "conflict");
 
     // a plan with a question: answer it, the replan is stored for review
     let request = json!({"query": "Email the report", "options": {"max_repairs": 0}});
