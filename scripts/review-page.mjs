@@ -23,6 +23,13 @@ try {
   const listed = await page.$$eval("#plans button", (bs) => bs.map((b) => b.dataset.id));
   if (new Set(listed).size !== 56) await fail(`the list holds ${new Set(listed).size} distinct plans, not 56`);
   if (!(await page.isHidden("#more"))) await fail("'More plans' still shown after the last page");
+  // Filtered by state: the one plan that needs input, then all again.
+  await page.selectOption("#filter", "needs_input");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent === "1 of 1 plans");
+  const needing = await page.$$eval("#plans button", (bs) => bs.map((b) => b.dataset.id));
+  if (needing.join() !== id) await fail(`plans needing input: ${needing}`);
+  await page.selectOption("#filter", "");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent === "50 of 56 plans");
   await page.click(`button[data-id="${id}"]`);
   await page.waitForSelector("form.question input");
   await page.screenshot({ path: `${shots}/1-question.png`, fullPage: true });
