@@ -244,6 +244,7 @@ pub fn store_error(err: StoreError) -> CliError {
         | StoreError::InvalidStatus { .. }
         | StoreError::Invalid { .. }
         | StoreError::BadEdit(_)
+        | StoreError::BadCursor(_)
         | StoreError::Location { .. } => EXIT_BAD_INPUT,
         StoreError::Planning(PlanError::Model { .. }) => EXIT_MODEL,
         _ => EXIT_FAILED,

@@ -76,9 +76,8 @@ fn saved_id(output: &Output) -> String {
         .to_owned()
 }
 
-fn lifecycle_on(store: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let model = script(dir.path(), "w.json", &[weather_v1()]);
+/// Plans [`WEATHER_QUERY`] with `model` and saves it in `store`; the run succeeded.
+fn save_weather(store: &str, model: &str) -> Output {
     let saved = run(
         store,
         &[
@@ -87,12 +86,19 @@ fn lifecycle_on(store: &str) {
             "--tools",
             "examples/tools.json",
             "--model",
-            &model,
+            model,
             "--save",
         ],
         "",
     );
     assert_exit(&saved, 0);
+    saved
+}
+
+fn lifecycle_on(store: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(dir.path(), "w.json", &[weather_v1()]);
+    let saved = save_weather(store, &model);
     let id = saved_id(&saved);
     assert!(
         text(&saved.stderr).contains("(v1, awaiting_review)"),
@@ -400,4 +406,52 @@ fn bad_store_location_is_bad_input() {
     let output = run("mysql://nope", &["plans", "list"], "");
     assert_exit(&output, 2);
     assert!(text(&output.stderr).contains("bad store location"));
+}
+
+#[test]
+fn plans_list_pages_by_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let model = script(dir.path(), "w.json", &[weather_v1()]);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(saved_id(&save_weather(&store, &model)));
+    }
+    let first = run(&store, &["plans", "list", "--limit", "2"], "");
+    assert_exit(&first, 0);
+    let stderr = text(&first.stderr);
+    let cursor = stderr
+        .split("next page: --cursor ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no next cursor: {stderr}"))
+        .trim()
+        .to_owned();
+    let second = run(
+        &store,
+        &["plans", "list", "--limit", "2", "--cursor", &cursor],
+        "",
+    );
+    assert_exit(&second, 0);
+    assert!(
+        !text(&second.stderr).contains("next page"),
+        "{}",
+        text(&second.stderr)
+    );
+    // Newest first: the two newest on the first page, the oldest on the second.
+    let listed = |out: &Output| -> Vec<String> {
+        text(&out.stdout)
+            .lines()
+            .map(|line| line.split_whitespace().next().unwrap_or("").to_owned())
+            .collect()
+    };
+    assert_eq!(listed(&first), [ids[2].clone(), ids[1].clone()]);
+    assert_eq!(listed(&second), [ids[0].clone()]);
+
+    let bad = run(&store, &["plans", "list", "--cursor", "nonsense"], "");
+    assert_exit(&bad, 2);
+    assert!(
+        text(&bad.stderr).contains("bad list cursor"),
+        "{}",
+        text(&bad.stderr)
+    );
 }
