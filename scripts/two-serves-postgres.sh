@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Two `plansmith serve` processes on one PostgreSQL store serve the same plans consistently.
+# Two `plansmith serve` processes on one PostgreSQL store serve the same plans consistently, and
+# a page watching a plan's events through either sees the changes made through the other.
 # Usage: scripts/two-serves-postgres.sh POSTGRES_URL   (needs target/debug/plansmith, built with
-# `cargo build -p plansmith --no-default-features`). Use a fresh database to exercise the
+# `cargo build -p plansmith --no-default-features`, or PLANSMITH_BIN; PORT_A and PORT_B override
+# the ports 18181 and 18182). Run by the test `serve::two_serves_share_plans_and_events_on_postgres`. Use a fresh database to exercise the
 # concurrent first migration (`--fresh` creates one on the server of POSTGRES_URL with psql).
 set -euo pipefail
 URL="$1"; BIN="${PLANSMITH_BIN:-target/debug/plansmith}"
@@ -10,7 +12,7 @@ if [ "${2:-}" = --fresh ]; then
   psql -q "$URL" -c "CREATE DATABASE $db" >/dev/null
   URL="${URL%/*}/$db"
 fi
-A=127.0.0.1:18181; B=127.0.0.1:18182
+A=127.0.0.1:${PORT_A:-18181}; B=127.0.0.1:${PORT_B:-18182}
 common=(--tools examples/tools.json --model scripted:examples/replies/weather-email.json --store "$URL")
 LOG=$(mktemp -d)
 # Both start at the same moment on a possibly fresh database: the store migrates under a
@@ -25,12 +27,46 @@ for addr in $A $B; do
 done
 ID=$(curl -sf -XPOST http://$A/v1/plans -H 'content-type: application/json' \
   -d '{"query":"Email Bob the weather in Paris"}' | python3 -c 'import json,sys;print(json.load(sys.stdin)["stored"]["plan"]["id"])')
+# A page watching the plan through each process.
+curl -sN http://$A/v1/plans/$ID/events >"$LOG/events-a.txt" & EA=$!
+curl -sN http://$B/v1/plans/$ID/events >"$LOG/events-b.txt" & EB=$!
+trap 'kill $PA $PB $EA $EB 2>/dev/null; cat "$LOG"/*.log' EXIT
+# wait_for FILE TEXT: until FILE holds TEXT (10 s at most)
+wait_for() {
+  for _ in $(seq 100); do grep -q "$2" "$1" && return 0; sleep 0.1; done
+  echo "no '$2' in $1 within 10 s:"; cat "$1"; exit 1
+}
+wait_for "$LOG/events-a.txt" 'event: snapshot'; wait_for "$LOG/events-b.txt" 'event: snapshot'
 curl -sf http://$B/v1/plans/$ID | python3 -c 'import json,sys;d=json.load(sys.stdin);assert d["state"]=="awaiting_review",d'
+# Accepted through B, a step marked through A: both pages see both changes.
 curl -sf -XPOST http://$B/v1/plans/$ID/feedback -H 'content-type: application/json' -d '{"action":"accept"}' >/dev/null
-curl -sf -XPATCH http://$B/v1/plans/$ID/steps/s1 -H 'content-type: application/json' -d '{"status":"completed"}' >/dev/null
-curl -sf http://$A/v1/plans/$ID | python3 -c 'import json,sys;d=json.load(sys.stdin);assert d["state"]=="accepted" and d["plan"]["version"]==3 and d["plan"]["steps"][0]["status"]=="completed",d'
-# a stale write through A is refused: B already wrote version 3
-code=$(curl -s -o /dev/null -w '%{http_code}' -XPATCH http://$A/v1/plans/$ID/steps/s2 -H 'content-type: application/json' -d '{"status":"completed","expected_version":2}')
+wait_for "$LOG/events-a.txt" 'event: plan_updated'
+curl -sf -XPATCH http://$A/v1/plans/$ID/steps/s1 -H 'content-type: application/json' -d '{"status":"completed"}' >/dev/null
+wait_for "$LOG/events-b.txt" 'event: step_status'
+curl -sf http://$B/v1/plans/$ID | python3 -c 'import json,sys;d=json.load(sys.stdin);assert d["state"]=="accepted" and d["plan"]["version"]==3 and d["plan"]["steps"][0]["status"]=="completed",d'
+# a stale write through B is refused: A already wrote version 3
+code=$(curl -s -o /dev/null -w '%{http_code}' -XPATCH http://$B/v1/plans/$ID/steps/s2 -H 'content-type: application/json' -d '{"status":"completed","expected_version":2}')
 [ "$code" = 409 ] || { echo "stale write answered $code, want 409"; exit 1; }
 curl -sf http://$A/v1/plans/$ID/history | python3 -c 'import json,sys;v=json.load(sys.stdin)["versions"];assert [x["trigger"] for x in v]==["created","status","step_update"],v'
-echo "two serves on one PostgreSQL: OK ($ID)"
+# Deleted through B: both streams get plan_deleted and end.
+curl -sf -XDELETE http://$B/v1/plans/$ID >/dev/null
+wait_for "$LOG/events-a.txt" 'event: plan_deleted'; wait_for "$LOG/events-b.txt" 'event: plan_deleted'
+for _ in $(seq 50); do kill -0 $EA 2>/dev/null || kill -0 $EB 2>/dev/null || break; sleep 0.1; done
+if kill -0 $EA 2>/dev/null || kill -0 $EB 2>/dev/null; then echo "an event stream did not end after plan_deleted"; exit 1; fi
+# Each page saw each change once, in order, whichever process it came through.
+python3 - "$LOG/events-a.txt" "$LOG/events-b.txt" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    events = []
+    for block in open(path).read().split("\n\n"):
+        lines = dict(l.split(": ", 1) for l in block.splitlines() if ": " in l)
+        if "event" in lines:
+            events.append((lines["event"], json.loads(lines["data"])))
+    kinds = [k for k, _ in events]
+    assert kinds == ["snapshot", "plan_updated", "step_status", "plan_deleted"], (path, kinds)
+    updated, status = events[1][1], events[2][1]
+    assert updated["version"] == 2 and updated["data"]["state"] == "accepted", (path, updated)
+    assert status["version"] == 3 and status["data"]["step"] == "s1", (path, status)
+    assert status["data"]["status"] == "completed", (path, status)
+PY
+echo "two serves on one PostgreSQL: OK ($ID; each page saw every change)"

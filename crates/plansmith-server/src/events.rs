@@ -1,15 +1,34 @@
 //! The event bus: one `tokio::sync::broadcast` channel per plan. The API publishes review and
 //! step-status events into it; other crates (the executor) can publish their own kinds too.
+//!
+//! On a PostgreSQL store several processes serve the same plans, and a page watching a plan
+//! through one of them must see what happens through the others (a step marked done through
+//! another process, or run by another process's executor). [`EventBus::relay`] sends each
+//! event to the other processes too (the store's `LISTEN`/`NOTIFY` channel) and delivers
+//! theirs to its own subscribers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use plansmith_store::{PlanStore, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 /// Events kept per plan for a slow subscriber before it starts skipping.
 const CAPACITY: usize = 256;
+
+/// The store channel the events of all plans travel on between processes.
+const RELAY_CHANNEL: &str = "plansmith_plan_events";
+
+/// Events waiting to be sent to the other processes; beyond this (the database is down or
+/// slow) new ones are dropped for them, with a warning.
+const RELAY_QUEUE: usize = 1024;
+
+/// The kind that is not relayed: a plan's first event, which no other process can have a
+/// subscriber for yet (a subscriber gets the plan in its `snapshot`). Relaying it would cost
+/// a notification per created plan.
+const NOT_RELAYED: &str = "plan_created";
 
 /// One event about a plan, as sent on `GET /v1/plans/{id}/events` (the SSE `event:` field is
 /// `kind`, the `data:` field is this whole object as JSON).
@@ -27,10 +46,12 @@ pub struct PlanBusEvent {
     pub data: Value,
 }
 
-/// Per-plan broadcast channels. Cheap to clone (shared).
+/// Per-plan broadcast channels. Cheap to clone (shared, the relay too).
 #[derive(Debug, Clone, Default)]
 pub struct EventBus {
     channels: Arc<Mutex<HashMap<String, broadcast::Sender<PlanBusEvent>>>>,
+    /// Events for the other processes ([`EventBus::relay`]).
+    relay: Arc<OnceLock<mpsc::Sender<PlanBusEvent>>>,
 }
 
 impl EventBus {
@@ -39,9 +60,76 @@ impl EventBus {
         EventBus::default()
     }
 
-    /// Sends an event to the plan's subscribers (none listening: dropped). Channels without
-    /// subscribers are removed.
+    /// Relays events between this bus and the other processes on `store`: every event
+    /// published here (but `plan_created`) is sent to them, and theirs are delivered to this
+    /// bus's subscribers. Only PostgreSQL stores are shared; on SQLite this does nothing and
+    /// answers `false`. Needs a tokio runtime (two tasks). Affects every clone of the bus; a
+    /// second call does nothing.
+    ///
+    /// Delivery is best effort, like the bus itself: an event published while the database
+    /// is unreachable is not seen by the other processes (a warning is logged), and a page
+    /// that reconnects gets the current plan in its `snapshot`.
+    pub async fn relay(&self, store: &PlanStore) -> Result<bool, StoreError> {
+        if self.relay.get().is_some() {
+            return Ok(true);
+        }
+        let Some((notifier, mut listener)) = store.broadcast(RELAY_CHANNEL).await? else {
+            return Ok(false);
+        };
+        let (sender, mut queue) = mpsc::channel::<PlanBusEvent>(RELAY_QUEUE);
+        if self.relay.set(sender).is_err() {
+            return Ok(true);
+        }
+        // One task sends, in publishing order.
+        tokio::spawn(async move {
+            while let Some(event) = queue.recv().await {
+                let Ok(text) = serde_json::to_string(&event) else {
+                    continue;
+                };
+                if let Err(err) = notifier.send(&text).await {
+                    tracing::warn!(
+                        plan = %event.plan_id,
+                        kind = %event.kind,
+                        %err,
+                        "event not relayed to the other processes"
+                    );
+                }
+            }
+        });
+        let bus = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(text) => match serde_json::from_str::<PlanBusEvent>(&text) {
+                        Ok(event) => bus.deliver(event),
+                        Err(err) => tracing::warn!(%err, "unreadable relayed event, skipped"),
+                    },
+                    Err(err) => {
+                        // sqlx connects again on the next call; do not spin meanwhile.
+                        tracing::warn!(%err, "event relay: listening failed, retrying in 1 s");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(true)
+    }
+
+    /// Sends an event to the plan's subscribers (none listening: dropped), and to the other
+    /// processes when the bus is relayed.
     pub fn publish(&self, event: PlanBusEvent) {
+        if let Some(relay) = self.relay.get()
+            && event.kind != NOT_RELAYED
+            && let Err(err) = relay.try_send(event.clone())
+        {
+            tracing::warn!(%err, "event relay queue: event not relayed to the other processes");
+        }
+        self.deliver(event);
+    }
+
+    /// Sends an event to this process's subscribers of its plan. Channels without
+    /// subscribers are removed.
+    fn deliver(&self, event: PlanBusEvent) {
         let Ok(mut channels) = self.channels.lock() else {
             return;
         };
@@ -53,13 +141,16 @@ impl EventBus {
         }
     }
 
-    /// Whether anyone listens to the plan's events (so a publisher can skip building an event
-    /// nobody would get: a new plan has no subscribers yet).
-    pub fn has_subscribers(&self, plan_id: &str) -> bool {
-        self.channels
-            .lock()
-            .map(|channels| channels.contains_key(plan_id))
-            .unwrap_or(false)
+    /// Whether an event of `kind` about the plan could reach anyone: a subscriber in this
+    /// process, or (relayed kinds on a relayed bus) in another. A publisher skips building
+    /// an event nobody would get (a new plan has no subscribers yet).
+    pub fn has_subscribers(&self, plan_id: &str, kind: &str) -> bool {
+        (self.relay.get().is_some() && kind != NOT_RELAYED)
+            || self
+                .channels
+                .lock()
+                .map(|channels| channels.contains_key(plan_id))
+                .unwrap_or(false)
     }
 
     /// Subscribes to a plan's events from now on.

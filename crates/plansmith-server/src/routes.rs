@@ -239,7 +239,7 @@ pub(crate) async fn load(
 
 pub(crate) fn publish_stored(state: &AppState, kind: &str, stored: &StoredPlan) {
     // Encoding the whole plan for nobody cost ~4 % of a create under load (perf).
-    if !state.bus.has_subscribers(&stored.plan.id) {
+    if !state.bus.has_subscribers(&stored.plan.id, kind) {
         return;
     }
     state.bus.publish(PlanBusEvent {

@@ -26,7 +26,9 @@
 //!   ([`plansmith_core::PlanTemplate`]), saved, listed, fetched and deleted; instantiation
 //!   (substitution and re-validation) is core's;
 //! - conversation memory: [`PlanStore::conversation_plans`] gives a conversation's earlier
-//!   plans, oldest first.
+//!   plans, oldest first;
+//! - messages between the processes sharing a PostgreSQL store in [`notify`]
+//!   ([`PlanStore::broadcast`]: `LISTEN`/`NOTIFY`, messages of any size).
 //!
 //! This is the only crate of the workspace that speaks SQL.
 //!
@@ -65,6 +67,7 @@
 pub mod error;
 pub mod exec;
 mod group;
+pub mod notify;
 pub mod review;
 pub mod store;
 pub mod templates;
@@ -74,6 +77,7 @@ pub use exec::{
     AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RunState, StepDecision, StepEnd, StepSeed,
     StepVerdict, idempotency_key,
 };
+pub use notify::{Listener, Notifier};
 pub use review::{
     Decision, MaxIterationsPolicy, REJECTED_WITHOUT_TEXT, Review, ReviewState, is_confirmation,
 };

@@ -251,6 +251,20 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
         }
         let tokens = config.tokens.clone();
         let state = AppState::new(store.clone(), planner, config);
+        // Other processes on the same PostgreSQL store: their plan events reach this one's
+        // subscribers, and this one's reach theirs. Without it the service still works; only
+        // pages watching through another process miss what happens here.
+        match state.bus.relay(&store).await {
+            Ok(true) => eprintln!(
+                "plansmith serve: plan events shared with the other processes on the store"
+            ),
+            Ok(false) => {}
+            Err(err) => eprintln!(
+                "plansmith serve: warning: plan events are not shared with the other processes \
+                 on the store (pages watching a plan through another process will not see \
+                 changes made here): {err}"
+            ),
+        }
         // The same tools as `plansmith mcp`, over streamable HTTP at /mcp.
         let mcp = plansmith_mcp::server::http_service(
             PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp"),

@@ -28,3 +28,6 @@ mod indexes;
 
 /// Cursor paging of the plan list.
 mod paging;
+
+/// Messages between processes on one PostgreSQL store (`LISTEN`/`NOTIFY`).
+mod notify;

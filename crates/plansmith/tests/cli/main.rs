@@ -12,7 +12,7 @@ mod plans;
 mod providers;
 /// Issue 9: background investigation, conversation memory, plan templates, worked examples.
 mod seed;
-/// `plansmith serve` fuzzed through its OpenAPI document (issue 6).
+/// `plansmith serve` fuzzed through its OpenAPI document; two of them on PostgreSQL (issue 6).
 mod serve;
 
 fn root() -> PathBuf {
@@ -26,6 +26,63 @@ fn plansmith(args: &[&str]) -> Output {
         .env_remove("PLANSMITH_MODEL")
         .output()
         .unwrap()
+}
+
+/// A fresh database on the PostgreSQL server of `PLANSMITH_TEST_POSTGRES_URL`, as a URL; `None`
+/// (printing `NOTE … NOT RUN`) when it is not set, and a failure then under `CI=true`.
+fn fresh_postgres(test: &str) -> Option<String> {
+    let Ok(base) = std::env::var("PLANSMITH_TEST_POSTGRES_URL") else {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(!ci, "PLANSMITH_TEST_POSTGRES_URL is not set under CI=true");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOTE: {test} NOT RUN: set PLANSMITH_TEST_POSTGRES_URL \
+             (or source .ci/setup.d/20-postgres.sh)"
+        );
+        return None;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let name = format!("plansmith_x_{}_{nanos}", std::process::id());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        sqlx::any::install_default_drivers();
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    let (prefix, _) = base.rsplit_once('/').unwrap();
+    Some(format!("{prefix}/{name}"))
+}
+
+/// Runs `scripts/SCRIPT URL` with this test build's binary (and `env`); its stdout, once it
+/// succeeded and said `expect`.
+fn run_script(script: &str, url: &str, env: &[(&str, String)], expect: &str) -> String {
+    let output = Command::new("bash")
+        .arg(root().join("scripts").join(script))
+        .arg(url)
+        .current_dir(root())
+        .env("PLANSMITH_BIN", env!("CARGO_BIN_EXE_plansmith"))
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .output()
+        .unwrap();
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains(expect),
+        "{script}: stdout:\n{stdout}\nstderr:\n{}",
+        text(&output.stderr)
+    );
+    stdout
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -235,56 +235,15 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
 /// prints `NOTE … NOT RUN`, and fails under `CI=true`.
 #[test]
 fn two_serves_share_runs_on_postgres() {
-    let Ok(base) = std::env::var("PLANSMITH_TEST_POSTGRES_URL") else {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        assert!(!ci, "PLANSMITH_TEST_POSTGRES_URL is not set under CI=true");
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "NOTE: two_serves_share_runs_on_postgres NOT RUN: set PLANSMITH_TEST_POSTGRES_URL \
-             (or source .ci/setup.d/20-postgres.sh)"
-        );
+    let Some(url) = crate::fresh_postgres("two_serves_share_runs_on_postgres") else {
         return;
     };
-    let name = format!("plansmith_x_{}", uuid_like());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        sqlx::any::install_default_drivers();
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
-            .await
-            .unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    });
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    let url = format!("{prefix}/{name}");
-    let output = Command::new("bash")
-        .arg(root().join("scripts/two-serves-exec-postgres.sh"))
-        .arg(&url)
-        .current_dir(root())
-        .env("PLANSMITH_BIN", env!("CARGO_BIN_EXE_plansmith"))
-        .output()
-        .unwrap();
-    let stdout = text(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("OK"),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        text(&output.stderr)
+    crate::run_script(
+        "two-serves-exec-postgres.sh",
+        &url,
+        &[],
+        "each done exactly once",
     );
-    assert!(stdout.contains("each done exactly once"), "{stdout}");
-}
-
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{}_{nanos}", std::process::id())
 }
 
 /// The reference MCP server installed at `$name` (`scripts/mcp-servers.sh`); `None` with a
