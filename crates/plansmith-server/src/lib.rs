@@ -104,6 +104,8 @@ pub struct AppState {
     pub runner: Option<Runner>,
     /// The MCP endpoint mounted at `/mcp` ([`AppState::with_mcp`]), if any.
     mcp: Option<Router>,
+    /// Set to `true` when [`serve`] begins to shut down: the plans' event streams end then.
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -133,7 +135,15 @@ impl AppState {
             limiter: Arc::new(Mutex::new(HashMap::new())),
             runner: None,
             mcp: None,
+            closing: Arc::new(tokio::sync::watch::Sender::new(false)),
         }
+    }
+
+    /// Resolves once [`serve`] has begun to shut down (at once if it has).
+    pub(crate) async fn closed(&self) {
+        let mut closing = self.closing.subscribe();
+        // An error means the sender is gone, which cannot happen while `self` holds it.
+        let _ = closing.wait_for(|closing| *closing).await;
     }
 
     /// Mounts an MCP endpoint (e.g. `plansmith_mcp::server::http_service`, streamable HTTP) at
@@ -226,13 +236,47 @@ pub fn router(state: AppState) -> Router {
     routes::router(state)
 }
 
-/// Serves `router(state)` on a bound listener until `shutdown` completes.
+/// Serves `router(state)` on a bound listener until `shutdown` completes, then shuts down
+/// gracefully: no new connection is taken, the plans' event streams (`GET …/events`, open as
+/// long as a review page is) end, and the requests in flight are answered. Returns once they
+/// are, or [`ShutdownOutcome::GaveUp`] when some are still running after the request timeout
+/// plus [`SHUTDOWN_SLACK`] (a request's handler is bounded by the timeout; a planning stream
+/// may run longer).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+) -> std::io::Result<ShutdownOutcome> {
+    let closing = state.closing.clone();
+    let grace = state.config.request_timeout + SHUTDOWN_SLACK;
+    let (began, begun) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown.await;
+        closing.send_replace(true);
+        let _ = began.send(());
+    });
+    let deadline = async move {
+        match begun.await {
+            Ok(()) => tokio::time::sleep(grace).await,
+            // The server ended before any shutdown began.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = server => served.map(|()| ShutdownOutcome::Drained),
+        () = deadline => Ok(ShutdownOutcome::GaveUp(grace)),
+    }
+}
+
+/// Time allowed beyond the request timeout for the requests in flight when [`serve`] shuts
+/// down.
+pub const SHUTDOWN_SLACK: Duration = Duration::from_secs(5);
+
+/// How [`serve`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownOutcome {
+    /// Every request in flight was answered.
+    Drained,
+    /// Some were still running after this long; they were dropped.
+    GaveUp(Duration),
 }

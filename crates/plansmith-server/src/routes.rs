@@ -12,7 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::{Json, Router};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use plansmith_core::{
     Diagnostic, Diagnostics, Outcome, OutcomeStatus, Plan, PlanEvent, PlanRequest, StepStatus,
 };
@@ -903,6 +903,8 @@ async fn events(
         .ok_or_else(|| ApiError::new("internal", "the event bus is unavailable"))?;
     let stored = load(&state, &caller, &id).await?;
     let first = sse_json("snapshot", &stored);
+    // The stream is open as long as the page watching it; it must not hold up a shutdown.
+    let closed = async move { state.closed().await };
     let stream = futures::stream::unfold(
         (Some(first), receiver),
         |(first, mut receiver): (Option<Event>, broadcast::Receiver<PlanBusEvent>)| async move {
@@ -925,7 +927,8 @@ async fn events(
                 }
             }
         },
-    );
+    )
+    .take_until(closed);
     Ok(sse(stream).into_response())
 }
 

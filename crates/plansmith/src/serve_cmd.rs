@@ -299,14 +299,56 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 .with_summary_model(model);
             state = state.with_executor(executor, true);
         }
-        plansmith_server::serve(listener, state, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("the server failed")
-        .map_err(CliError::failed)?;
+        let signals = stop_signals().map_err(CliError::failed)?;
+        let store = state.store.clone();
+        let mut first = signals.clone();
+        let mut second = signals;
+        let stopped = plansmith_server::serve(listener, state, async move {
+            let _ = first.wait_for(|count| *count >= 1).await;
+            eprintln!(
+                "plansmith serve: shutting down: answering the requests in flight (signal again \
+                 to stop at once)"
+            );
+        });
+        let outcome = tokio::select! {
+            served = stopped => served.context("the server failed").map_err(CliError::failed)?,
+            _ = second.wait_for(|count| *count >= 2) => {
+                eprintln!("plansmith serve: stopped at once; requests in flight were dropped");
+                store.close().await;
+                return Ok(EXIT_OK);
+            }
+        };
+        if let plansmith_server::ShutdownOutcome::GaveUp(after) = outcome {
+            eprintln!(
+                "plansmith serve: requests still running after {} s were dropped",
+                after.as_secs()
+            );
+        }
+        // SQLite checkpoints its WAL as the last connection closes.
+        store.close().await;
+        eprintln!("plansmith serve: stopped");
         Ok(EXIT_OK)
     })
+}
+
+/// How many stop signals (SIGINT, i.e. Ctrl-C, or SIGTERM, what service managers send) have
+/// arrived: the first shuts the server down gracefully, a second stops it at once. Once these
+/// handlers are installed the signals no longer kill the process by themselves.
+fn stop_signals() -> anyhow::Result<tokio::sync::watch::Receiver<u32>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let (count, counted) = tokio::sync::watch::channel(0u32);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            count.send_modify(|count| *count += 1);
+        }
+    });
+    Ok(counted)
 }
 
 #[cfg(test)]

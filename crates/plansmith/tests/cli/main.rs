@@ -14,6 +14,8 @@ mod providers;
 mod seed;
 /// `plansmith serve` fuzzed through its OpenAPI document; two of them on PostgreSQL (issue 6).
 mod serve;
+/// Stopping `plansmith serve`: SIGTERM / Ctrl-C drain it, a second signal stops it (issue 6).
+mod stop;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -83,6 +85,61 @@ fn run_script(script: &str, url: &str, env: &[(&str, String)], expect: &str) -> 
         text(&output.stderr)
     );
     stdout
+}
+
+/// One HTTP/1.1 request on a new connection (`connection: close`): `line` is `"METHOD PATH"`,
+/// `headers` extra header lines (each ending in `\r\n`), `body` JSON text or empty. Returns
+/// (status, body).
+fn http_request(
+    addr: &str,
+    line: &str,
+    headers: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "{line} HTTP/1.1\r\nhost: {addr}\r\n{headers}content-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// For stand-in servers: reads one HTTP request from `stream` (headers, then a
+/// `content-length` body) and gives its body.
+fn read_request(stream: &std::net::TcpStream) -> String {
+    use std::io::{BufRead, Read};
+    let Ok(clone) = stream.try_clone() else {
+        return String::new();
+    };
+    let mut reader = std::io::BufReader::new(clone);
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    let _ = reader.read_exact(&mut body);
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -1,7 +1,7 @@
 //! `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4): the binary
 //! against a local stand-in server (a plain `std::net` listener with one canned reply).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::process::Command;
 use std::sync::mpsc;
@@ -17,20 +17,7 @@ fn one_shot_server(reply: &'static str) -> (String, mpsc::Receiver<String>) {
         let Ok((stream, _)) = listener.accept() else {
             return;
         };
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                break;
-            }
-            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0u8; length];
-        let _ = reader.read_exact(&mut body);
-        let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
+        let _ = tx.send(crate::read_request(&stream));
         let mut stream = stream;
         let _ = write!(
             stream,

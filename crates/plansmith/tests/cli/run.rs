@@ -322,31 +322,12 @@ fn http(
     path: &str,
     body: &serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let body = body.to_string();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
+    let (status, body) =
+        crate::http_request(addr, &format!("{method} {path}"), "", &body.to_string()).unwrap();
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
     )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .and_then(|(_, b)| serde_json::from_str(b).ok())
-        .unwrap_or(serde_json::Value::Null);
-    (status, body)
 }
 
 /// `plansmith serve --mcp`: a plan made over HTTP runs its tool on the real `time` MCP server

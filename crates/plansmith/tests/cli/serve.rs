@@ -2,8 +2,7 @@
 //! server's own `/openapi.json`) with zero 5xx answers, without and with API tokens; two
 //! processes on one PostgreSQL store.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,27 +32,10 @@ fn free_port() -> u16 {
 
 /// A plain HTTP/1.1 GET; returns (status, body).
 fn get(addr: &str, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let auth = token
         .map(|t| format!("authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    crate::http_request(addr, &format!("GET {path}"), &auth, "")
 }
 
 /// Starts `plansmith serve` on a free loopback port over a fresh SQLite store, with a scripted
