@@ -28,6 +28,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 /// | `internal` | 500 | the store failed |
 /// | `model_error` | 502 | the language model failed |
 /// | `timeout` | 503 | the request took longer than the configured timeout |
+/// | `unavailable` | 503 | the store does not answer (`GET /readyz`) |
 pub const ERROR_TABLE: &[(&str, u16)] = &[
     ("bad_request", 400),
     ("unauthorized", 401),
@@ -42,6 +43,7 @@ pub const ERROR_TABLE: &[(&str, u16)] = &[
     ("internal", 500),
     ("model_error", 502),
     ("timeout", 503),
+    ("unavailable", 503),
 ];
 
 /// The JSON body of every error response.

@@ -1,7 +1,7 @@
 //! plansmith-server: the engine as an HTTP service.
 //!
 //! [`router`] builds the axum router of the `/v1` API (plan, list, get, history, feedback,
-//! step updates, delete, live events over SSE), `/metrics`, `/healthz` and the review page at
+//! step updates, delete, live events over SSE), `/metrics`, `/healthz`, `/readyz` and the review page at
 //! `/`, and its OpenAPI 3.1 document at `/openapi.json` ([`openapi::document`], generated from
 //! the code). This is the only crate of the workspace that knows HTTP routes.
 //!

@@ -46,6 +46,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(crate::openapi::base())
         .routes(routes!(index))
         .routes(routes!(healthz))
+        .routes(routes!(readyz))
         .routes(routes!(metrics))
         .routes(routes!(openapi_json))
         .routes(routes!(create_plan, list_plans))
@@ -270,10 +271,10 @@ async fn index() -> Html<&'static str> {
     Html(INDEX_HTML)
 }
 
-/// Answer of `GET /healthz`.
+/// Answer of `GET /healthz` and `GET /readyz`.
 #[derive(Debug, Serialize, ToSchema)]
 struct Health {
-    /// Always `ok` when the server answers.
+    /// `ok` (`/healthz`: the server answers) or `ready` (`/readyz`: its store answers too).
     status: String,
     /// The store's backend: `sqlite` or `postgres`.
     store: String,
@@ -287,6 +288,38 @@ async fn healthz(State(state): State<AppState>) -> Json<Health> {
         status: "ok".to_owned(),
         store: format!("{:?}", state.store.backend()).to_lowercase(),
     })
+}
+
+/// How long `GET /readyz` waits for the store.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Readiness: the store answers (a trivial query, within 2 s). For load balancers and
+/// Kubernetes readiness probes: a server whose store cannot be reached answers `503
+/// unavailable` here and should get no requests, while `/healthz` (liveness) stays `200`, so
+/// the process is not restarted for a database outage.
+#[utoipa::path(get, path = "/readyz", tag = "service",
+    responses(
+        (status = 200, description = "The store answers (`status` is `ready`)", body = Health),
+        (status = 503, description = "`unavailable`: the store did not answer; `message` says why", body = ErrorBody),
+    ))]
+async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    match tokio::time::timeout(READY_TIMEOUT, state.store.ping()).await {
+        Ok(Ok(())) => Ok(Json(Health {
+            status: "ready".to_owned(),
+            store: format!("{:?}", state.store.backend()).to_lowercase(),
+        })),
+        Ok(Err(err)) => Err(ApiError::new(
+            "unavailable",
+            format!("the store does not answer: {err}"),
+        )),
+        Err(_) => Err(ApiError::new(
+            "unavailable",
+            format!(
+                "the store did not answer within {} s",
+                READY_TIMEOUT.as_secs()
+            ),
+        )),
+    }
 }
 
 /// Prometheus metrics: plans by outcome, parse failures, repairs, validation errors by code,

@@ -602,6 +602,14 @@ impl PlanStore {
         self.location.backend()
     }
 
+    /// Whether the database answers a trivial query (`SELECT 1`, on a pooled connection or a
+    /// new one). Waits as long as the pool's acquire timeout (30 s); callers that must answer
+    /// fast bound it themselves.
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// Closes the pool, waiting for connections to finish (SQLite checkpoints its WAL).
     pub async fn close(&self) {
         self.pool.close().await;

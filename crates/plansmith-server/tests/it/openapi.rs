@@ -90,6 +90,7 @@ async fn openapi_document_covers_every_route() {
     let expected: BTreeMap<String, BTreeSet<String>> = [
         ("/", &["get"][..]),
         ("/healthz", &["get"]),
+        ("/readyz", &["get"]),
         ("/metrics", &["get"]),
         ("/openapi.json", &["get"]),
         ("/v1/plans", &["get", "post"]),
@@ -295,6 +296,10 @@ async fn responses_validate_against_the_document() {
     check_schema(&spec, "History", &history);
     let (_, health) = call(&s, Method::GET, "/healthz", None, None).await;
     check_schema(&spec, "Health", &health);
+    let (status, ready) = call(&s, Method::GET, "/readyz", None, None).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["status"], "ready");
+    check_schema(&spec, "Health", &ready);
     let (status, error) = call(&s, Method::GET, "/v1/plans/nope", None, None).await;
     assert_eq!(status, 404);
     check_schema(&spec, "ErrorBody", &error);

@@ -41,6 +41,11 @@ fn get(addr: &str, path: &str, token: Option<&str>) -> std::io::Result<(u16, Str
 /// Starts `plansmith serve` on a free loopback port over a fresh SQLite store, with a scripted
 /// model that answers instantly and never runs out.
 fn serve(store: &Path, tokens: Option<&str>) -> Serve {
+    serve_on(&format!("sqlite:{}", store.display()), tokens)
+}
+
+/// [`serve`] over the store named by `store` (`sqlite:…`, `postgres://…`).
+fn serve_on(store: &str, tokens: Option<&str>) -> Serve {
     let addr = format!("127.0.0.1:{}", free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
     command
@@ -49,8 +54,7 @@ fn serve(store: &Path, tokens: Option<&str>) -> Serve {
             "--model",
             "scripted:examples/replies/weather-email-repeat.json",
         ])
-        .arg("--store")
-        .arg(format!("sqlite:{}", store.display()))
+        .args(["--store", store])
         .current_dir(root())
         .env_remove("PLANSMITH_MODEL")
         .env_remove("PLANSMITH_TOKENS")
@@ -239,4 +243,50 @@ fn two_serves_share_plans_and_events_on_postgres() {
         ],
         "each page saw every change",
     );
+}
+
+/// `GET /readyz` follows the store: `200 ready` while PostgreSQL answers, `503 unavailable` once
+/// the database is gone (dropped under the server), while `/healthz` (liveness) stays `200`.
+/// Needs `PLANSMITH_TEST_POSTGRES_URL` (`NOTE … NOT RUN` without it, a failure under `CI=true`).
+#[test]
+fn readyz_follows_the_store() {
+    let Some(url) = crate::fresh_postgres("readyz_follows_the_store") else {
+        return;
+    };
+    let server = serve_on(&url, None);
+    let (status, body) = get(&server.addr, "/readyz", None).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["store"], "postgres");
+    let (_, name) = url.rsplit_once('/').unwrap();
+    let base = std::env::var("PLANSMITH_TEST_POSTGRES_URL").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE {name} WITH (FORCE)"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    });
+    let (status, body) = get(&server.addr, "/readyz", None).unwrap();
+    assert_eq!(status, 503, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["code"], "unavailable", "{body}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("the store does not answer"),
+        "{body}"
+    );
+    let (status, _) = get(&server.addr, "/healthz", None).unwrap();
+    assert_eq!(status, 200, "liveness does not depend on the store");
 }
