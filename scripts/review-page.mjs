@@ -32,10 +32,15 @@ try {
   await page.waitForFunction(() => document.querySelector("#count")?.textContent === "50 of 56 plans");
   await page.click(`button[data-id="${id}"]`);
   await page.waitForSelector("form.question input");
+  await page.waitForSelector("#main[data-live]");
   await page.screenshot({ path: `${shots}/1-question.png`, fullPage: true });
   await page.fill("form.question input", "bob@example.com");
   await page.click("form.question button");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "awaiting_review");
+  // The answer's replanning streamed in on the plan's events, step by step.
+  await page.waitForFunction(() => document.querySelector("#replan")?.textContent.startsWith("Replanned"));
+  const replanned = await page.textContent("#replan");
+  if (replanned !== "Replanned: 3 steps streamed (s1, s2, s3).") await fail(`replanning progress: ${replanned}`);
   // Typing an argument checks it with the engine at once; nothing is stored until Save.
   // The stored version, asked of the API: the page does not re-render after a check or a
   // refused save, so its own text would not show a write.

@@ -25,10 +25,11 @@ const RELAY_CHANNEL: &str = "plansmith_plan_events";
 /// slow) new ones are dropped for them, with a warning.
 const RELAY_QUEUE: usize = 1024;
 
-/// The kind that is not relayed: a plan's first event, which no other process can have a
-/// subscriber for yet (a subscriber gets the plan in its `snapshot`). Relaying it would cost
-/// a notification per created plan.
-const NOT_RELAYED: &str = "plan_created";
+/// Kinds that are not relayed: `plan_created`, a plan's first event, which no other process
+/// can have a subscriber for yet (a subscriber gets the plan in its `snapshot`; relaying it
+/// would cost a notification per created plan); and `token`, a replanning's text as the model
+/// writes it (a notification per token; the other processes' pages get each validated `step`).
+const NOT_RELAYED: &[&str] = &["plan_created", "token"];
 
 /// One event about a plan, as sent on `GET /v1/plans/{id}/events` (the SSE `event:` field is
 /// `kind`, the `data:` field is this whole object as JSON).
@@ -61,7 +62,7 @@ impl EventBus {
     }
 
     /// Relays events between this bus and the other processes on `store`: every event
-    /// published here (but `plan_created`) is sent to them, and theirs are delivered to this
+    /// published here (but `plan_created` and `token`) is sent to them, and theirs are delivered to this
     /// bus's subscribers. Only PostgreSQL stores are shared; on SQLite this does nothing and
     /// answers `false`. Needs a tokio runtime (two tasks). Affects every clone of the bus; a
     /// second call does nothing.
@@ -119,7 +120,7 @@ impl EventBus {
     /// processes when the bus is relayed.
     pub fn publish(&self, event: PlanBusEvent) {
         if let Some(relay) = self.relay.get()
-            && event.kind != NOT_RELAYED
+            && !NOT_RELAYED.contains(&event.kind.as_str())
             && let Err(err) = relay.try_send(event.clone())
         {
             tracing::warn!(%err, "event relay queue: event not relayed to the other processes");
@@ -145,7 +146,7 @@ impl EventBus {
     /// process, or (relayed kinds on a relayed bus) in another. A publisher skips building
     /// an event nobody would get (a new plan has no subscribers yet).
     pub fn has_subscribers(&self, plan_id: &str, kind: &str) -> bool {
-        (self.relay.get().is_some() && kind != NOT_RELAYED)
+        (self.relay.get().is_some() && !NOT_RELAYED.contains(&kind))
             || self
                 .channels
                 .lock()

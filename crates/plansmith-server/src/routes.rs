@@ -486,13 +486,7 @@ async fn plan(
         None => state.planner.plan(request).await,
         Some(tx) => {
             let mut on_event = move |event: PlanEvent| {
-                let kind = match &event {
-                    PlanEvent::AttemptStarted { .. } => "attempt_started",
-                    PlanEvent::Token { .. } => "token",
-                    PlanEvent::Step { .. } => "step",
-                    PlanEvent::Repair { .. } => "repair",
-                };
-                let _ = tx.send(sse_json(kind, &event));
+                let _ = tx.send(sse_json(event_kind(&event), &event));
             };
             state.planner.plan_with_events(request, &mut on_event).await
         }
@@ -506,6 +500,34 @@ async fn plan(
         Err(err) => {
             state.metrics.record_failure();
             Err(err.into())
+        }
+    }
+}
+
+/// The SSE kind of a planning event (on `POST /v1/plans?stream=true` and on a plan's events).
+fn event_kind(event: &PlanEvent) -> &'static str {
+    match event {
+        PlanEvent::AttemptStarted { .. } => "attempt_started",
+        PlanEvent::Token { .. } => "token",
+        PlanEvent::Step { .. } => "step",
+        PlanEvent::Repair { .. } => "repair",
+    }
+}
+
+/// A replanning's events, published on the plan's event stream as they happen (encoded only
+/// when someone listens).
+fn replan_events(state: &AppState, id: &str) -> impl FnMut(PlanEvent) + Send + use<> {
+    let bus = state.bus.clone();
+    let id = id.to_owned();
+    move |event: PlanEvent| {
+        let kind = event_kind(&event);
+        if bus.has_subscribers(&id, kind) {
+            bus.publish(PlanBusEvent {
+                kind: kind.to_owned(),
+                plan_id: id.clone(),
+                version: None,
+                data: serde_json::to_value(&event).unwrap_or(Value::Null),
+            });
         }
     }
 }
@@ -753,8 +775,20 @@ async fn feedback(
             store.reject(&id, text.as_deref(), &actor).await?,
             Vec::new(),
         ),
-        Feedback::Edit { text } => (store.edit(&id, &text, planner, &actor).await?, Vec::new()),
-        Feedback::Answer { text } => (store.answer(&id, &text, planner, &actor).await?, Vec::new()),
+        Feedback::Edit { text } => {
+            let mut on_event = replan_events(&state, &id);
+            let stored = store
+                .edit_with_events(&id, &text, planner, &actor, &mut on_event)
+                .await?;
+            (stored, Vec::new())
+        }
+        Feedback::Answer { text } => {
+            let mut on_event = replan_events(&state, &id);
+            let stored = store
+                .answer_with_events(&id, &text, planner, &actor, &mut on_event)
+                .await?;
+            (stored, Vec::new())
+        }
         Feedback::Patch { patch } => store.patch(&id, &patch, planner.catalog(), &actor).await?,
         Feedback::Step {
             step,
@@ -921,7 +955,9 @@ async fn update_step(
 
 /// Live events of one plan over Server-Sent Events: `snapshot` (data: the stored plan) first,
 /// then `plan_created`, `plan_updated`, `review_requested`, `step_status`, `plan_deleted` (the
-/// stream ends after it), and kinds other crates publish (execution).
+/// stream ends after it), the progress of a replanning that feedback started
+/// (`attempt_started`, `token`, `step`, `repair`, data as on `POST /v1/plans?stream=true`), and
+/// kinds other crates publish (execution).
 #[utoipa::path(get, path = "/v1/plans/{id}/events", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
     responses((status = 200, description = "Server-Sent Events; each `data:` is a `PlanBusEvent` (the first, `snapshot`, is the `StoredPlan`)", content_type = "text/event-stream", body = SseEvent)))]

@@ -19,6 +19,7 @@
 
 use std::str::FromStr;
 
+use plansmith_core::pipeline::OnEvent;
 use plansmith_core::validate::validate;
 use plansmith_core::{
     Catalog, Code, Diagnostic, Feedback, Outcome, OutcomeStatus, Plan, PlanRequest, Planner,
@@ -333,6 +334,31 @@ impl PlanStore {
         planner: &Planner,
         actor: &str,
     ) -> Result<StoredPlan> {
+        self.edit_streamed(id, feedback, planner, actor, None).await
+    }
+
+    /// [`PlanStore::edit`], with the replanning's events ([`Planner::plan_with_events`]:
+    /// attempts, tokens, each validated step, repairs) sent to `on_event` as they happen.
+    pub async fn edit_with_events(
+        &self,
+        id: &str,
+        feedback: &str,
+        planner: &Planner,
+        actor: &str,
+        on_event: OnEvent<'_>,
+    ) -> Result<StoredPlan> {
+        self.edit_streamed(id, feedback, planner, actor, Some(on_event))
+            .await
+    }
+
+    async fn edit_streamed(
+        &self,
+        id: &str,
+        feedback: &str,
+        planner: &Planner,
+        actor: &str,
+        on_event: Option<OnEvent<'_>>,
+    ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
         require(
             &current,
@@ -352,6 +378,7 @@ impl PlanStore {
             Trigger::Feedback,
             planner,
             actor,
+            on_event,
         )
         .await
     }
@@ -365,6 +392,32 @@ impl PlanStore {
         answers: &str,
         planner: &Planner,
         actor: &str,
+    ) -> Result<StoredPlan> {
+        self.answer_streamed(id, answers, planner, actor, None)
+            .await
+    }
+
+    /// [`PlanStore::answer`], with the replanning's events sent to `on_event` as they happen
+    /// (see [`PlanStore::edit_with_events`]).
+    pub async fn answer_with_events(
+        &self,
+        id: &str,
+        answers: &str,
+        planner: &Planner,
+        actor: &str,
+        on_event: OnEvent<'_>,
+    ) -> Result<StoredPlan> {
+        self.answer_streamed(id, answers, planner, actor, Some(on_event))
+            .await
+    }
+
+    async fn answer_streamed(
+        &self,
+        id: &str,
+        answers: &str,
+        planner: &Planner,
+        actor: &str,
+        on_event: Option<OnEvent<'_>>,
     ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
         require(&current, "answer", &[ReviewState::NeedsInput])?;
@@ -393,8 +446,16 @@ impl PlanStore {
                 text.push_str(answers.trim());
             }
         }
-        self.replan(current, text, confirmed, Trigger::Answer, planner, actor)
-            .await
+        self.replan(
+            current,
+            text,
+            confirmed,
+            Trigger::Answer,
+            planner,
+            actor,
+            on_event,
+        )
+        .await
     }
 
     /// A structured edit: an RFC 6902 JSON Patch on the plan document (add / remove / reorder /
@@ -517,6 +578,7 @@ impl PlanStore {
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn replan(
         &self,
         current: StoredPlan,
@@ -525,6 +587,7 @@ impl PlanStore {
         trigger: Trigger,
         planner: &Planner,
         actor: &str,
+        on_event: Option<OnEvent<'_>>,
     ) -> Result<StoredPlan> {
         let mut review = current.review.clone();
         review.iteration = review.iteration.saturating_add(1);
@@ -547,7 +610,10 @@ impl PlanStore {
             diagnostics: Vec::new(),
             observations: Vec::new(),
         });
-        let outcome = planner.plan(&request).await?;
+        let outcome = match on_event {
+            Some(on_event) => planner.plan_with_events(&request, on_event).await?,
+            None => planner.plan(&request).await?,
+        };
         let state = initial_state(&outcome, &review);
         let mut plan = outcome.plan;
         plan.id = current.plan.id.clone();

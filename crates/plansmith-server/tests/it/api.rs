@@ -1,7 +1,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{assert_error, call, create, read_sse, reply, start, tokens, weather};
+use crate::{assert_error, call, create, read_sse, reply, start, tokens, watch, weather};
 use plansmith_server::ServerConfig;
 
 #[tokio::test]
@@ -275,28 +275,67 @@ async fn feedback_accept_reject_patch_answer() {
     assert_error(status, &body, 400, "bad_request");
 }
 
+/// Feedback that replans (an answer, a free-text edit) streams the replanning on the plan's
+/// events as it happens: the attempt, each validated step (and the model's text as `token`s,
+/// for a model that streams; the scripted one does not); then the new version.
+#[tokio::test]
+async fn replanning_progress_on_the_plan_events() {
+    let mut turns = reply("missing-recipient.json", 1);
+    turns.extend(reply("weather-email.json", 2));
+    let s = start(turns, ServerConfig::default()).await;
+    let (status, created) = call(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"query": "Email the report", "options": {"max_repairs": 0}})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["stored"]["state"], "needs_input");
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    for (action, text) in [("answer", "bob@example.com"), ("edit", "Say hi to Bob too")] {
+        let reader = watch(&s, &id, |kind, _| kind == "plan_updated").await;
+        let (status, body) = call(
+            &s,
+            Method::POST,
+            &format!("/v1/plans/{id}/feedback"),
+            Some(json!({"action": action, "text": text})),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{action}: {body}");
+        let seen = reader.await.unwrap();
+        let kinds: Vec<&str> = seen.iter().map(|(kind, _)| kind.as_str()).collect();
+        assert_eq!(kinds.first(), Some(&"snapshot"), "{kinds:?}");
+        assert_eq!(
+            kinds.get(1),
+            Some(&"attempt_started"),
+            "{action}: {kinds:?}"
+        );
+        // Each step of the new plan arrived before the plan itself.
+        let streamed: Vec<&str> = seen
+            .iter()
+            .filter(|(kind, _)| kind == "step")
+            .map(|(_, event)| event["data"]["step"]["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(streamed, ["s1", "s2", "s3"], "{action}: {kinds:?}");
+        let (_, updated) = seen.last().unwrap();
+        assert_eq!(updated["version"], body["plan"]["version"]);
+        assert!(
+            seen.iter()
+                .all(|(_, event)| event["plan_id"] == id || event["plan"]["id"] == id)
+        );
+    }
+}
+
 #[tokio::test]
 async fn step_updates_and_live_events() {
     let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
     let created = create(&s, None).await;
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
 
-    let events = s
-        .client
-        .get(format!("{}/v1/plans/{id}/events", s.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(events.status().as_u16(), 200);
-    assert!(
-        events.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
-    let reader = tokio::spawn(read_sse(events, |kind, _| kind == "step_status"));
-    // give the subscription time to be read (the snapshot is sent first)
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let reader = watch(&s, &id, |kind, _| kind == "step_status").await;
 
     let (status, body) = call(
         &s,

@@ -1,6 +1,7 @@
 //! The review page in headless Chromium (driven by `scripts/review-page.mjs`): page through the
 //! plans list (56 plans, 50 to a page) and filter it by state, open a plan,
-//! answer its question, edit an argument and see the diagnostic, accept, watch a step status
+//! answer its question (and see the replanning stream in, step by step), edit an argument and
+//! see the diagnostic, accept, watch a step status
 //! arrive live (in the step list and on the DAG), make a new plan whose steps stream in over
 //! SSE. Screenshots go to `target/review-page-screenshots/`.
 

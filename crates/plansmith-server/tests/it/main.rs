@@ -139,6 +139,32 @@ pub async fn call(
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
+/// Subscribes to a plan's events (checking the answer is an event stream) and reads them in a
+/// task until `until` returns true for one; waits 200 ms for the subscription to be taken.
+pub async fn watch(
+    server: &Server,
+    id: &str,
+    until: impl Fn(&str, &Value) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<Vec<(String, Value)>> {
+    let events = server
+        .client
+        .get(format!("{}/v1/plans/{id}/events", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+    assert!(
+        events.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let reader = tokio::spawn(read_sse(events, until));
+    // the snapshot is sent first: give the subscription time to be read
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    reader
+}
+
 /// Reads an SSE response until `until` returns true for an event (bounded), returning the
 /// `(event, data)` pairs read.
 pub async fn read_sse(

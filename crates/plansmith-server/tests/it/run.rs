@@ -10,7 +10,7 @@ use plansmith_store::{Location, PlanStore, RunState};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{Server, call, read_sse, reply, root, serve_state};
+use crate::{Server, call, reply, root, serve_state, watch};
 
 /// A server over a fresh store whose executor runs the example tools in process; `calls`
 /// records the tool calls.
@@ -79,14 +79,7 @@ async fn run_endpoint_streams_execution_events() {
     assert_eq!(status, 201, "{created}");
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
 
-    let events = s
-        .client
-        .get(format!("{}/v1/plans/{id}/events", s.base))
-        .send()
-        .await
-        .unwrap();
-    let reader = tokio::spawn(read_sse(events, |kind, _| kind == "exec_run_finished"));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let reader = watch(&s, &id, |kind, _| kind == "exec_run_finished").await;
 
     let (status, body) = call(&s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
     assert_eq!(status, 202, "{body}");
@@ -184,14 +177,7 @@ async fn run_until_paused(s: &Server) -> String {
     .await;
     assert_eq!(status, 201, "{created}");
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
-    let events = s
-        .client
-        .get(format!("{}/v1/plans/{id}/events", s.base))
-        .send()
-        .await
-        .unwrap();
-    let reader = tokio::spawn(read_sse(events, |kind, _| kind == "exec_run_finished"));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let reader = watch(s, &id, |kind, _| kind == "exec_run_finished").await;
     let (status, body) = call(s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
     assert_eq!(status, 202, "{body}");
     let seen = tokio::time::timeout(Duration::from_secs(20), reader)
