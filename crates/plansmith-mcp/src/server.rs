@@ -855,6 +855,17 @@ pub type HttpResponse = http::Response<BoxBody<Bytes, Infallible>>;
 pub struct McpHttpService {
     inner: StreamableHttpService<PlansmithMcp, LocalSessionManager>,
     tokens: Arc<HashMap<String, String>>,
+    /// Cancelled by [`McpHttpService::close`]: rmcp ends every session then.
+    closing: tokio_util::sync::CancellationToken,
+}
+
+impl McpHttpService {
+    /// Ends every MCP session (their open event streams close) and refuses new requests.
+    /// Call it when the server shuts down: a client's open stream would otherwise hold a
+    /// graceful shutdown up. Affects every clone.
+    pub fn close(&self) {
+        self.closing.cancel();
+    }
 }
 
 impl std::fmt::Debug for McpHttpService {
@@ -874,6 +885,7 @@ pub fn http_service(server: PlansmithMcp, tokens: HashMap<String, String>) -> Mc
     if !tokens.is_empty() {
         config = config.disable_allowed_hosts();
     }
+    let closing = config.cancellation_token.clone();
     let inner = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -882,6 +894,7 @@ pub fn http_service(server: PlansmithMcp, tokens: HashMap<String, String>) -> Mc
     McpHttpService {
         inner,
         tokens: Arc::new(tokens),
+        closing,
     }
 }
 

@@ -270,6 +270,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp"),
             tokens,
         );
+        let mcp_sessions = mcp.clone();
         let mut state = state.with_mcp(mcp);
         if args.exec.commands.is_some() || mcp_tools.is_some() {
             let mut invokers = plansmith_exec::Invokers {
@@ -309,6 +310,8 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 "plansmith serve: shutting down: answering the requests in flight (signal again \
                  to stop at once)"
             );
+            // MCP clients' open streams end, as the plans' event streams do.
+            mcp_sessions.close();
         });
         let outcome = tokio::select! {
             served = stopped => served.context("the server failed").map_err(CliError::failed)?,

@@ -1,5 +1,6 @@
 //! Stopping `plansmith serve` as a service manager or a user at a terminal does: SIGTERM or
-//! Ctrl-C (SIGINT) shuts it down gracefully even while review pages hold event streams open, a
+//! Ctrl-C (SIGINT) shuts it down gracefully even while review pages and MCP clients hold
+//! event streams open, a
 //! request in flight is still answered and its plan stored, and a second signal stops it at
 //! once. The model is a local stand-in OpenAI-compatible server that can be told to be slow.
 
@@ -126,6 +127,71 @@ fn watch(addr: &str, id: &str) -> TcpStream {
     stream
 }
 
+/// An MCP client's session on `/mcp` (streamable HTTP: initialize, initialized) and its
+/// standalone event stream (`GET /mcp`), read up to its first event.
+fn mcp_stream(addr: &str) -> TcpStream {
+    let post = |session: Option<&str>, body: &str| -> String {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let session = session
+            .map(|id| format!("mcp-session-id: {id}\r\nmcp-protocol-version: 2025-06-18\r\n"))
+            .unwrap_or_default();
+        write!(
+            stream,
+            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\n{session}content-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        // The answer's head is enough (an SSE body may stay open).
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        text(&head)
+    };
+    let head = post(
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#,
+    );
+    let session = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no MCP session id in:\n{head}"));
+    let head = post(
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\
+         mcp-session-id: {session}\r\nmcp-protocol-version: 2025-06-18\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !text(&seen).contains("\r\n\r\n") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the MCP stream ended at once: {}", text(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(text(&seen).starts_with("HTTP/1.1 200"), "{}", text(&seen));
+    stream
+}
+
 fn signal(child: &Running, name: &str) {
     let status = Command::new("kill")
         .arg(format!("-{name}"))
@@ -172,8 +238,10 @@ fn stops_gracefully(signal_name: &str) {
     assert_eq!(status, 201, "{body}");
     let first = plan_id(&body);
     assert_eq!(arrivals.recv().unwrap(), 0);
-    // A review page watching the plan, and a request waiting for the model.
+    // A review page watching the plan, an MCP client's open session, and a request waiting
+    // for the model.
     let mut events = watch(&addr, &first);
+    let mut mcp = mcp_stream(&addr);
     let in_flight = plan_in_background(&addr);
     assert_eq!(
         arrivals.recv_timeout(Duration::from_secs(10)).unwrap(),
@@ -186,6 +254,8 @@ fn stops_gracefully(signal_name: &str) {
     events
         .read_to_end(&mut rest)
         .expect("the event stream did not end within 10 s of the signal");
+    mcp.read_to_end(&mut rest)
+        .expect("the MCP session's stream did not end within 10 s of the signal");
     // The request in flight is answered and its plan stored.
     let (status, body) = in_flight.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(status, 201, "the request in flight: {body}");
