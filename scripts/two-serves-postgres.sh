@@ -69,4 +69,15 @@ for path in sys.argv[1:]:
     assert status["version"] == 3 and status["data"]["step"] == "s1", (path, status)
     assert status["data"]["status"] == "completed", (path, status)
 PY
+# What each relay did, in /metrics: A sent the step mark, B the acceptance and the deletion.
+relayed() { curl -sf "http://$1/metrics" | python3 -c '
+import sys
+counts = {}
+for line in sys.stdin:
+    if line.startswith("plansmith_events_relayed_total{"):
+        name, value = line.rsplit(" ", 1)
+        counts[name.split("\"")[1]] = int(value)
+print(counts.get("sent"), counts.get("received"), counts.get("failed"))'; }
+[ "$(relayed $A)" = "1 2 0" ] || { echo "A relayed (sent received failed): $(relayed $A), want 1 2 0"; exit 1; }
+[ "$(relayed $B)" = "2 1 0" ] || { echo "B relayed (sent received failed): $(relayed $B), want 2 1 0"; exit 1; }
 echo "two serves on one PostgreSQL: OK ($ID; each page saw every change)"

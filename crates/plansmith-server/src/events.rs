@@ -8,6 +8,7 @@
 //! theirs to its own subscribers.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use plansmith_store::{PlanStore, StoreError};
@@ -53,6 +54,28 @@ pub struct EventBus {
     channels: Arc<Mutex<HashMap<String, broadcast::Sender<PlanBusEvent>>>>,
     /// Events for the other processes ([`EventBus::relay`]).
     relay: Arc<OnceLock<mpsc::Sender<PlanBusEvent>>>,
+    /// What the relay did (for `/metrics`).
+    counts: Arc<RelayCounts>,
+}
+
+/// Events the relay sent, received, and could not send.
+#[derive(Debug, Default)]
+struct RelayCounts {
+    sent: AtomicU64,
+    received: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// What [`EventBus::relay`] did so far: events sent to the other processes, received from them,
+/// and not sent (the database could not be reached, or the queue was full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Events sent.
+    pub sent: u64,
+    /// Events received and delivered here.
+    pub received: u64,
+    /// Events that could not be sent.
+    pub failed: u64,
 }
 
 impl EventBus {
@@ -82,18 +105,22 @@ impl EventBus {
             return Ok(true);
         }
         // One task sends, in publishing order.
+        let counts = self.counts.clone();
         tokio::spawn(async move {
             while let Some(event) = queue.recv().await {
                 let Ok(text) = serde_json::to_string(&event) else {
                     continue;
                 };
                 if let Err(err) = notifier.send(&text).await {
+                    counts.failed.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         plan = %event.plan_id,
                         kind = %event.kind,
                         %err,
                         "event not relayed to the other processes"
                     );
+                } else {
+                    counts.sent.fetch_add(1, Ordering::Relaxed);
                 }
             }
         });
@@ -102,7 +129,10 @@ impl EventBus {
             loop {
                 match listener.recv().await {
                     Ok(text) => match serde_json::from_str::<PlanBusEvent>(&text) {
-                        Ok(event) => bus.deliver(event),
+                        Ok(event) => {
+                            bus.counts.received.fetch_add(1, Ordering::Relaxed);
+                            bus.deliver(event);
+                        }
                         Err(err) => tracing::warn!(%err, "unreadable relayed event, skipped"),
                     },
                     Err(err) => {
@@ -123,9 +153,20 @@ impl EventBus {
             && !NOT_RELAYED.contains(&event.kind.as_str())
             && let Err(err) = relay.try_send(event.clone())
         {
+            self.counts.failed.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%err, "event relay queue: event not relayed to the other processes");
         }
         self.deliver(event);
+    }
+
+    /// What the relay did so far; `None` when the bus is not relayed.
+    pub fn relay_stats(&self) -> Option<RelayStats> {
+        self.relay.get()?;
+        Some(RelayStats {
+            sent: self.counts.sent.load(Ordering::Relaxed),
+            received: self.counts.received.load(Ordering::Relaxed),
+            failed: self.counts.failed.load(Ordering::Relaxed),
+        })
     }
 
     /// Sends an event to this process's subscribers of its plan. Channels without

@@ -32,7 +32,7 @@ use plansmith_core::Planner;
 use plansmith_store::PlanStore;
 
 pub use error::{ApiError, ERROR_TABLE, ErrorBody};
-pub use events::{EventBus, PlanBusEvent};
+pub use events::{EventBus, PlanBusEvent, RelayStats};
 pub use metrics::Metrics;
 pub use routes::{CreatePlan, Feedback, StepUpdate};
 pub use run::{RunRequest, RunStarted, Runner};

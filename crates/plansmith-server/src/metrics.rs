@@ -232,6 +232,27 @@ impl Metrics {
     }
 }
 
+/// The event relay's counters ([`crate::EventBus::relay`]), appended to the exposition of a
+/// server whose bus is relayed.
+pub(crate) fn render_relay(out: &mut String, stats: crate::events::RelayStats) {
+    header(
+        out,
+        "plansmith_events_relayed_total",
+        "counter",
+        "Plan events relayed between the processes on a PostgreSQL store: sent, received, and failed (not sent: the database could not be reached or the queue was full).",
+    );
+    for (direction, n) in [
+        ("sent", stats.sent),
+        ("received", stats.received),
+        ("failed", stats.failed),
+    ] {
+        let _ = writeln!(
+            out,
+            "plansmith_events_relayed_total{{direction=\"{direction}\"}} {n}"
+        );
+    }
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }

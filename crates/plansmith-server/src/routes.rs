@@ -327,11 +327,11 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
 #[utoipa::path(get, path = "/metrics", tag = "service",
     responses((status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String)))]
 async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
-    )
-        .into_response()
+    let mut text = state.metrics.render();
+    if let Some(stats) = state.bus.relay_stats() {
+        crate::metrics::render_relay(&mut text, stats);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// This OpenAPI 3.1 document, generated from the code.
