@@ -75,7 +75,16 @@ measure() {
 
 measure plansmith-sqlite 18291 "sqlite:$work/plans.db"
 if [ -n "${PLANSMITH_TEST_POSTGRES_URL:-}" ]; then
-  measure plansmith-postgres 18293 "$PLANSMITH_TEST_POSTGRES_URL"
+  # A fresh database each run (with psql): plans left by earlier runs would slow this one.
+  pg_url=$PLANSMITH_TEST_POSTGRES_URL
+  if command -v psql >/dev/null; then
+    pg_db="plansmith_load_$$"
+    psql -q "$pg_url" -c "CREATE DATABASE $pg_db" >/dev/null
+    pg_base=$pg_url
+    trap 'cleanup; psql -q "$pg_base" -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
+    pg_url="${pg_url%/*}/$pg_db"
+  fi
+  measure plansmith-postgres 18293 "$pg_url"
 fi
 "$bare" 127.0.0.1:18292 "$work/payload.json" 2>/dev/null &
 pids+=($!)
