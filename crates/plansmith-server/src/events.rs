@@ -85,10 +85,10 @@ impl EventBus {
     }
 
     /// Relays events between this bus and the other processes on `store`: every event
-    /// published here (but `plan_created` and `token`) is sent to them, and theirs are delivered to this
-    /// bus's subscribers. Only PostgreSQL stores are shared; on SQLite this does nothing and
-    /// answers `false`. Needs a tokio runtime (two tasks). Affects every clone of the bus; a
-    /// second call does nothing.
+    /// published here (but `plan_created` and `token`) is sent to them, and theirs are
+    /// delivered to this bus's subscribers. Only PostgreSQL stores are shared; on SQLite this
+    /// does nothing and answers `false`. Needs a tokio runtime (two tasks). Affects every
+    /// clone of the bus; a second call does nothing.
     ///
     /// Delivery is best effort, like the bus itself: an event published while the database
     /// is unreachable is not seen by the other processes (a warning is logged), and a page

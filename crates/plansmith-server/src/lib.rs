@@ -1,9 +1,10 @@
 //! plansmith-server: the engine as an HTTP service.
 //!
 //! [`router`] builds the axum router of the `/v1` API (plan, list, get, history, feedback,
-//! step updates, delete, live events over SSE), `/metrics`, `/healthz`, `/readyz` and the review page at
-//! `/`, and its OpenAPI 3.1 document at `/openapi.json` ([`openapi::document`], generated from
-//! the code). This is the only crate of the workspace that knows HTTP routes.
+//! step updates, delete, live events over SSE), `/metrics`, `/healthz`, `/readyz` and the
+//! review page at `/`, and its OpenAPI 3.1 document at `/openapi.json`
+//! ([`openapi::document`], generated from the code). This is the only crate of the workspace
+//! that knows HTTP routes.
 //!
 //! - Errors: one table, [`error::ERROR_TABLE`]; every error body is `{code, message, details}`.
 //! - Tenancy: with API tokens configured ([`ServerConfig::tokens`]) each request needs
