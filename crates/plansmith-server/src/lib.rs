@@ -249,19 +249,16 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<ShutdownOutcome> {
     let closing = state.closing.clone();
+    let mut closed = state.closing.subscribe();
     let grace = state.config.request_timeout + SHUTDOWN_SLACK;
-    let (began, begun) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         shutdown.await;
         closing.send_replace(true);
-        let _ = began.send(());
     });
     let deadline = async move {
-        match begun.await {
-            Ok(()) => tokio::time::sleep(grace).await,
-            // The server ended before any shutdown began.
-            Err(_) => std::future::pending().await,
-        }
+        // An error means the flag's sender is gone: the server has ended, and won this race.
+        let _ = closed.wait_for(|closing| *closing).await;
+        tokio::time::sleep(grace).await;
     };
     tokio::select! {
         served = server => served.map(|()| ShutdownOutcome::Drained),

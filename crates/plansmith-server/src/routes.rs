@@ -778,14 +778,14 @@ async fn feedback(
         Feedback::Edit { text } => {
             let mut on_event = replan_events(&state, &id);
             let stored = store
-                .edit_with_events(&id, &text, planner, &actor, &mut on_event)
+                .edit_with_events(&id, &text, planner, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }
         Feedback::Answer { text } => {
             let mut on_event = replan_events(&state, &id);
             let stored = store
-                .answer_with_events(&id, &text, planner, &actor, &mut on_event)
+                .answer_with_events(&id, &text, planner, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }

@@ -334,24 +334,14 @@ impl PlanStore {
         planner: &Planner,
         actor: &str,
     ) -> Result<StoredPlan> {
-        self.edit_streamed(id, feedback, planner, actor, None).await
-    }
-
-    /// [`PlanStore::edit`], with the replanning's events ([`Planner::plan_with_events`]:
-    /// attempts, tokens, each validated step, repairs) sent to `on_event` as they happen.
-    pub async fn edit_with_events(
-        &self,
-        id: &str,
-        feedback: &str,
-        planner: &Planner,
-        actor: &str,
-        on_event: OnEvent<'_>,
-    ) -> Result<StoredPlan> {
-        self.edit_streamed(id, feedback, planner, actor, Some(on_event))
+        self.edit_with_events(id, feedback, planner, actor, None)
             .await
     }
 
-    async fn edit_streamed(
+    /// [`PlanStore::edit`], with the replanning's events ([`Planner::plan_with_events`]:
+    /// attempts, tokens, each validated step, repairs) sent to `on_event` as they happen
+    /// (`None`: as `edit`).
+    pub async fn edit_with_events(
         &self,
         id: &str,
         feedback: &str,
@@ -393,25 +383,13 @@ impl PlanStore {
         planner: &Planner,
         actor: &str,
     ) -> Result<StoredPlan> {
-        self.answer_streamed(id, answers, planner, actor, None)
+        self.answer_with_events(id, answers, planner, actor, None)
             .await
     }
 
     /// [`PlanStore::answer`], with the replanning's events sent to `on_event` as they happen
     /// (see [`PlanStore::edit_with_events`]).
     pub async fn answer_with_events(
-        &self,
-        id: &str,
-        answers: &str,
-        planner: &Planner,
-        actor: &str,
-        on_event: OnEvent<'_>,
-    ) -> Result<StoredPlan> {
-        self.answer_streamed(id, answers, planner, actor, Some(on_event))
-            .await
-    }
-
-    async fn answer_streamed(
         &self,
         id: &str,
         answers: &str,

@@ -243,7 +243,7 @@ async fn feedback_accept_reject_patch_answer() {
     assert_error(status, &answer, 409, "conflict");
 
     // a plan with a question: answer it, the replan is stored for review
-    let request = json!({"query": "Email the report", "options": {"max_repairs": 0}});
+    let request = crate::needs_input();
     let (status, c) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
     assert_eq!(status, 201, "{c}");
     assert_eq!(c["stored"]["state"], "needs_input", "{c}");
@@ -287,7 +287,7 @@ async fn replanning_progress_on_the_plan_events() {
         &s,
         Method::POST,
         "/v1/plans",
-        Some(json!({"query": "Email the report", "options": {"max_repairs": 0}})),
+        Some(crate::needs_input()),
         None,
     )
     .await;

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::json;
 
 use crate::{call, create, reply, root, start};
 use plansmith_server::ServerConfig;
@@ -37,7 +36,7 @@ async fn review_page_in_headless_chromium() {
     for _ in 0..55 {
         create(&s, None).await;
     }
-    let request = json!({"query": "Email the report", "options": {"max_repairs": 0}});
+    let request = crate::needs_input();
     let (status, created) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
     assert_eq!(status, 201, "{created}");
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();

@@ -45,6 +45,12 @@ pub fn weather() -> Value {
     json!({"query": "Email Bob the weather in Paris"})
 }
 
+/// A request the scripted `missing-recipient.json` reply answers with a plan that needs input
+/// (no repairs, so the question stays).
+pub fn needs_input() -> Value {
+    json!({"query": "Email the report", "options": {"max_repairs": 0}})
+}
+
 /// Plans [`weather`] through `POST /v1/plans` and gives the `201` answer.
 pub async fn create(server: &Server, token: Option<&str>) -> Value {
     let (status, body) = call(server, Method::POST, "/v1/plans", Some(weather()), token).await;

@@ -256,7 +256,7 @@ async fn responses_validate_against_the_document() {
         &s,
         Method::POST,
         "/v1/plans",
-        Some(json!({"query": "Email the report", "options": {"max_repairs": 0}})),
+        Some(crate::needs_input()),
         None,
     )
     .await;

@@ -354,12 +354,7 @@ fn serve_runs_plans_on_mcp_servers() {
         &replies,
         &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [plan.to_string()]}),
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", crate::free_port());
     let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
         .args(["serve", "--addr", &addr, "--mcp"])

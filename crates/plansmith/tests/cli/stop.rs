@@ -58,12 +58,7 @@ impl Drop for Running {
 /// `plansmith serve` over a fresh SQLite store at `store`, planning with the model at `url`;
 /// its stderr is piped.
 fn serve(store: &Path, url: &str) -> (Running, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", crate::free_port());
     let child = Running(
         Command::new(env!("CARGO_BIN_EXE_plansmith"))
             .args(["serve", "--addr", &addr, "--tools", "examples/tools.json"])
@@ -215,6 +210,17 @@ fn exited(child: &mut Running, within: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// Asserts the process exits with 0 within `within`; its stderr.
+fn exits_0(child: &mut Running, within: Duration) -> String {
+    let code = exited(child, within);
+    let err = stderr(child);
+    assert!(
+        code.is_some_and(|c| c.success()),
+        "{code:?}; stderr:\n{err}"
+    );
+    err
+}
+
 fn stderr(child: &mut Running) -> String {
     let mut err = String::new();
     if let Some(mut pipe) = child.0.stderr.take() {
@@ -260,12 +266,7 @@ fn stops_gracefully(signal_name: &str) {
     let (status, body) = in_flight.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(status, 201, "the request in flight: {body}");
     let second = plan_id(&body);
-    let code = exited(&mut child, Duration::from_secs(10));
-    let err = stderr(&mut child);
-    assert!(
-        code.is_some_and(|c| c.success()),
-        "{code:?}; stderr:\n{err}"
-    );
+    let err = exits_0(&mut child, Duration::from_secs(10));
     assert!(err.contains("shutting down"), "{err}");
     assert!(err.contains("plansmith serve: stopped"), "{err}");
     // Both plans are in the store; SQLite checkpointed its WAL on the way out.
@@ -308,11 +309,6 @@ fn a_second_signal_stops_serve_at_once() {
     assert_eq!(exited(&mut child, Duration::from_secs(1)), None);
     // ...until told again.
     signal(&child, "INT");
-    let code = exited(&mut child, Duration::from_secs(5));
-    let err = stderr(&mut child);
-    assert!(
-        code.is_some_and(|c| c.success()),
-        "{code:?}; stderr:\n{err}"
-    );
+    let err = exits_0(&mut child, Duration::from_secs(5));
     assert!(err.contains("stopped at once"), "{err}");
 }
