@@ -1,19 +1,32 @@
-//! The review page in headless Chromium (driven by `scripts/review-page.mjs`): page through the
-//! plans list (56 plans, 50 to a page) and filter it by state, open a plan,
-//! answer its question (and see the replanning stream in, step by step), edit an argument and
-//! see the diagnostic, accept, watch a step status
-//! arrive live (in the step list and on the DAG), make a new plan whose steps stream in over
-//! SSE. Screenshots go to `target/review-page-screenshots/`.
+//! The review page in headless Chromium, driven by two scripts:
+//!
+//! * `scripts/review-page.mjs`: page through the plans list (56 plans, 50 to a page) and filter
+//!   it by state, open a plan, answer its question (and see the replanning stream in, step by
+//!   step), edit an argument and see the diagnostic, accept, watch a step status arrive live
+//!   (in the step list and on the DAG), make a new plan whose steps stream in over SSE.
+//! * `scripts/review-page-reconnect.mjs`: with API tokens, enter a token, see that owner's
+//!   plans, follow one live; the server restarts while a step changes, and the page reconnects
+//!   and shows the change; a deletion stops the following.
+//!
+//! Screenshots go to `target/review-page-screenshots/`.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use plansmith_core::{LanguageModel, ScriptedModel, StepStatus};
+use plansmith_server::{AppState, ServerConfig, ShutdownOutcome};
+use plansmith_store::{Change, Location, PlanStore, Trigger};
 use reqwest::Method;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
-use crate::{call, create, reply, root, start};
-use plansmith_server::ServerConfig;
+use crate::{Server, app_state, call, create, reply, root, start};
 
-#[tokio::test]
-async fn review_page_in_headless_chromium() {
+/// Where Playwright and Chromium are (`PLANSMITH_TEST_PLAYWRIGHT`, `PLANSMITH_TEST_CHROMIUM`);
+/// `None` (the test is not run, and says so) outside CI when they are not set.
+fn browser_env(test: &str) -> Option<(String, String)> {
     let (Ok(playwright), Ok(chromium)) = (
         std::env::var("PLANSMITH_TEST_PLAYWRIGHT"),
         std::env::var("PLANSMITH_TEST_CHROMIUM"),
@@ -22,9 +35,21 @@ async fn review_page_in_headless_chromium() {
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true but PLANSMITH_TEST_PLAYWRIGHT / PLANSMITH_TEST_CHROMIUM are not set (.ci/setup.d/40-browser.sh)"
         );
-        println!(
-            "NOTE: review page browser test NOT RUN (run scripts/browser-setup.sh and export its env)"
-        );
+        println!("NOTE: {test} NOT RUN (run scripts/browser-setup.sh and export its env)");
+        return None;
+    };
+    Some((playwright, chromium))
+}
+
+fn screenshots() -> std::path::PathBuf {
+    let shots = root().join("target/review-page-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    shots
+}
+
+#[tokio::test]
+async fn review_page_in_headless_chromium() {
+    let Some((playwright, chromium)) = browser_env("review page browser test") else {
         return;
     };
     // 55 older plans (so the list has a second page), the plan the page works on, the answer's
@@ -40,8 +65,7 @@ async fn review_page_in_headless_chromium() {
     let (status, created) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
     assert_eq!(status, 201, "{created}");
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
-    let shots = root().join("target/review-page-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = screenshots();
     let mut child = tokio::process::Command::new("node")
         .arg(root().join("scripts/review-page.mjs"))
         .arg(&s.base)
@@ -69,5 +93,118 @@ async fn review_page_in_headless_chromium() {
         "4-streamed-plan-dag.png",
     ] {
         assert!(shots.join(name).metadata().unwrap().len() > 1000, "{name}");
+    }
+}
+
+/// Serves `state` until `stop` is sent (a graceful shutdown, as on SIGTERM).
+fn serve_until(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+) -> (
+    oneshot::Sender<()>,
+    JoinHandle<std::io::Result<ShutdownOutcome>>,
+) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(plansmith_server::serve(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    (stop, served)
+}
+
+#[tokio::test]
+async fn review_page_follows_a_plan_with_a_token_across_a_restart() {
+    let Some((playwright, chromium)) = browser_env("review page reconnect test") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let location = Location::Sqlite(dir.path().join("plans.db"));
+    let config = || crate::tokens(&[("alice-token", "alice"), ("bob-token", "bob")]);
+    let model = || -> Arc<dyn LanguageModel> {
+        Arc::new(ScriptedModel::new(reply("weather-email.json", 2)))
+    };
+    let store = PlanStore::open(&location).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let (stop, served) = serve_until(listener, app_state(store.clone(), model(), config()));
+    let s = Server::at(addr, dir);
+    let alice = create(&s, Some("alice-token")).await;
+    create(&s, Some("bob-token")).await;
+    let id = alice["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+
+    let mut child = tokio::process::Command::new("node")
+        .arg(root().join("scripts/review-page-reconnect.mjs"))
+        .arg(&s.base)
+        .arg(&id)
+        .arg("alice-token")
+        .arg(screenshots())
+        .env("PLANSMITH_TEST_PLAYWRIGHT", playwright)
+        .env("PLANSMITH_TEST_CHROMIUM", chromium)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut to_page = child.stdin.take().unwrap();
+    let mut from_page = BufReader::new(child.stdout.take().unwrap()).lines();
+    let said = tokio::time::timeout(Duration::from_secs(60), from_page.next_line())
+        .await
+        .expect("the page did not ask for the restart within 60 s")
+        .unwrap();
+    assert_eq!(
+        said.as_deref(),
+        Some("restart"),
+        "the page script stopped early"
+    );
+
+    // The server stops (its event streams end) ...
+    stop.send(()).unwrap();
+    let outcome = served.await.unwrap().unwrap();
+    assert_eq!(outcome, ShutdownOutcome::Drained);
+    // ... s2 is completed while no server runs, so no event can tell the page ...
+    let current = store.get(&id).await.unwrap();
+    let mut plan = current.plan.clone();
+    plan.steps[1].status = StepStatus::Completed;
+    store
+        .write(Change {
+            expected_version: current.version(),
+            plan,
+            state: current.state,
+            review: current.review,
+            trigger: Trigger::StepUpdate,
+            actor: "test".to_owned(),
+        })
+        .await
+        .unwrap();
+    store.close().await;
+    // ... and a new server starts on the same address and store file.
+    let store = PlanStore::open(&location).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let _server = serve_until(listener, app_state(store, model(), config()));
+    to_page.write_all(b"restarted\n").await.unwrap();
+    to_page.flush().await.unwrap();
+
+    let status = tokio::time::timeout(Duration::from_secs(90), child.wait())
+        .await
+        .expect("the browser test took over 90 s")
+        .unwrap();
+    assert!(status.success(), "scripts/review-page-reconnect.mjs failed");
+    assert_eq!(
+        from_page.next_line().await.unwrap().as_deref(),
+        Some("review page across a restart: OK")
+    );
+    let (status, _) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans/{id}"),
+        None,
+        Some("alice-token"),
+    )
+    .await;
+    assert_eq!(status, 404, "the page deleted the plan");
+    for name in ["5-reconnecting.png", "6-reconnected.png"] {
+        assert!(
+            screenshots().join(name).metadata().unwrap().len() > 1000,
+            "{name}"
+        );
     }
 }

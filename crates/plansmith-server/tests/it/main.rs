@@ -69,13 +69,20 @@ pub async fn start_with(model: Arc<dyn LanguageModel>, config: ServerConfig) -> 
     let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
         .await
         .unwrap();
+    serve_state(app_state(store, model, config), dir).await
+}
+
+/// The state of a server over `store` and the example catalog, planning with `model`.
+pub fn app_state(
+    store: PlanStore,
+    model: Arc<dyn LanguageModel>,
+    config: ServerConfig,
+) -> AppState {
     let tools: Value =
         serde_json::from_str(&std::fs::read_to_string(root().join("examples/tools.json")).unwrap())
             .unwrap();
     let catalog = Catalog::from_json(&tools).unwrap();
-    let planner = Planner::new(catalog, model);
-    let state = AppState::new(store, planner, config);
-    serve_state(state, dir).await
+    AppState::new(store, Planner::new(catalog, model), config)
 }
 
 /// Serves `state` on an ephemeral loopback port; `dir` (the store's directory) lives as long
@@ -88,13 +95,20 @@ pub async fn serve_state(state: AppState, dir: tempfile::TempDir) -> Server {
         state,
         std::future::pending(),
     ));
-    Server {
-        base: format!("http://{addr}"),
-        client: reqwest::Client::builder()
-            .timeout(Duration::from_secs(20))
-            .build()
-            .unwrap(),
-        _dir: dir,
+    Server::at(addr, dir)
+}
+
+impl Server {
+    /// A server listening on `addr`, over a store in `dir` (kept as long as the server).
+    pub fn at(addr: std::net::SocketAddr, dir: tempfile::TempDir) -> Server {
+        Server {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .unwrap(),
+            _dir: dir,
+        }
     }
 }
 
