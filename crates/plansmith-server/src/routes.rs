@@ -957,7 +957,8 @@ async fn update_step(
 /// then `plan_created`, `plan_updated`, `review_requested`, `step_status`, `plan_deleted` (the
 /// stream ends after it), the progress of a replanning that feedback started
 /// (`attempt_started`, `token`, `step`, `repair`, data as on `POST /v1/plans?stream=true`), and
-/// kinds other crates publish (execution).
+/// kinds other crates publish (execution). A reader that falls more than 256 events behind gets
+/// a new `snapshot` (the plan as it is then) in place of the events it missed.
 #[utoipa::path(get, path = "/v1/plans/{id}/events", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
     responses((status = 200, description = "Server-Sent Events; each `data:` is a `PlanBusEvent` (the first, `snapshot`, is the `StoredPlan`)", content_type = "text/event-stream", body = SseEvent)))]
@@ -973,28 +974,33 @@ async fn events(
     let stored = load(&state, &caller, &id).await?;
     let first = sse_json("snapshot", &stored);
     // The stream is open as long as the page watching it; it must not hold up a shutdown.
-    let closed = async move { state.closed().await };
+    let closing = state.clone();
+    let closed = async move { closing.closed().await };
     let stream = futures::stream::unfold(
-        (Some(first), receiver),
-        |(first, mut receiver): (Option<Event>, broadcast::Receiver<PlanBusEvent>)| async move {
+        (Some(first), receiver, state, id),
+        |(first, mut receiver, state, id)| async move {
             if let Some(first) = first {
-                return Some((Ok(first), (None, receiver)));
+                return Some((Ok(first), (None, receiver, state, id)));
             }
-            loop {
-                match receiver.recv().await {
-                    Ok(event) => {
-                        let done = event.kind == "plan_deleted";
-                        let sse_event = sse_json(&event.kind, &event);
-                        if done {
-                            // One last event, then the stream ends.
-                            return Some((Ok(sse_event), (None, closed_receiver())));
-                        }
-                        return Some((Ok(sse_event), (None, receiver)));
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
+            let event = match receiver.recv().await {
+                Ok(event) => event,
+                // This reader fell more than the bus holds behind (a slow client during a
+                // burst) and those events are gone: it gets the plan as it is now, as on a
+                // reconnect, and goes on from the oldest event still held.
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(plan = %id, missed, "an event reader lagged; sending a new snapshot");
+                    let stored = state.store.get(&id).await.ok()?;
+                    let snapshot = sse_json("snapshot", &stored);
+                    return Some((Ok(snapshot), (None, receiver, state, id)));
                 }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            let sse_event = sse_json(&event.kind, &event);
+            if event.kind == "plan_deleted" {
+                // One last event, then the stream ends.
+                return Some((Ok(sse_event), (None, closed_receiver(), state, id)));
             }
+            Some((Ok(sse_event), (None, receiver, state, id)))
         },
     )
     .take_until(closed);

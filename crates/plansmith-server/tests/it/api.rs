@@ -725,3 +725,69 @@ fn no_tokens_means_loopback_only() {
             .is_ok()
     );
 }
+
+/// A reader that falls further behind than the bus holds (256 events) gets the plan as it is
+/// now in a new `snapshot`, then the events still held, in order.
+#[tokio::test]
+async fn a_lagging_event_reader_gets_a_new_snapshot() {
+    use plansmith_core::StepStatus;
+    use plansmith_server::PlanBusEvent;
+    use plansmith_store::{Change, Location, PlanStore, Trigger};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
+        .await
+        .unwrap();
+    let model = std::sync::Arc::new(plansmith_core::ScriptedModel::new(reply(
+        "weather-email.json",
+        1,
+    )));
+    let state = crate::app_state(store, model, ServerConfig::default());
+    let s = crate::serve_state(state.clone(), dir).await;
+    let created = create(&s, None).await;
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let reader = watch(&s, &id, |kind, event| {
+        kind == "burst" && event["data"]["n"] == 599
+    })
+    .await;
+    // A change no event tells of: only a new snapshot can show it.
+    let current = state.store.get(&id).await.unwrap();
+    let mut plan = current.plan.clone();
+    plan.steps[0].status = StepStatus::Completed;
+    state
+        .store
+        .write(Change {
+            expected_version: 1,
+            plan,
+            state: current.state,
+            review: current.review,
+            trigger: Trigger::StepUpdate,
+            actor: "test".to_owned(),
+        })
+        .await
+        .unwrap();
+    // 600 events at once: this test's runtime has one thread, so the stream cannot read any
+    // of them before the last is published.
+    for n in 0..600 {
+        state.bus.publish(PlanBusEvent {
+            kind: "burst".to_owned(),
+            plan_id: id.clone(),
+            version: Some(2),
+            data: json!({"n": n}),
+        });
+    }
+    let seen = reader.await.unwrap();
+    let kinds: Vec<&str> = seen.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(kinds[..2], ["snapshot", "snapshot"], "{kinds:?}");
+    assert_eq!(seen[0].1["plan"]["version"], 1);
+    assert_eq!(seen[1].1["plan"]["version"], 2);
+    assert_eq!(seen[1].1["plan"]["steps"][0]["status"], "completed");
+    let numbers: Vec<u64> = seen[2..]
+        .iter()
+        .map(|(kind, event)| {
+            assert_eq!(kind, "burst");
+            event["data"]["n"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(numbers, (344..600).collect::<Vec<u64>>());
+}
