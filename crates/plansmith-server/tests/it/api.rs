@@ -730,9 +730,8 @@ fn no_tokens_means_loopback_only() {
 /// now in a new `snapshot`, then the events still held, in order.
 #[tokio::test]
 async fn a_lagging_event_reader_gets_a_new_snapshot() {
-    use plansmith_core::StepStatus;
     use plansmith_server::PlanBusEvent;
-    use plansmith_store::{Change, Location, PlanStore, Trigger};
+    use plansmith_store::{Location, PlanStore};
 
     let dir = tempfile::tempdir().unwrap();
     let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
@@ -750,22 +749,7 @@ async fn a_lagging_event_reader_gets_a_new_snapshot() {
         kind == "burst" && event["data"]["n"] == 599
     })
     .await;
-    // A change no event tells of: only a new snapshot can show it.
-    let current = state.store.get(&id).await.unwrap();
-    let mut plan = current.plan.clone();
-    plan.steps[0].status = StepStatus::Completed;
-    state
-        .store
-        .write(Change {
-            expected_version: 1,
-            plan,
-            state: current.state,
-            review: current.review,
-            trigger: Trigger::StepUpdate,
-            actor: "test".to_owned(),
-        })
-        .await
-        .unwrap();
+    crate::complete_in_store(&state.store, &id, 0).await;
     // 600 events at once: this test's runtime has one thread, so the stream cannot read any
     // of them before the last is published.
     for n in 0..600 {

@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plansmith_core::{LanguageModel, ScriptedModel, StepStatus};
+use plansmith_core::{LanguageModel, ScriptedModel};
 use plansmith_server::{AppState, ServerConfig, ShutdownOutcome};
-use plansmith_store::{Change, Location, PlanStore, Trigger};
+use plansmith_store::{Location, PlanStore};
 use reqwest::Method;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
@@ -161,20 +161,7 @@ async fn review_page_follows_a_plan_with_a_token_across_a_restart() {
     let outcome = served.await.unwrap().unwrap();
     assert_eq!(outcome, ShutdownOutcome::Drained);
     // ... s2 is completed while no server runs, so no event can tell the page ...
-    let current = store.get(&id).await.unwrap();
-    let mut plan = current.plan.clone();
-    plan.steps[1].status = StepStatus::Completed;
-    store
-        .write(Change {
-            expected_version: current.version(),
-            plan,
-            state: current.state,
-            review: current.review,
-            trigger: Trigger::StepUpdate,
-            actor: "test".to_owned(),
-        })
-        .await
-        .unwrap();
+    crate::complete_in_store(&store, &id, 1).await;
     store.close().await;
     // ... and a new server starts on the same address and store file.
     let store = PlanStore::open(&location).await.unwrap();

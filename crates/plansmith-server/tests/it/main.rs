@@ -112,6 +112,25 @@ impl Server {
     }
 }
 
+/// Marks step `index` of plan `id` completed straight in `store`, bypassing the server, so
+/// that no event tells of it: only a new snapshot can show it.
+pub async fn complete_in_store(store: &PlanStore, id: &str, index: usize) {
+    let current = store.get(id).await.unwrap();
+    let mut plan = current.plan.clone();
+    plan.steps[index].status = plansmith_core::StepStatus::Completed;
+    store
+        .write(plansmith_store::Change {
+            expected_version: current.version(),
+            plan,
+            state: current.state,
+            review: current.review,
+            trigger: plansmith_store::Trigger::StepUpdate,
+            actor: "test".to_owned(),
+        })
+        .await
+        .unwrap();
+}
+
 /// A config with these (token, owner) pairs.
 pub fn tokens(pairs: &[(&str, &str)]) -> ServerConfig {
     ServerConfig {
