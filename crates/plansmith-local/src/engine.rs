@@ -6,7 +6,9 @@
 //! one only evaluates the new tokens. A request whose caller stops waiting (its future is
 //! dropped: a server timeout, a closed connection) is not decoded any further: the worker checks
 //! between two tokens, and between two prompt batches, so the next request does not queue
-//! behind a reply nobody will read.
+//! behind a reply nobody will read. A streamed request ([`LanguageModel::stream`]) gets the
+//! reply's text after each decoding round, so the pipeline reports tokens and each finished
+//! step while the model still writes.
 //!
 //! With an output constraint the plan's JSON Schema becomes a grammar (llguidance, compiled
 //! per request; the vocabulary is indexed once per model), and decoding is greedy-first: the
@@ -45,7 +47,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use futures::channel::oneshot;
+use futures::StreamExt as _;
+use futures::channel::{mpsc as stream_mpsc, oneshot};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -60,7 +63,9 @@ use llguidance::toktrie::{
     InferenceCapabilities, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv,
 };
 use llguidance::{Matcher, ParserFactory};
-use plansmith_core::llm::{BoxFuture, Completion, FinishReason, Role, Strategy};
+use plansmith_core::llm::{
+    BoxFuture, BoxStream, Completion, FinishReason, Role, Strategy, StreamEvent,
+};
 use plansmith_core::{
     Capabilities, CompletionRequest, LanguageModel, LlmError, OutputConstraint, Usage,
 };
@@ -181,6 +186,8 @@ pub enum LocalError {
 struct Job {
     request: CompletionRequest,
     reply: oneshot::Sender<Result<Completion, LlmError>>,
+    /// Where the reply's text goes as it is decoded, for a streamed request.
+    text: Option<stream_mpsc::UnboundedSender<String>>,
 }
 
 /// A GGUF model run in-process (see the module docs).
@@ -260,21 +267,48 @@ impl LanguageModel for LocalModel {
     }
 
     fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
+        let answer = self.submit(request, None);
+        Box::pin(answer)
+    }
+
+    /// The reply's text as it is decoded (each decoding round's new text, cut at whole UTF-8
+    /// characters), then the whole completion. Dropping the stream stops decoding, as for
+    /// [`LanguageModel::complete`].
+    fn stream(&self, request: CompletionRequest) -> BoxStream<'_, Result<StreamEvent, LlmError>> {
+        let (text, deltas) = stream_mpsc::unbounded();
+        let answer = self.submit(request, Some(text));
+        // The worker drops its sender when the request ends, which ends the deltas.
+        let done = futures::stream::once(async move { answer.await.map(StreamEvent::Done) });
+        Box::pin(deltas.map(|text| Ok(StreamEvent::Delta(text))).chain(done))
+    }
+}
+
+impl LocalModel {
+    /// Queues a request for the worker; the future gives its answer.
+    fn submit(
+        &self,
+        request: CompletionRequest,
+        text: Option<stream_mpsc::UnboundedSender<String>>,
+    ) -> impl std::future::Future<Output = Result<Completion, LlmError>> + Send + 'static {
         let (reply, answer) = oneshot::channel();
         let sent = self
             .jobs
             .lock()
             .map_err(|_| LlmError::Backend("the local model is poisoned".into()))
             .and_then(|jobs| {
-                jobs.send(Job { request, reply })
-                    .map_err(|_| LlmError::Backend("the local model thread has stopped".into()))
+                jobs.send(Job {
+                    request,
+                    reply,
+                    text,
+                })
+                .map_err(|_| LlmError::Backend("the local model thread has stopped".into()))
             });
-        Box::pin(async move {
+        async move {
             sent?;
             answer.await.map_err(|_| {
                 LlmError::Backend("the local model thread stopped mid-request".into())
             })?
-        })
+        }
     }
 }
 
@@ -355,7 +389,13 @@ fn worker(
         // A caller that stopped waiting gets nothing more: its request is not decoded (or no
         // further), so the model is free for the next one at once.
         let abandoned = || job.reply.is_canceled();
-        let result = session.complete(&job.request, &mut run_stats, &abandoned);
+        let mut on_text = |text: String| {
+            if let Some(sender) = &job.text {
+                // A reader that stopped reading also dropped the answer: `abandoned` ends it.
+                let _ = sender.unbounded_send(text);
+            }
+        };
+        let result = session.complete(&job.request, &mut run_stats, &abandoned, &mut on_text);
         if let Ok(mut shared) = stats.lock() {
             *shared = run_stats;
         }
@@ -374,6 +414,8 @@ struct Reply {
     generated: usize,
     /// Where the reply's text stands in the JSON it writes (inside a string or not).
     json: JsonLexState,
+    /// How many of `bytes` were handed out by [`Reply::unsent`].
+    sent: usize,
 }
 
 /// Whether a point in JSON text is inside a string, and just after a backslash there.
@@ -399,6 +441,31 @@ impl JsonLexState {
 }
 
 impl Reply {
+    /// The text added since the last call, up to its last whole UTF-8 character (a token can
+    /// end inside one); `None` when there is none.
+    fn unsent(&mut self) -> Option<String> {
+        let new = self.bytes.get(self.sent..).unwrap_or_default();
+        let whole = match std::str::from_utf8(new) {
+            Ok(text) => text,
+            Err(err) => match err.error_len() {
+                // Cut inside a character: the rest comes with the next token.
+                None => std::str::from_utf8(&new[..err.valid_up_to()]).unwrap_or_default(),
+                // Bytes that will never be UTF-8: sent as the final text will show them.
+                Some(_) => {
+                    let text = String::from_utf8_lossy(new).into_owned();
+                    self.sent = self.bytes.len();
+                    return Some(text);
+                }
+            },
+        };
+        if whole.is_empty() {
+            return None;
+        }
+        let text = whole.to_owned();
+        self.sent += text.len();
+        Some(text)
+    }
+
     /// Appends one token to the reply; it goes through the model with the next batch.
     fn push(&mut self, token: LlamaToken, vocab: &LlamaVocab<'_>) {
         let piece = vocab.token_to_piece(token, false, None);
@@ -511,11 +578,13 @@ fn backend_error(what: &str, err: impl std::fmt::Display) -> LlmError {
 }
 
 impl Session<'_, '_> {
+    /// Decodes the reply to `request`, handing its text to `on_text` as it grows.
     fn complete(
         &mut self,
         request: &CompletionRequest,
         stats: &mut Stats,
         abandoned: &dyn Fn() -> bool,
+        on_text: &mut dyn FnMut(String),
     ) -> Result<Completion, LlmError> {
         stop_if_abandoned(abandoned, stats)?;
         let messages = request
@@ -631,6 +700,12 @@ impl Session<'_, '_> {
             stop_if_abandoned(abandoned, stats)?;
             if let Some(matcher) = matcher.as_mut() {
                 reply.force(matcher, max_tokens, &vocab, stats)?;
+            }
+            // What the last round chose and the grammar forced after it, as it stands.
+            if let Some(text) = reply.unsent() {
+                on_text(text);
+            }
+            if let Some(matcher) = matcher.as_mut() {
                 if matcher.is_stopped() {
                     finish = FinishReason::Stop;
                     break;
@@ -665,6 +740,9 @@ impl Session<'_, '_> {
                 stats.grammar_time += grammar_started.elapsed();
             }
             reply.push(token, &vocab);
+        }
+        if let Some(text) = reply.unsent() {
+            on_text(text);
         }
         stats.generate_time = started.elapsed();
         let Reply {

@@ -399,3 +399,84 @@ fn without_prefix_reuse_every_prompt_is_evaluated_from_scratch() {
     assert!(stats.prompt_tokens > 10, "{stats:?}");
     assert_eq!(alone.text, after.text);
 }
+
+/// A streamed reply arrives as it is decoded, in pieces that make up the whole reply, and a
+/// plan's steps are reported while the model still writes (not all at the end).
+#[test]
+fn a_streamed_reply_arrives_as_it_is_decoded() {
+    use futures::StreamExt as _;
+    use plansmith_core::PlanEvent;
+    use plansmith_core::llm::StreamEvent;
+
+    let _serial = serial();
+    let model = model();
+    let schema = json!({"type": "object", "properties": {
+        "greeting": {"type": "string", "maxLength": 40},
+        "numbers": {"type": "array", "items": {"type": "integer"}, "maxItems": 3}},
+        "required": ["greeting", "numbers"]});
+    let streamed: Vec<StreamEvent> = futures::executor::block_on(
+        model
+            .stream(request(
+                vec![plansmith_core::llm::Message::user(
+                    "Greet me and give three numbers, in JSON.",
+                )],
+                Some(schema),
+                120,
+            ))
+            .map(|event| event.unwrap())
+            .collect(),
+    );
+    let Some((StreamEvent::Done(completion), deltas)) = streamed.split_last() else {
+        panic!("the stream did not end with the completion: {streamed:?}");
+    };
+    let pieces: Vec<&str> = deltas
+        .iter()
+        .map(|event| match event {
+            StreamEvent::Delta(text) => text.as_str(),
+            StreamEvent::Done(_) => panic!("two completions: {streamed:?}"),
+        })
+        .collect();
+    assert!(
+        pieces.len() >= 5,
+        "{} pieces for {} tokens: {pieces:?}",
+        pieces.len(),
+        completion.usage.completion_tokens
+    );
+    assert!(pieces.iter().all(|piece| !piece.is_empty()), "{pieces:?}");
+    assert_eq!(pieces.concat(), completion.text);
+    serde_json::from_str::<Value>(&completion.text).expect("a schema-valid reply");
+
+    // Through the pipeline: tokens, and the first step before the last token.
+    let tools = json!([{"name": "get_weather", "description": "Get the weather.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+        {"name": "send_email", "description": "Send an email.",
+        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+            "required": ["to", "body"]}}]);
+    let planner = Planner::new(Catalog::from_json(&tools).unwrap(), model.clone());
+    let mut request =
+        PlanRequest::new("Get the weather in Oslo, then email it to ann@example.com.");
+    request.options.max_repairs = 0;
+    request.options.max_tokens = 400;
+    request.options.max_string_length = 80;
+    let mut events = Vec::new();
+    let mut on_event = |event: PlanEvent| events.push(event);
+    let outcome = futures::executor::block_on(planner.plan_with_events(&request, &mut on_event));
+    let tokens: Vec<usize> = (0..events.len())
+        .filter(|&i| matches!(events[i], PlanEvent::Token { .. }))
+        .collect();
+    let first_step = events
+        .iter()
+        .position(|event| matches!(event, PlanEvent::Step { .. }));
+    assert!(
+        tokens.len() >= 5,
+        "{} token events: {outcome:?}",
+        tokens.len()
+    );
+    let (Some(first_step), Some(&last_token)) = (first_step, tokens.last()) else {
+        panic!("no step event ({} events): {outcome:?}", events.len());
+    };
+    assert!(
+        first_step < last_token,
+        "the first step came at event {first_step}, after the last token ({last_token})"
+    );
+}
