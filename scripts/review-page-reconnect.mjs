@@ -1,5 +1,5 @@
-// Drives the review page in headless Chromium (playwright-core) on a server with API tokens,
-// across a restart of that server. Usage:
+// Drives the review page in headless Chromium (playwright-core) on a server with API tokens
+// (entered once, kept across a reload), across a restart of that server. Usage:
 //   node scripts/review-page-reconnect.mjs BASE_URL PLAN_ID TOKEN SCREENSHOT_DIR
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
 // Talks to the test that runs it by lines: prints "restart" when the server should stop and
@@ -27,7 +27,10 @@ try {
   // Without a token the list is refused; with one, it holds that owner's plans only.
   await page.waitForFunction(() => document.querySelector("#count")?.textContent.startsWith("unauthorized"));
   await page.fill("#token", token);
-  await page.dispatchEvent("#token", "change");
+  await page.press("#token", "Enter");
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent === "1 of 1 plan");
+  // The token is kept for the tab: after a reload the list is there at once.
+  await page.reload();
   await page.waitForFunction(() => document.querySelector("#count")?.textContent === "1 of 1 plan");
   await page.click(`button[data-id="${id}"]`);
   await page.waitForSelector("#main[data-live]");
