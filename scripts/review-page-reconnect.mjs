@@ -32,11 +32,15 @@ try {
   // The token is kept for the tab: after a reload the list is there at once.
   await page.reload();
   await page.waitForFunction(() => document.querySelector("#count")?.textContent === "1 of 1 plan");
+  // A plan made elsewhere joins the list within 5 s (another owner's does not).
+  let r = await api("POST", "/v1/plans", { query: "Email Bob the weather in Paris" });
+  if (r.status !== 201) await fail(`POST /v1/plans answered ${r.status}`);
+  await page.waitForFunction(() => document.querySelector("#count")?.textContent === "2 of 2 plans");
   await page.click(`button[data-id="${id}"]`);
   await page.waitForSelector("#main[data-live]");
   if ((await page.textContent("#live")) !== "Live") await fail(`live state: ${await page.textContent("#live")}`);
   // The page's event stream carries the token: a step status arrives live.
-  let r = await api("PATCH", `/v1/plans/${id}/steps/s1`, { status: "in_progress" });
+  r = await api("PATCH", `/v1/plans/${id}/steps/s1`, { status: "in_progress" });
   if (r.status !== 200) await fail(`PATCH s1 answered ${r.status}`);
   await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "in_progress");
   if ((await page.textContent("#version")) !== "2") await fail(`version shown after the step update: ${await page.textContent("#version")}`);

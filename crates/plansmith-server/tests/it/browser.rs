@@ -5,8 +5,9 @@
 //!   step), edit an argument and see the diagnostic, accept, watch a step status arrive live
 //!   (in the step list and on the DAG), make a new plan whose steps stream in over SSE.
 //! * `scripts/review-page-reconnect.mjs`: with API tokens, enter a token, see that owner's
-//!   plans, follow one live; the server restarts while a step changes, and the page reconnects
-//!   and shows the change; a deletion stops the following.
+//!   plans (and a plan made elsewhere join the list), follow one live; the server restarts
+//!   while a step changes, and the page reconnects and shows the change; a deletion stops the
+//!   following.
 //!
 //! Screenshots go to `target/review-page-screenshots/`.
 
@@ -120,7 +121,8 @@ async fn review_page_follows_a_plan_with_a_token_across_a_restart() {
     let location = Location::Sqlite(dir.path().join("plans.db"));
     let config = || crate::tokens(&[("alice-token", "alice"), ("bob-token", "bob")]);
     let model = || -> Arc<dyn LanguageModel> {
-        Arc::new(ScriptedModel::new(reply("weather-email.json", 2)))
+        // alice's plan and bob's, then the one the page sees join its list
+        Arc::new(ScriptedModel::new(reply("weather-email.json", 3)))
     };
     let store = PlanStore::open(&location).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
