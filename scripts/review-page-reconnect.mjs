@@ -4,19 +4,11 @@
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
 // Talks to the test that runs it by lines: prints "restart" when the server should stop and
 // come back, and waits for "restarted" on stdin.
-import { createRequire } from "node:module";
+import { launch, text } from "./review-page-browser.mjs";
 import { createInterface } from "node:readline";
-const require = createRequire(import.meta.url);
-const { chromium } = require(process.env.PLANSMITH_TEST_PLAYWRIGHT);
 const [base, id, token, shots] = process.argv.slice(2);
 const stdin = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
-const browser = await chromium.launch({
-  executablePath: process.env.PLANSMITH_TEST_CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const fail = async (msg) => { console.error(msg); await browser.close(); process.exit(1); };
-const text = (sel) => document.querySelector(sel)?.textContent;
+const { browser, fail } = await launch();
 const api = (method, path, body) => fetch(base + path, { method,
   headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
   body: body === undefined ? undefined : JSON.stringify(body) });

@@ -1,16 +1,9 @@
 // Drives the review page in headless Chromium (playwright-core). Usage:
 //   node scripts/review-page.mjs BASE_URL PLAN_ID SCREENSHOT_DIR
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
-import { createRequire } from "node:module";
-const require = createRequire(import.meta.url);
-const { chromium } = require(process.env.PLANSMITH_TEST_PLAYWRIGHT);
+import { launch } from "./review-page-browser.mjs";
 const [base, id, shots] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.PLANSMITH_TEST_CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const fail = async (msg) => { console.error(msg); await browser.close(); process.exit(1); };
+const { browser, fail } = await launch();
 try {
   const page = await browser.newPage();
   page.setDefaultTimeout(10000);

@@ -8,6 +8,9 @@
 //!   plans (and a plan made elsewhere join the list), follow one live; the server restarts
 //!   while a step changes, and the page reconnects and shows the change; a deletion stops the
 //!   following.
+//! * `scripts/review-page-run.mjs`: run an accepted plan from the page on a server with an
+//!   executor; a step's result shows, a step that needs approval waits with its buttons, the
+//!   approval resumes the run, and the run completes with every result shown.
 //!
 //! Screenshots go to `target/review-page-screenshots/`.
 
@@ -42,6 +45,24 @@ fn browser_env(test: &str) -> Option<(String, String)> {
     Some((playwright, chromium))
 }
 
+/// Runs `scripts/NAME` in node with these arguments and the browser `env`; fails the test when
+/// it fails or takes over 90 s.
+async fn run_page_script(name: &str, args: &[&str], env: &(String, String)) {
+    let mut child = tokio::process::Command::new("node")
+        .arg(root().join("scripts").join(name))
+        .args(args)
+        .env("PLANSMITH_TEST_PLAYWRIGHT", &env.0)
+        .env("PLANSMITH_TEST_CHROMIUM", &env.1)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(90), child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("scripts/{name} took over 90 s"))
+        .unwrap();
+    assert!(status.success(), "scripts/{name} failed");
+}
+
 fn screenshots() -> std::path::PathBuf {
     let shots = root().join("target/review-page-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -50,7 +71,7 @@ fn screenshots() -> std::path::PathBuf {
 
 #[tokio::test]
 async fn review_page_in_headless_chromium() {
-    let Some((playwright, chromium)) = browser_env("review page browser test") else {
+    let Some(env) = browser_env("review page browser test") else {
         return;
     };
     // 55 older plans (so the list has a second page), the plan the page works on, the answer's
@@ -67,21 +88,12 @@ async fn review_page_in_headless_chromium() {
     assert_eq!(status, 201, "{created}");
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
     let shots = screenshots();
-    let mut child = tokio::process::Command::new("node")
-        .arg(root().join("scripts/review-page.mjs"))
-        .arg(&s.base)
-        .arg(&id)
-        .arg(&shots)
-        .env("PLANSMITH_TEST_PLAYWRIGHT", playwright)
-        .env("PLANSMITH_TEST_CHROMIUM", chromium)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(90), child.wait())
-        .await
-        .expect("the browser test took over 90 s")
-        .unwrap();
-    assert!(status.success(), "scripts/review-page.mjs failed");
+    run_page_script(
+        "review-page.mjs",
+        &[&s.base, &id, &shots.display().to_string()],
+        &env,
+    )
+    .await;
     let (_, plan) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
     assert_eq!(plan["state"], "accepted");
     assert_eq!(plan["plan"]["steps"][0]["status"], "in_progress");
@@ -195,5 +207,35 @@ async fn review_page_follows_a_plan_with_a_token_across_a_restart() {
             screenshots().join(name).metadata().unwrap().len() > 1000,
             "{name}"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_page_runs_a_plan_and_takes_an_approval() {
+    let Some(env) = browser_env("review page run test") else {
+        return;
+    };
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (s, _store) = crate::run::start_with(calls.clone(), vec!["s2".to_owned()], true).await;
+    let mut request = crate::weather();
+    request["auto_accept"] = true.into();
+    let (status, created) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let shots = screenshots();
+    run_page_script(
+        "review-page-run.mjs",
+        &[&s.base, &id, &shots.display().to_string()],
+        &env,
+    )
+    .await;
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        calls[1].starts_with("send_email") && calls[1].contains("Sunny, 21 °C"),
+        "{calls:?}"
+    );
+    for name in ["7-approval.png", "8-run-completed.png"] {
+        assert!(shots.join(name).metadata().unwrap().len() > 1000, "{name}");
     }
 }

@@ -20,7 +20,7 @@ async fn start_with_executor(calls: Arc<Mutex<Vec<String>>>) -> Server {
 
 /// As [`start_with_executor`], with steps that need approval, the background worker on or
 /// off, and the store handed back (to decide as `plansmith plans decide` would).
-async fn start_with(
+pub(crate) async fn start_with(
     calls: Arc<Mutex<Vec<String>>>,
     require_approval: Vec<String>,
     worker: bool,

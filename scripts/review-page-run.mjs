@@ -1,0 +1,37 @@
+// Drives the review page in headless Chromium (playwright-core) through a run of an accepted
+// plan whose step s2 needs approval. Usage:
+//   node scripts/review-page-run.mjs BASE_URL PLAN_ID SCREENSHOT_DIR
+// Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
+import { launch, text } from "./review-page-browser.mjs";
+const [base, id, shots] = process.argv.slice(2);
+const { browser, fail } = await launch();
+try {
+  const page = await browser.newPage();
+  page.setDefaultTimeout(15000);
+  await page.goto(base + "/");
+  await page.click(`button[data-id="${id}"]`);
+  await page.waitForSelector("#main[data-live]");
+  if ((await page.evaluate(text, "#state")) !== "accepted") await fail(`state ${await page.evaluate(text, "#state")}`);
+  await page.click("#run");
+  // s1 runs and its result shows; s2 waits for approval, with the buttons to decide.
+  await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "completed"
+    && document.querySelector("#step-s1 .result")?.textContent.includes("Sunny, 21 °C"));
+  await page.waitForSelector('#step-s2 button[data-verdict="approve"]');
+  if ((await page.evaluate(text, "#step-s2 .status")) !== "blocked") await fail(`s2 is ${await page.evaluate(text, "#step-s2 .status")}`);
+  if (!(await page.evaluate(text, "#step-s2 .note")).includes("waiting for approval")) await fail(`s2 note: ${await page.evaluate(text, "#step-s2 .note")}`);
+  // With no wait for people (the executor's default), the run pauses until someone decides.
+  await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
+  if ((await page.getAttribute('#dag g[data-step="s2"] rect', "class")) !== "blocked") await fail("DAG node s2 not blocked");
+  await page.screenshot({ path: `${shots}/7-approval.png`, fullPage: true });
+  await page.click('#step-s2 button[data-verdict="approve"]');
+  // The decision resumes the run: s2 sends the email with s1's summary, s3 replies, the run completes.
+  await page.waitForFunction(() => document.querySelector("#step-s2 .status")?.textContent === "completed"
+    && document.querySelector("#step-s3 .status")?.textContent === "completed");
+  await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run completed");
+  // The result comes with the plan the executor writes just after the events.
+  await page.waitForFunction(() => document.querySelector("#step-s2 .result")?.textContent.includes('"sent":true'));
+  if (await page.$('#step-s2 button[data-verdict]')) await fail("decision buttons left on a completed step");
+  await page.screenshot({ path: `${shots}/8-run-completed.png`, fullPage: true });
+  console.log("review page run: OK");
+} catch (e) { await fail(String(e)); }
+await browser.close();
