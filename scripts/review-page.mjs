@@ -1,4 +1,6 @@
-// Drives the review page in headless Chromium (playwright-core). Usage:
+// Drives the review page in headless Chromium (playwright-core): the list, a question, an
+// argument edit checked live, step removal, free-text changes, accept, live status, a new
+// streamed plan. Usage:
 //   node scripts/review-page.mjs BASE_URL PLAN_ID SCREENSHOT_DIR
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
 import { launch } from "./review-page-browser.mjs";
@@ -54,6 +56,18 @@ try {
   await page.click('button[aria-label="Save s1 unit"]');
   await page.waitForSelector("#errors p.diag[data-code]");
   if ((await storedVersion()) !== version) await fail("a refused edit stored a new version");
+  // Steps: removing one another depends on is refused with the engine's diagnostic; removing
+  // one nothing depends on stores a new version without it.
+  await page.click('button[aria-label="Remove step s1"]');
+  await page.waitForSelector('#errors p.diag[data-code="unknown_dependency"]');
+  if ((await storedVersion()) !== version) await fail("a refused removal stored a new version");
+  await page.click('button[aria-label="Remove step s3"]');
+  await page.waitForFunction((v) => document.querySelector("#version")?.textContent === String(v + 1) && !document.querySelector("#step-s3"), version);
+  // Free-text feedback: the model replans (the scripted reply brings s3 back).
+  await page.fill("#changes", "Also tell me when it is sent.");
+  await page.click("#ask-changes button");
+  await page.waitForFunction((v) => document.querySelector("#version")?.textContent === String(v + 2) && document.querySelector("#step-s3"), version);
+  await page.screenshot({ path: `${shots}/2b-replanned.png`, fullPage: true });
   await page.click("#accept");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "accepted");
   const r = await fetch(`${base}/v1/plans/${id}/steps/s1`, { method: "PATCH",

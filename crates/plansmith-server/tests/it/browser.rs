@@ -2,7 +2,8 @@
 //!
 //! * `scripts/review-page.mjs`: page through the plans list (56 plans, 50 to a page) and filter
 //!   it by state, open a plan, answer its question (and see the replanning stream in, step by
-//!   step), edit an argument and see the diagnostic, accept, watch a step status arrive live
+//!   step), edit an argument and see the diagnostic, remove steps (one refused: another depends
+//!   on it), ask for changes in free text (replanned), accept, watch a step status arrive live
 //!   (in the step list and on the DAG), make a new plan whose steps stream in over SSE.
 //! * `scripts/review-page-reconnect.mjs`: with API tokens, enter a token, see that owner's
 //!   plans (and a plan made elsewhere join the list), follow one live; the server restarts
@@ -75,10 +76,10 @@ async fn review_page_in_headless_chromium() {
         return;
     };
     // 55 older plans (so the list has a second page), the plan the page works on, the answer's
-    // replan, then the plan the page creates over SSE
+    // replan, the free-text edit's replan, then the plan the page creates over SSE
     let mut turns = reply("weather-email.json", 55);
     turns.extend(reply("missing-recipient.json", 1));
-    turns.extend(reply("weather-email.json", 2));
+    turns.extend(reply("weather-email.json", 3));
     let s = start(turns, ServerConfig::default()).await;
     for _ in 0..55 {
         create(&s, None).await;
