@@ -68,6 +68,7 @@ try {
   await page.click("#ask-changes button");
   await page.waitForFunction((v) => document.querySelector("#version")?.textContent === String(v + 2) && document.querySelector("#step-s3"), version);
   await page.screenshot({ path: `${shots}/2b-replanned.png`, fullPage: true });
+  if ((await page.inputValue("#changes")) !== "") await fail("the sent changes are still in the box");
   await page.click("#accept");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "accepted");
   const r = await fetch(`${base}/v1/plans/${id}/steps/s1`, { method: "PATCH",
