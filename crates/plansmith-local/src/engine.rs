@@ -389,13 +389,7 @@ fn worker(
         // A caller that stopped waiting gets nothing more: its request is not decoded (or no
         // further), so the model is free for the next one at once.
         let abandoned = || job.reply.is_canceled();
-        let mut on_text = |text: String| {
-            if let Some(sender) = &job.text {
-                // A reader that stopped reading also dropped the answer: `abandoned` ends it.
-                let _ = sender.unbounded_send(text);
-            }
-        };
-        let result = session.complete(&job.request, &mut run_stats, &abandoned, &mut on_text);
+        let result = session.complete(&job.request, &mut run_stats, &abandoned, job.text.as_ref());
         if let Ok(mut shared) = stats.lock() {
             *shared = run_stats;
         }
@@ -441,6 +435,16 @@ impl JsonLexState {
 }
 
 impl Reply {
+    /// Sends the text added since the last send to `text`, if the request is streamed (a
+    /// reader that stopped reading also dropped the answer, and `abandoned` ends the request).
+    fn send_unsent(&mut self, text: Option<&stream_mpsc::UnboundedSender<String>>) {
+        if let Some(sender) = text
+            && let Some(piece) = self.unsent()
+        {
+            let _ = sender.unbounded_send(piece);
+        }
+    }
+
     /// The text added since the last call, up to its last whole UTF-8 character (a token can
     /// end inside one); `None` when there is none.
     fn unsent(&mut self) -> Option<String> {
@@ -578,13 +582,14 @@ fn backend_error(what: &str, err: impl std::fmt::Display) -> LlmError {
 }
 
 impl Session<'_, '_> {
-    /// Decodes the reply to `request`, handing its text to `on_text` as it grows.
+    /// Decodes the reply to `request`, sending its text to `text` (a streamed request) as it
+    /// grows.
     fn complete(
         &mut self,
         request: &CompletionRequest,
         stats: &mut Stats,
         abandoned: &dyn Fn() -> bool,
-        on_text: &mut dyn FnMut(String),
+        text: Option<&stream_mpsc::UnboundedSender<String>>,
     ) -> Result<Completion, LlmError> {
         stop_if_abandoned(abandoned, stats)?;
         let messages = request
@@ -702,9 +707,7 @@ impl Session<'_, '_> {
                 reply.force(matcher, max_tokens, &vocab, stats)?;
             }
             // What the last round chose and the grammar forced after it, as it stands.
-            if let Some(text) = reply.unsent() {
-                on_text(text);
-            }
+            reply.send_unsent(text);
             if let Some(matcher) = matcher.as_mut() {
                 if matcher.is_stopped() {
                     finish = FinishReason::Stop;
@@ -741,9 +744,7 @@ impl Session<'_, '_> {
             }
             reply.push(token, &vocab);
         }
-        if let Some(text) = reply.unsent() {
-            on_text(text);
-        }
+        reply.send_unsent(text);
         stats.generate_time = started.elapsed();
         let Reply {
             bytes, generated, ..
