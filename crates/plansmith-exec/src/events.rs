@@ -106,3 +106,7 @@ impl ExecEvent {
 
 /// Receives events (must be quick: it runs on the scheduler's task).
 pub type Observer = Arc<dyn Fn(&str, &ExecEvent) + Send + Sync>;
+
+/// Receives the plan after each write of a run's step statuses and results into its document
+/// (must be quick: it runs on the task that writes them).
+pub type DocumentObserver = Arc<dyn Fn(&plansmith_store::StoredPlan) + Send + Sync>;

@@ -73,7 +73,7 @@ pub mod replan;
 pub mod run;
 pub mod summary;
 
-pub use events::{ExecEvent, Observer};
+pub use events::{DocumentObserver, ExecEvent, Observer};
 pub use invoke::{
     Call, CommandInvoker, CommandMap, Endpoint, FnInvoker, InvokeError, Invoker, Invokers,
     TaskInvoker,

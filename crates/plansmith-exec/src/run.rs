@@ -20,14 +20,14 @@ use plansmith_core::validate::validate;
 use plansmith_core::{Action, Catalog, Feedback, LanguageModel, Plan, PlanRequest, Planner};
 use plansmith_store::{
     Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, ReviewState, RunState, StepEnd,
-    StepSeed, StepVerdict, StoreError, Trigger,
+    StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use crate::events::{ExecEvent, Observer};
+use crate::events::{DocumentObserver, ExecEvent, Observer};
 use crate::invoke::{Call, InvokeError, Invokers};
 use crate::policy::{FailurePolicy, OnFailure, needs_approval, policy_for};
 use crate::refs::{RefError, check_output, preview, resolve};
@@ -173,6 +173,7 @@ pub struct Executor {
     planner: Option<Arc<Planner>>,
     summary_model: Option<Arc<dyn LanguageModel>>,
     observer: Option<Observer>,
+    on_document: Option<DocumentObserver>,
     config: Arc<ExecConfig>,
 }
 
@@ -203,6 +204,7 @@ impl Executor {
             planner: None,
             summary_model: None,
             observer: None,
+            on_document: None,
             config: Arc::new(config),
         }
     }
@@ -228,6 +230,13 @@ impl Executor {
     /// Receives every [`ExecEvent`].
     pub fn with_observer(mut self, observer: Observer) -> Executor {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Receives the plan each time the run writes its steps' statuses and results into the
+    /// document (in the order of the writes), as another writer would publish its change.
+    pub fn with_document_observer(mut self, observer: DocumentObserver) -> Executor {
+        self.on_document = Some(observer);
         self
     }
 
@@ -471,6 +480,7 @@ impl<'a> Ctx<'a> {
                 plan_id.to_owned(),
                 format!("executor@{}", ex.config.node),
                 ex.config.sync_document,
+                ex.on_document.clone(),
             ),
         };
         ctx.restrict_to_view();
@@ -1580,7 +1590,13 @@ struct DocSync {
 const SYNC_ATTEMPTS: u32 = 16;
 
 impl DocSync {
-    fn spawn(store: PlanStore, plan_id: String, actor: String, enabled: bool) -> DocSync {
+    fn spawn(
+        store: PlanStore,
+        plan_id: String,
+        actor: String,
+        enabled: bool,
+        on_document: Option<DocumentObserver>,
+    ) -> DocSync {
         if !enabled {
             return DocSync { sender: None };
         }
@@ -1599,12 +1615,17 @@ impl DocSync {
                         other => steps.push(other),
                     }
                 }
-                if !steps.is_empty()
-                    && let Err(err) = write_doc(&store, &plan_id, &actor, &steps).await
-                {
-                    tracing::warn!(
-                        "plan {plan_id}: step statuses not written to the document: {err}"
-                    );
+                if !steps.is_empty() {
+                    match write_doc(&store, &plan_id, &actor, &steps).await {
+                        Ok(stored) => {
+                            if let Some(observer) = &on_document {
+                                observer(&stored);
+                            }
+                        }
+                        Err(err) => tracing::warn!(
+                            "plan {plan_id}: step statuses not written to the document: {err}"
+                        ),
+                    }
                 }
                 for done in waiters {
                     let _ = done.send(());
@@ -1656,7 +1677,7 @@ async fn write_doc(
     plan_id: &str,
     actor: &str,
     changes: &[SyncMsg],
-) -> Result<(), StoreError> {
+) -> Result<StoredPlan, StoreError> {
     let mut last = None;
     for _ in 0..SYNC_ATTEMPTS {
         let current = store.get(plan_id).await?;
@@ -1694,7 +1715,7 @@ async fn write_doc(
             actor: actor.to_owned(),
         };
         match store.write(change).await {
-            Ok(_) => return Ok(()),
+            Ok(stored) => return Ok(stored),
             Err(err @ StoreError::Conflict { .. }) => last = Some(err),
             Err(err) => return Err(err),
         }

@@ -2,7 +2,8 @@
 //! continues) a run with the executor of `plansmith-exec`, and the run's events go to the
 //! plan's event stream (`exec_run_started`, `exec_step_started`, `exec_step_completed`,
 //! `exec_step_retrying`, `exec_step_ended`, `exec_replanned`, `exec_run_finished`, plus
-//! `step_status` for the review page). Every serve process with an executor also runs a
+//! `step_status` for the review page, and `plan_updated` each time the run writes its steps'
+//! statuses and results into the plan). Every serve process with an executor also runs a
 //! worker ([`spawn_worker`]) that joins the running runs in the store, so several processes
 //! on one PostgreSQL store share the steps (leases decide who runs which).
 
@@ -38,11 +39,18 @@ impl std::fmt::Debug for Runner {
 }
 
 impl Runner {
-    /// A runner whose executor publishes its events on `bus`.
+    /// A runner whose executor publishes its events on `bus`, and each plan it writes (the
+    /// steps' statuses, results, errors and notes) as `plan_updated`, as every other writer of
+    /// a plan does.
     pub fn new(executor: Executor, bus: EventBus) -> Runner {
-        let executor = executor.with_observer(Arc::new(move |plan_id, event| {
-            publish(&bus, plan_id, event);
-        }));
+        let documents = bus.clone();
+        let executor = executor
+            .with_observer(Arc::new(move |plan_id, event| {
+                publish(&bus, plan_id, event);
+            }))
+            .with_document_observer(Arc::new(move |stored| {
+                crate::routes::publish_stored(&documents, "plan_updated", stored);
+            }));
         Runner {
             executor,
             active: Arc::default(),

@@ -299,7 +299,7 @@ async fn instantiate(
             &caller.actor(),
         )
         .await?;
-    crate::routes::publish_stored(&state, "plan_created", &stored);
+    crate::routes::publish_stored(&state.bus, "plan_created", &stored);
     Ok((
         StatusCode::CREATED,
         Json(Instantiated {

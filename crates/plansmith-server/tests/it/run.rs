@@ -100,6 +100,18 @@ async fn run_endpoint_streams_execution_events() {
     }
     let (_, finished) = seen.last().unwrap();
     assert_eq!(finished["data"]["state"], "completed", "{finished}");
+    // The run's writes of the plan come as plan_updated (the stored plan, as any writer's),
+    // the last one before the end with every step's status and result.
+    let (_, written) = seen
+        .iter()
+        .rev()
+        .find(|(kind, _)| kind == "plan_updated")
+        .unwrap_or_else(|| panic!("no plan_updated in {kinds:?}"));
+    let steps = &written["data"]["plan"]["steps"];
+    assert_eq!(steps[0]["status"], "completed", "{written}");
+    assert_eq!(steps[0]["result"]["summary"], "Sunny, 21 °C", "{written}");
+    assert_eq!(steps[2]["status"], "completed", "{written}");
+    assert!(written["version"].as_u64().unwrap() > 1, "{written}");
     // The $ref was filled from the weather result.
     let calls = calls.lock().unwrap().clone();
     assert!(
