@@ -237,6 +237,15 @@ pub struct Completion {
     /// server that refused a JSON Schema response format and fell back to tool calling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
+    /// Microseconds the request waited before the backend started on it (the embedded model
+    /// runs one request at a time: a request made while another decodes waits for it). Part of
+    /// the call's time, which the pipeline reports apart from the generation itself.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub queue_us: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Errors at the model boundary.

@@ -111,8 +111,12 @@ pub struct Attempt {
     pub diagnostics: Vec<Diagnostic>,
     /// Tokens.
     pub usage: Usage,
-    /// Time of the model call.
+    /// Time the model spent on the call (without [`Attempt::queue_ms`]).
     pub generate_ms: u64,
+    /// Time the call waited for the model before it started (the embedded model serves one
+    /// request at a time).
+    #[serde(default)]
+    pub queue_ms: u64,
 }
 
 /// Time spent per stage, in microseconds (summed over attempts).
@@ -123,8 +127,12 @@ pub struct Timings {
     pub select_us: u64,
     /// Template rendering and schema building.
     pub render_us: u64,
-    /// Model calls.
+    /// Model calls, without the time they waited for the model ([`Timings::queue_us`]).
     pub generate_us: u64,
+    /// Time model calls waited before the model started on them: the embedded model serves
+    /// one request at a time, so under concurrent requests this is where the time goes.
+    #[serde(default)]
+    pub queue_us: u64,
     /// Parsing.
     pub parse_us: u64,
     /// Validation.
@@ -474,8 +482,11 @@ impl Planner {
                     break;
                 }
             };
-            let generate_us = micros(stage);
+            let elapsed = micros(stage);
+            let queue_us = completion.queue_us.min(elapsed);
+            let generate_us = elapsed - queue_us;
             diagnostics.timings.generate_us += generate_us;
+            diagnostics.timings.queue_us += queue_us;
             diagnostics.usage += completion.usage;
             if let Some(used) = completion.strategy {
                 diagnostics.strategy = Some(used);
@@ -502,6 +513,7 @@ impl Planner {
                 diagnostics: Vec::new(),
                 usage: completion.usage,
                 generate_ms: generate_us / 1000,
+                queue_ms: queue_us / 1000,
             };
             if completion.finish == FinishReason::Length {
                 attempt.diagnostics.push(Diagnostic::warning(

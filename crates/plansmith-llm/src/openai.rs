@@ -453,6 +453,7 @@ fn parse_reply(
         usage: reply.usage.map(WireUsage::usage).unwrap_or_default(),
         finish: negotiate::finish_reason(choice.finish_reason.as_deref()),
         strategy: Some(strategy),
+        queue_us: 0,
     })
 }
 
@@ -588,6 +589,7 @@ impl Accumulate for Accumulator {
             usage: self.usage,
             finish: negotiate::finish_reason(self.finish.as_deref()),
             strategy: Some(self.strategy),
+            queue_us: 0,
         })
     }
 }

@@ -188,6 +188,9 @@ struct Job {
     reply: oneshot::Sender<Result<Completion, LlmError>>,
     /// Where the reply's text goes as it is decoded, for a streamed request.
     text: Option<stream_mpsc::UnboundedSender<String>>,
+    /// When the request was queued: the wait until the worker takes it is the completion's
+    /// [`Completion::queue_us`].
+    queued_at: Instant,
 }
 
 /// A GGUF model run in-process (see the module docs).
@@ -300,6 +303,7 @@ impl LocalModel {
                     request,
                     reply,
                     text,
+                    queued_at: Instant::now(),
                 })
                 .map_err(|_| LlmError::Backend("the local model thread has stopped".into()))
             });
@@ -389,7 +393,13 @@ fn worker(
         // A caller that stopped waiting gets nothing more: its request is not decoded (or no
         // further), so the model is free for the next one at once.
         let abandoned = || job.reply.is_canceled();
-        let result = session.complete(&job.request, &mut run_stats, &abandoned, job.text.as_ref());
+        let queue_us = u64::try_from(job.queued_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let result = session
+            .complete(&job.request, &mut run_stats, &abandoned, job.text.as_ref())
+            .map(|completion| Completion {
+                queue_us,
+                ..completion
+            });
         if let Ok(mut shared) = stats.lock() {
             *shared = run_stats;
         }
@@ -759,6 +769,7 @@ impl Session<'_, '_> {
             },
             finish,
             strategy: unconstrained_instead.then_some(Strategy::PromptOnly),
+            queue_us: 0,
         })
     }
 

@@ -90,6 +90,7 @@ impl Metrics {
         for (stage, us) in [
             ("select", t.select_us),
             ("render", t.render_us),
+            ("queue", t.queue_us),
             ("generate", t.generate_us),
             ("parse", t.parse_us),
             ("validate", t.validate_us),

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use plansmith_core::llm::Script;
 use plansmith_core::pipeline::Triage;
 use plansmith_core::{
-    Catalog, CompletionRequest, Finding, OutcomeStatus, PlanRequest, Planner, ScriptedInvestigator,
-    ScriptedModel, Step,
+    Catalog, Completion, CompletionRequest, Finding, LanguageModel, LlmError, OutcomeStatus,
+    PlanRequest, Planner, ScriptedInvestigator, ScriptedModel, Step,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -439,6 +439,46 @@ fn a_late_investigation_is_dropped_and_planning_goes_on() {
         .map(|m| m.content.as_str())
         .collect();
     assert!(!prompt.contains("stale"), "{prompt}");
+}
+
+/// Time a call waited for the model (the embedded model serves one request at a time) is
+/// reported as its own stage, not as generation.
+#[test]
+fn time_waiting_for_the_model_is_not_counted_as_generation() {
+    /// Takes 80 ms, of which it says 60 were spent waiting for its turn.
+    struct Queued;
+    impl LanguageModel for Queued {
+        fn name(&self) -> String {
+            "queued".into()
+        }
+        fn capabilities(&self) -> plansmith_core::Capabilities {
+            plansmith_core::Capabilities::default()
+        }
+        fn complete(
+            &self,
+            _request: CompletionRequest,
+        ) -> plansmith_core::llm::BoxFuture<'_, Result<Completion, LlmError>> {
+            Box::pin(async {
+                std::thread::sleep(std::time::Duration::from_millis(80));
+                Ok(Completion {
+                    text: r#"{"thought": "t", "title": "Reply", "steps": [{"id": "s1", "type": "reply", "text": "ok"}]}"#.into(),
+                    queue_us: 60_000,
+                    ..Completion::default()
+                })
+            })
+        }
+    }
+    let planner = Planner::new(test_catalog(false), Arc::new(Queued));
+    let outcome = futures::executor::block_on(planner.plan(&PlanRequest::new("Say ok"))).unwrap();
+    let timings = outcome.diagnostics.timings;
+    assert_eq!(timings.queue_us, 60_000, "{timings:?}");
+    assert!(
+        (20_000..60_000).contains(&timings.generate_us),
+        "generation is the call's time without the wait: {timings:?}"
+    );
+    let attempt = &outcome.diagnostics.attempts[0];
+    assert_eq!(attempt.queue_ms, 60);
+    assert!((20..60).contains(&attempt.generate_ms), "{attempt:?}");
 }
 
 #[test]

@@ -377,6 +377,35 @@ fn an_abandoned_request_stops_decoding_and_frees_the_model() {
     assert!(!model.last_stats().abandoned);
 }
 
+/// The worker serves one request at a time: a request made while another decodes waits, and
+/// its completion says how long (the pipeline reports that wait apart from generation).
+#[test]
+fn a_request_made_while_another_decodes_reports_its_wait() {
+    let _serial = serial();
+    let model = model();
+    let user = plansmith_core::llm::Message::user;
+    // A grammar that cannot end before the cap: the long request decodes all 48 tokens.
+    let numbers = json!({"type": "array", "items": {"type": "integer"},
+        "minItems": 1000, "maxItems": 1000});
+    let long = request(vec![user("Write numbers.")], Some(numbers), 48);
+    let short = request(vec![user("Say hi.")], None, 4);
+    let started = std::time::Instant::now();
+    // Both are queued when their futures are made, the long one first.
+    let (first, second) = (model.complete(long), model.complete(short));
+    let first = futures::executor::block_on(first).unwrap();
+    let first_took = started.elapsed().as_micros() as u64;
+    let second = futures::executor::block_on(second).unwrap();
+    assert!(first.usage.completion_tokens >= 40, "{first:?}");
+    assert!(
+        first.queue_us < 50_000,
+        "nothing was ahead of it: {first:?}"
+    );
+    assert!(
+        second.queue_us >= first_took * 4 / 5,
+        "it waited for the whole first request ({first_took} µs): {second:?}"
+    );
+}
+
 #[test]
 fn without_prefix_reuse_every_prompt_is_evaluated_from_scratch() {
     let _serial = serial();

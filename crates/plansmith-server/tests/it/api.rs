@@ -700,6 +700,7 @@ async fn metrics_health_and_page() {
         "plansmith_ready_ratio 1",
         "plansmith_steps_per_plan_count 1",
         "plansmith_stage_seconds_count{stage=\"total\"} 1",
+        "plansmith_stage_seconds_count{stage=\"queue\"} 1",
         "plansmith_http_request_seconds_count{route=\"/v1/plans\",status=\"201\"} 1",
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
