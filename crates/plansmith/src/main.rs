@@ -37,6 +37,7 @@ mod model;
 #[cfg(feature = "local")]
 mod models_cmd;
 mod plan_cmd;
+mod plan_progress;
 mod plans_cmd;
 mod run_cmd;
 mod serve_cmd;

@@ -9,6 +9,7 @@ use plansmith_core::{
     Planner, Severity, Shape, Templates,
 };
 
+use crate::plan_progress::{PlanProgress, ProgressMode};
 use crate::{CliError, EXIT_FALLBACK, EXIT_NEEDS_INPUT, EXIT_OK};
 
 /// Arguments of `plansmith plan`.
@@ -103,6 +104,11 @@ pub struct PlanArgs {
     /// Print every diagnostic, not just a summary.
     #[arg(long, short)]
     verbose: bool,
+    /// Show the planning on stderr as it happens (the model writing, each step as soon as it
+    /// is written, rejected attempts): `auto` on a terminal, `always` also as plain lines when
+    /// stderr is not a terminal, `never`.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    progress: ProgressMode,
     /// `--save`, `--review` and the store (see `plansmith plans`).
     #[command(flatten)]
     save: crate::plans_cmd::SaveArgs,
@@ -113,6 +119,7 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     let catalog = load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
     let catalog = crate::mcp_cmd::extend(catalog, args.mcp.as_deref())?;
     let model = crate::model::load(args.model.as_deref())?;
+    let model_name = model.name();
     let mut planner = Planner::new(catalog, model);
     if let Some(dir) = &args.templates {
         planner = planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
@@ -132,7 +139,16 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
         .build()
         .context("cannot start the async runtime")
         .map_err(CliError::failed)?;
-    match runtime.block_on(planner.plan(&request)) {
+    let planned = match PlanProgress::new(args.progress, model_name) {
+        Some(mut progress) => {
+            let planned = runtime
+                .block_on(planner.plan_with_events(&request, &mut |event| progress.show(event)));
+            progress.finish();
+            planned
+        }
+        None => runtime.block_on(planner.plan(&request)),
+    };
+    match planned {
         Ok(outcome) => {
             let code = print_outcome(&outcome, &args)?;
             crate::plans_cmd::after_plan(&args.save, &planner, &request, &outcome, code)

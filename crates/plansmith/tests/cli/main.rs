@@ -275,6 +275,44 @@ fn exit_codes_for_needs_input_and_fallback() {
     );
 }
 
+/// `--progress always` shows the planning on stderr, as plain lines when stderr is not a
+/// terminal: the model, each step as soon as it is written (with its problem), the rejected
+/// attempt and its repair. By default, off a terminal, stderr has none of it; stdout is the same
+/// either way.
+#[test]
+fn progress_shows_each_step_and_repair_on_stderr() {
+    let args = [
+        "plan",
+        "Email the quarterly report to my boss",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:examples/replies/missing-recipient.json",
+    ];
+    let quiet = plansmith(&args);
+    let mut with_progress = args.to_vec();
+    with_progress.extend(["--progress", "always"]);
+    let shown = plansmith(&with_progress);
+    assert_exit(&quiet, 10);
+    assert_exit(&shown, 10);
+    assert_eq!(text(&shown.stdout), text(&quiet.stdout));
+    assert!(
+        !text(&quiet.stderr).contains("planning with"),
+        "{}",
+        text(&quiet.stderr)
+    );
+    let stderr = text(&shown.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let expected = [
+        "planning with scripted",
+        "  s1 send_email: Send the report (tool `send_email` requires argument `to`)",
+        "attempt 1 rejected: error[missing_argument] at /steps/0/action/arguments/to: tool \
+         `send_email` requires argument `to`",
+        "attempt 2: repairing with scripted",
+    ];
+    assert_eq!(lines.get(..expected.len()), Some(&expected[..]), "{stderr}");
+}
+
 // The download belongs to the embedded model: without the `local` feature the binary has none.
 #[cfg(feature = "local")]
 #[test]
