@@ -1,6 +1,10 @@
 //! Planning overhead per request with the 1,853-tool BFCL catalog and an instant model:
 //! everything but the model — select (BM25), render (templates + schema), parse, validate.
 //!
+//! A second group, `service_request`, is the request of the service's load test
+//! (`scripts/load-test.sh`): the 11 example tools and the recorded three-step weather-and-email
+//! reply, in its code fence.
+//!
 //! `cargo bench -p plansmith-core --bench planning`
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -118,5 +122,41 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The load test's request: `examples/tools.json`, the weather-and-email reply it replays.
+fn bench_service_request(c: &mut Criterion) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let tools = std::fs::read_to_string(format!("{root}/examples/tools.json")).unwrap();
+    let catalog = Catalog::from_json(&serde_json::from_str(&tools).unwrap()).unwrap();
+    let script =
+        std::fs::read_to_string(format!("{root}/examples/replies/weather-email-repeat.json"))
+            .unwrap();
+    let script: serde_json::Value = serde_json::from_str(&script).unwrap();
+    let raw = script["turns"][0].as_str().unwrap().to_owned();
+    let planner = Planner::new(catalog.clone(), Arc::new(Instant(raw.clone())));
+    let request = PlanRequest::new("Email Bob the weather in Paris");
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    assert_eq!(outcome.plan.steps.len(), 3);
+    assert!(outcome.diagnostics.attempts.len() == 1, "{outcome:?}");
+    let mut group = c.benchmark_group("service_request");
+    group.bench_function("plan_request_end_to_end", |b| {
+        b.iter(|| futures::executor::block_on(planner.plan(black_box(&request))).unwrap())
+    });
+    let defaults = ParseDefaults {
+        plan_id: "p",
+        goal: "g",
+        locale: "en-US",
+        now: Utc::now(),
+    };
+    group.bench_function("parse", |b| {
+        b.iter(|| parse(black_box(&raw), &defaults).unwrap())
+    });
+    let parsed = parse(&raw, &defaults).unwrap();
+    let options = PlanOptions::default();
+    group.bench_function("validate", |b| {
+        b.iter(|| validate(black_box(parsed.plan.clone()), &catalog, &options))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_service_request);
 criterion_main!(benches);

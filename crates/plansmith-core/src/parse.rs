@@ -154,14 +154,36 @@ pub struct Parsed {
 /// Extraction fixes (repair, truncation, double encoding) come first in
 /// [`Parsed::diagnostics`].
 pub fn parse(raw: &str, defaults: &ParseDefaults<'_>) -> Result<Parsed, ParseError> {
+    parse_impl(raw, defaults, true)
+}
+
+/// [`parse`] for the pipeline, which never reads [`Parsed::json`]: it is left `Null`, which
+/// saves a copy of the whole extracted document per attempt.
+pub(crate) fn parse_for_pipeline(
+    raw: &str,
+    defaults: &ParseDefaults<'_>,
+) -> Result<Parsed, ParseError> {
+    parse_impl(raw, defaults, false)
+}
+
+fn parse_impl(
+    raw: &str,
+    defaults: &ParseDefaults<'_>,
+    keep_json: bool,
+) -> Result<Parsed, ParseError> {
     let extracted = extract(raw)?;
     let mut diagnostics = extracted.diagnostics();
-    let (plan, shape, more) = to_plan_impl(extracted.value.clone(), defaults, extracted.cut_step)?;
+    let (value, json) = if keep_json {
+        (extracted.value.clone(), extracted.value)
+    } else {
+        (extracted.value, Value::Null)
+    };
+    let (plan, shape, more) = to_plan_impl(value, defaults, extracted.cut_step)?;
     diagnostics.extend(more);
     Ok(Parsed {
         plan,
         shape,
-        json: extracted.value,
+        json,
         repaired: extracted.repaired,
         diagnostics,
     })
@@ -698,8 +720,25 @@ fn hex4(text: &str, at: usize) -> Option<u16> {
     u16::from_str_radix(digits, 16).ok()
 }
 
-/// Removes `<think>`/`<thinking>` blocks (see [`extract_json`]).
-fn strip_think(raw: &str) -> String {
+/// Removes `<think>`/`<thinking>` blocks (see [`extract_json`]); the text itself when it has
+/// no such tag (most replies), without copying it.
+fn strip_think(raw: &str) -> Cow<'_, str> {
+    let bytes = raw.as_bytes();
+    let has_tag = bytes.iter().enumerate().any(|(idx, &byte)| {
+        byte == b'<' && {
+            let rest = bytes.get(idx + 1..).unwrap_or_default();
+            let rest = rest.strip_prefix(b"/").unwrap_or(rest);
+            rest.get(..5)
+                .is_some_and(|word| word.eq_ignore_ascii_case(b"think"))
+        }
+    });
+    if !has_tag {
+        return Cow::Borrowed(raw);
+    }
+    Cow::Owned(strip_think_tags(raw))
+}
+
+fn strip_think_tags(raw: &str) -> String {
     const OPEN: [&str; 2] = ["<thinking>", "<think>"];
     const CLOSE: [&str; 2] = ["</thinking>", "</think>"];
     // ASCII lowercasing keeps every byte offset, so positions in `lower` are positions in `raw`.
@@ -2205,6 +2244,8 @@ mod tests {
             ("<think>never closed {\"a\": 1}", "never closed {\"a\": 1}"),
             ("reasoning only </think> answer", " answer"),
             ("no tags", "no tags"),
+            ("a < b </thin> <t", "a < b </thin> <t"),
+            ("x</THINK>y", "y"),
             ("é<think>ü</think>🚀", "é🚀"),
         ];
         for (input, want) in cases {

@@ -527,7 +527,7 @@ impl Planner {
             }
 
             let stage = Instant::now();
-            let parsed = parse::parse(&raw, &defaults);
+            let parsed = parse::parse_for_pipeline(&raw, &defaults);
             diagnostics.timings.parse_us += micros(stage);
             let parsed = match parsed {
                 Ok(parsed) => parsed,
@@ -670,7 +670,7 @@ impl Planner {
         // the final reply back, and this early preview drops them the same way.
         let steps: Vec<Value> = steps.iter().cloned().map(drop_nulls).collect();
         let text = json!({"steps": steps}).to_string();
-        let Ok(parsed) = parse::parse(&text, defaults) else {
+        let Ok(parsed) = parse::parse_for_pipeline(&text, defaults) else {
             return;
         };
         let Some(last_id) = parsed.plan.steps.last().map(|s| s.id.clone()) else {

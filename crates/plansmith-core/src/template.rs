@@ -6,7 +6,9 @@
 //! built-in one; other files there are ignored. The context each template sees is
 //! [`PromptContext`] (and [`RepairContext`] for `repair.j2`).
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use minijinja::Environment;
 use serde::Serialize;
@@ -139,10 +141,31 @@ pub struct RepairContext {
     pub rejected: String,
 }
 
+/// The fields of [`PromptContext`] that stay the same across requests that choose the same
+/// tools and agents under the same profile, locale and step cap. A system template that reads
+/// only these renders the same text for all such requests (the design keeps everything per
+/// request out of the system prompt, so that KV and prompt caches reuse it), and its text is
+/// kept instead of rendered again.
+const STABLE_FIELDS: [&str; 5] = ["profile", "locale", "max_steps", "tools", "agents"];
+
+/// The system templates, by shape.
+const SYSTEM_TEMPLATES: [&str; 3] = [
+    "tool_steps.system.j2",
+    "research.system.j2",
+    "agent_tasks.system.j2",
+];
+
+/// Most rendered system prompts kept; the cache starts over when it is full.
+const SYSTEM_CACHE_MAX: usize = 256;
+
 /// The template set.
 #[derive(Debug)]
 pub struct Templates {
     env: Environment<'static>,
+    /// The system templates whose text depends only on [`STABLE_FIELDS`].
+    cacheable: Vec<&'static str>,
+    /// Rendered system prompts of the cacheable templates, by [`stable_key`].
+    rendered: Mutex<HashMap<String, String>>,
 }
 
 impl Templates {
@@ -154,7 +177,19 @@ impl Templates {
             // and is reported on render instead of panicking.
             let _ = env.add_template(name, source);
         }
-        Templates { env }
+        Templates::from_env(env)
+    }
+
+    fn from_env(env: Environment<'static>) -> Templates {
+        let cacheable = SYSTEM_TEMPLATES
+            .into_iter()
+            .filter(|name| reads_only_stable_fields(&env, name))
+            .collect();
+        Templates {
+            env,
+            cacheable,
+            rendered: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Built-in templates, with any of the same names in `dir` taking their place.
@@ -187,7 +222,7 @@ impl Templates {
                     source,
                 })?;
         }
-        Ok(templates)
+        Ok(Templates::from_env(templates.env))
     }
 
     /// The system prompt for a shape.
@@ -197,7 +232,23 @@ impl Templates {
             Shape::Research => "research.system.j2",
             Shape::AgentTasks => "agent_tasks.system.j2",
         };
-        self.render(name, context)
+        if !self.cacheable.contains(&name) {
+            return self.render(name, context);
+        }
+        let key = stable_key(name, context);
+        if let Ok(rendered) = self.rendered.lock()
+            && let Some(text) = rendered.get(&key)
+        {
+            return Ok(text.clone());
+        }
+        let text = self.render(name, context)?;
+        if let Ok(mut rendered) = self.rendered.lock() {
+            if rendered.len() >= SYSTEM_CACHE_MAX {
+                rendered.clear();
+            }
+            rendered.insert(key, text.clone());
+        }
+        Ok(text)
     }
 
     /// The user message.
@@ -226,6 +277,74 @@ impl Templates {
             .map_err(wrap)?;
         Ok(text.trim().to_owned())
     }
+}
+
+/// Whether template `name` reads nothing but [`STABLE_FIELDS`] of its context. A template that
+/// pulls in another one (`include`, `import`, `from`, `extends`) is not checked further and
+/// counts as reading anything, as does one whose variables cannot be listed.
+fn reads_only_stable_fields(env: &Environment<'static>, name: &str) -> bool {
+    let Ok(template) = env.get_template(name) else {
+        return false;
+    };
+    if pulls_in_templates(template.source()) {
+        return false;
+    }
+    let variables = template.undeclared_variables(false);
+    !variables.is_empty()
+        && variables
+            .iter()
+            .all(|variable| STABLE_FIELDS.contains(&variable.as_str()))
+}
+
+/// Whether a block tag of `source` is `include`, `import`, `from` or `extends`.
+fn pulls_in_templates(source: &str) -> bool {
+    source.split("{%").skip(1).any(|tag| {
+        let word = tag.trim_start_matches(['-', '+']).trim_start();
+        ["include", "import", "from", "extends"]
+            .iter()
+            .any(|keyword| {
+                word.strip_prefix(keyword)
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_whitespace()))
+            })
+    })
+}
+
+/// The cache key of a system prompt: the template and every [`STABLE_FIELDS`] value, each
+/// string prefixed with its length so that no two contexts share a key.
+fn stable_key(name: &str, context: &PromptContext) -> String {
+    fn field(key: &mut String, text: &str) {
+        key.push_str(&text.len().to_string());
+        key.push(':');
+        key.push_str(text);
+    }
+    let mut key = String::with_capacity(256 + 160 * context.tools.len());
+    field(&mut key, name);
+    match &context.profile {
+        Some(profile) => {
+            key.push('+');
+            field(&mut key, profile);
+        }
+        None => key.push('-'),
+    }
+    field(&mut key, &context.locale);
+    field(&mut key, &context.max_steps.to_string());
+    field(&mut key, &context.tools.len().to_string());
+    for tool in &context.tools {
+        field(&mut key, &tool.name);
+        field(&mut key, &tool.description);
+        field(&mut key, &tool.signature);
+    }
+    field(&mut key, &context.agents.len().to_string());
+    for agent in &context.agents {
+        field(&mut key, &agent.name);
+        field(&mut key, &agent.description);
+        field(&mut key, &agent.skills.len().to_string());
+        for skill in &agent.skills {
+            field(&mut key, &skill.name);
+            field(&mut key, &skill.description);
+        }
+    }
+    key
 }
 
 impl Default for Templates {
@@ -306,6 +425,83 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn builtin_system_prompts_are_cached_and_match_a_fresh_render() {
+        let templates = Templates::builtin();
+        assert_eq!(templates.cacheable, SYSTEM_TEMPLATES.to_vec());
+        let fresh =
+            |shape, context: &PromptContext| Templates::builtin().system(shape, context).unwrap();
+        let mut contexts = vec![context()];
+        let mut other = context();
+        other.tools[0].description = "Forecast for a city".into();
+        contexts.push(other);
+        let mut other = context();
+        other.profile = None;
+        contexts.push(other);
+        let mut other = context();
+        other.profile = Some(String::new());
+        contexts.push(other);
+        let mut other = context();
+        other.max_steps = 6;
+        other.locale = "de-DE".into();
+        contexts.push(other);
+        let mut other = context();
+        other.agents.push(AgentView {
+            name: "writer".into(),
+            description: "Writes".into(),
+            skills: vec![],
+        });
+        contexts.push(other);
+        for shape in [Shape::ToolSteps, Shape::Research, Shape::AgentTasks] {
+            for _ in 0..2 {
+                for context in &contexts {
+                    assert_eq!(
+                        templates.system(shape, context).unwrap(),
+                        fresh(shape, context)
+                    );
+                }
+            }
+        }
+        let keys = templates.rendered.lock().unwrap().len();
+        assert_eq!(keys, 3 * contexts.len());
+        // The query, the time and the feedback are not part of the system prompt.
+        let mut same = context();
+        same.query = "Something else".into();
+        same.now = "2027-01-01T00:00:00Z (Friday)".into();
+        same.feedback = None;
+        templates.system(Shape::ToolSteps, &same).unwrap();
+        assert_eq!(templates.rendered.lock().unwrap().len(), keys);
+    }
+
+    #[test]
+    fn an_override_that_reads_per_request_fields_is_rendered_every_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("tool_steps.system.j2", "Tools for {{ query }}", true),
+            ("research.system.j2", "{% include 'user.j2' %}", true),
+            (
+                "agent_tasks.system.j2",
+                "Plain text from nowhere, {{ locale }}",
+                false,
+            ),
+        ];
+        for (name, source, _) in cases {
+            std::fs::write(dir.path().join(name), source).unwrap();
+        }
+        let templates = Templates::with_overrides(dir.path()).unwrap();
+        assert_eq!(templates.cacheable, vec!["agent_tasks.system.j2"]);
+        let mut other = context();
+        other.query = "Weather in Rome?".into();
+        let first = templates.system(Shape::ToolSteps, &context()).unwrap();
+        let second = templates.system(Shape::ToolSteps, &other).unwrap();
+        assert_eq!(
+            (first.as_str(), second.as_str()),
+            ("Tools for Weather in Paris?", "Tools for Weather in Rome?")
+        );
+        let included = templates.system(Shape::Research, &other).unwrap();
+        assert!(included.contains("Weather in Rome?"), "{included}");
+    }
 
     fn context() -> PromptContext {
         PromptContext {
