@@ -365,6 +365,23 @@ fn extract_region(text: &str, depth: u8) -> RegionResult {
     {
         return result;
     }
+    // The usual case: the region is one JSON value and nothing else (a strict structured-output
+    // reply, a fenced block). Its first candidate would be all of it, read as written.
+    if trimmed.starts_with(['{', '['])
+        && let Ok(value) = serde_json::from_str::<Value>(trimmed)
+    {
+        let tier = tier(&value);
+        return RegionResult::Found(
+            tier,
+            Extracted {
+                value,
+                repaired: false,
+                truncated: false,
+                cut_step: CutStep::Outside,
+                double_encoded: false,
+            },
+        );
+    }
     let mut best: Option<(Tier, Extracted)> = None;
     let mut first_error: Option<String> = None;
     let mut pos = 0;
@@ -1290,8 +1307,15 @@ fn convert_step(
             .with_value(item.clone()),
         );
     };
-    let mut obj = match item {
-        Value::Object(map) => map.clone(),
+    // Only lifting a nested `action` or `function` changes the step object; without one it is
+    // read in place.
+    let obj: Cow<'_, Map<String, Value>> = match item {
+        Value::Object(map) if map.contains_key("action") || map.contains_key("function") => {
+            let mut owned = map.clone();
+            lift_nested_action(&mut owned);
+            Cow::Owned(owned)
+        }
+        Value::Object(map) => Cow::Borrowed(map),
         Value::String(text) if !text.trim().is_empty() => {
             let kind = TaskKind::Custom("step".to_owned());
             let action = Action::Task {
@@ -1314,8 +1338,6 @@ fn convert_step(
             return None;
         }
     };
-    lift_nested_action(&mut obj);
-
     let tool_name = str_field(&obj, TOOL_NAME_KEYS).map(|(_, name)| name.to_owned());
     let args_value = ARGUMENT_KEYS.iter().find_map(|key| obj.get(*key));
     let agent = str_field(&obj, AGENT_KEYS).map(|(_, agent)| agent.to_owned());
