@@ -1,10 +1,11 @@
 // Drives the review page in headless Chromium (playwright-core) on a server with API tokens
-// (entered once, kept across a reload), across a restart of that server. Usage:
+// (entered once, kept across a reload), across a restart of that server (audited with
+// axe-core while it reconnects). Usage:
 //   node scripts/review-page-reconnect.mjs BASE_URL PLAN_ID TOKEN SCREENSHOT_DIR
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
 // Talks to the test that runs it by lines: prints "restart" when the server should stop and
 // come back, and waits for "restarted" on stdin.
-import { launch, text } from "./review-page-browser.mjs";
+import { audit, launch, text } from "./review-page-browser.mjs";
 import { createInterface } from "node:readline";
 const [base, id, token, shots] = process.argv.slice(2);
 const stdin = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
@@ -41,6 +42,8 @@ try {
   console.log("restart");
   await page.waitForFunction(() => document.querySelector("#live")?.textContent.startsWith("Reconnecting in"));
   await page.screenshot({ path: `${shots}/5-reconnecting.png`, fullPage: true });
+  const problems = await audit(page, "reconnecting, with a token");
+  if (problems.length) await fail(`accessibility (axe-core):\n${problems.join("\n")}`);
   const answer = await stdin.next();
   if (answer.value !== "restarted") await fail(`the test said ${JSON.stringify(answer.value)}, not "restarted"`);
   await page.waitForFunction(() => document.querySelector("#step-s2 .status")?.textContent === "completed", null, { timeout: 20000 });

@@ -1,8 +1,8 @@
 // Drives the review page in headless Chromium (playwright-core) through a run of an accepted
-// plan whose step s2 needs approval. Usage:
+// plan whose step s2 needs approval (audited with axe-core while it waits). Usage:
 //   node scripts/review-page-run.mjs BASE_URL PLAN_ID SCREENSHOT_DIR
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
-import { launch, text } from "./review-page-browser.mjs";
+import { audit, launch, text } from "./review-page-browser.mjs";
 const [base, id, shots] = process.argv.slice(2);
 const { browser, fail } = await launch();
 try {
@@ -23,6 +23,8 @@ try {
   await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
   if ((await page.getAttribute('#dag g[data-step="s2"] rect', "class")) !== "blocked") await fail("DAG node s2 not blocked");
   await page.screenshot({ path: `${shots}/7-approval.png`, fullPage: true });
+  const problems = await audit(page, "step waiting for approval");
+  if (problems.length) await fail(`accessibility (axe-core):\n${problems.join("\n")}`);
   // Text being typed survives the redraws the run causes.
   await page.fill("#changes", "Send it to Ann too.");
   await page.click('#step-s2 button[data-verdict="approve"]');

@@ -1,13 +1,16 @@
-// Drives the review page in headless Chromium (playwright-core): the list, a question, an
-// argument edit checked live, step removal, free-text changes, accept, live status, a new
-// streamed plan. Usage:
+// Drives the review page in headless Chromium (playwright-core): the list, a question (reached
+// and answered with the keyboard alone), an argument edit checked live, step removal, free-text
+// changes, accept, live status, a new streamed plan; axe-core audits the page for
+// accessibility (WCAG 2.1 A/AA and best practices) at five of these states. Usage:
 //   node scripts/review-page.mjs BASE_URL PLAN_ID SCREENSHOT_DIR
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
-import { launch } from "./review-page-browser.mjs";
+import { audit, launch, tabTo } from "./review-page-browser.mjs";
 const [base, id, shots] = process.argv.slice(2);
 const { browser, fail } = await launch();
 try {
   const page = await browser.newPage();
+  // Accessibility problems found by axe-core at each state of the page, reported together.
+  const problems = [];
   page.setDefaultTimeout(10000);
   await page.goto(base + "/");
   // The list shows a page of plans; "More plans" appends the rest (the test made 56).
@@ -25,13 +28,23 @@ try {
   if (needing.join() !== id) await fail(`plans needing input: ${needing}`);
   await page.selectOption("#filter", "");
   await page.waitForFunction(() => document.querySelector("#count")?.textContent === "50 of 56 plans");
-  await page.click(`button[data-id="${id}"]`);
+  problems.push(...(await audit(page, "plans list")));
+  // With the keyboard alone: Tab to the plan and open it with Enter, Tab to the question's
+  // field, type the answer and send it with Enter.
+  if (!(await tabTo(page, `#plans button[data-id="${id}"]`))) await fail("Tab never reaches the plan in the list");
+  await page.keyboard.press("Enter");
   await page.waitForSelector("form.question input");
   await page.waitForSelector("#main[data-live]");
+  problems.push(...(await audit(page, "plan with a question")));
   await page.screenshot({ path: `${shots}/1-question.png`, fullPage: true });
-  await page.fill("form.question input", "bob@example.com");
-  await page.click("form.question button");
+  if (!(await tabTo(page, "form.question input"))) await fail("Tab never reaches the question's field");
+  await page.keyboard.type("bob@example.com");
+  await page.keyboard.press("Enter");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "awaiting_review");
+  // The answered question's field is gone with the redraw: the focus is on the plan's heading,
+  // not back at the start of the page.
+  const focused = await page.evaluate(() => document.activeElement?.id);
+  if (focused !== "plan-title") await fail(`after answering, the focus is on '${focused}', not the plan's heading`);
   // The answer's replanning streamed in on the plan's events, step by step.
   await page.waitForFunction(() => document.querySelector("#replan")?.textContent.startsWith("Replanned"));
   const replanned = await page.textContent("#replan");
@@ -46,6 +59,7 @@ try {
   const live = await page.textContent("#live-s1");
   if (!live.includes("/steps/0/action/arguments/unit")) await fail(`live check: ${live}`);
   await page.screenshot({ path: `${shots}/2-diagnostic.png`, fullPage: true });
+  problems.push(...(await audit(page, "argument with a diagnostic")));
   await page.fill('input[aria-label="s1 unit"]', '"fahrenheit"');
   await page.waitForSelector("#live-s1 p.ok");
   if (await page.$("#live-s1 p.diag")) await fail("a valid edit still shows an error");
@@ -75,7 +89,12 @@ try {
     headers: { "content-type": "application/json" }, body: JSON.stringify({ status: "in_progress" }) });
   if (r.status !== 200) await fail(`PATCH answered ${r.status}`);
   await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "in_progress");
+  // Screen readers hear it too (the page is not a live region: a redraw would be read whole).
+  await page.waitForFunction(() => document.querySelector("#announce")?.textContent === "Step s1: in_progress");
+  const dagLabel = await page.getAttribute("#dag", "aria-label");
+  if (dagLabel !== "Step dependencies: s2 after s1; s3 after s2") await fail(`DAG text alternative: ${dagLabel}`);
   await page.screenshot({ path: `${shots}/3-live-status.png`, fullPage: true });
+  problems.push(...(await audit(page, "accepted plan with its DAG")));
   // The DAG shows the dependency edge s1 -> s2 and the live status on the node.
   if (!(await page.$('#dag line[data-from="s1"][data-to="s2"]'))) await fail("no DAG edge s1 -> s2");
   if ((await page.getAttribute('#dag g[data-step="s1"] rect', "class")) !== "in_progress") await fail("DAG node s1 not in_progress");
@@ -89,6 +108,8 @@ try {
   if (streamed.join(",") !== "s1,s2,s3") await fail(`streamed steps ${streamed}`);
   if (!(await page.$('#dag line[data-from="s2"][data-to="s3"]'))) await fail("no DAG edge s2 -> s3 on the new plan");
   await page.screenshot({ path: `${shots}/4-streamed-plan-dag.png`, fullPage: true });
+  problems.push(...(await audit(page, "streamed plan")));
+  if (problems.length) await fail(`accessibility (axe-core):\n${problems.join("\n")}`);
   console.log("review page: OK");
 } catch (e) { await fail(String(e)); }
 await browser.close();

@@ -1,8 +1,8 @@
 //! The review page in headless Chromium, driven by two scripts:
 //!
 //! * `scripts/review-page.mjs`: page through the plans list (56 plans, 50 to a page) and filter
-//!   it by state, open a plan, answer its question (and see the replanning stream in, step by
-//!   step), edit an argument and see the diagnostic, remove steps (one refused: another depends
+//!   it by state, open a plan and answer its question with the keyboard alone (the focus stays
+//!   in the plan after the redraw; the replanning streams in, step by step), edit an argument and see the diagnostic, remove steps (one refused: another depends
 //!   on it), ask for changes in free text (replanned), accept, watch a step status arrive live
 //!   (in the step list and on the DAG), make a new plan whose steps stream in over SSE.
 //! * `scripts/review-page-reconnect.mjs`: with API tokens, enter a token, see that owner's
@@ -13,7 +13,9 @@
 //!   executor; a step's result shows, a step that needs approval waits with its buttons, the
 //!   approval resumes the run, and the run completes with every result shown.
 //!
-//! Screenshots go to `target/review-page-screenshots/`.
+//! All three audit the page with axe-core (WCAG 2.1 A and AA, axe's best practices) at seven
+//! states between them, and fail on any violation. Screenshots go to
+//! `target/review-page-screenshots/`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
