@@ -32,7 +32,7 @@ wrk.headers["Content-Type"] = "application/json"
 LUA
 
 wait_up() { for _ in $(seq 150); do curl -s -o /dev/null "http://$1$2" && return 0; sleep 0.2; done; echo "load-test: $1 did not start" >&2; exit 1; }
-total() { curl -sf "http://$1/v1/plans?limit=1" | python3 -c 'import json,sys;print(json.load(sys.stdin)["total"])'; }
+total() { curl -sf "http://$1/v1/plans?limit=1&exact_total=true" | python3 -c 'import json,sys;print(json.load(sys.stdin)["total"])'; }
 
 # run NAME ADDR: wrk for $secs seconds; prints "NAME rps p50 p99 non2xx"
 run() {

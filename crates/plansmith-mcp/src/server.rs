@@ -688,6 +688,7 @@ impl PlansmithMcp {
                         owner: owner.clone(),
                         conversation_id: params.conversation_id.clone(),
                         limit: Some(1000),
+                        total_cap: Some(plansmith_store::store::DEFAULT_TOTAL_CAP),
                         ..ListFilter::default()
                     })
                     .await
@@ -722,6 +723,7 @@ impl PlansmithMcp {
                         "version": s.version(), "steps": s.plan.steps.len(),
                     })).collect::<Vec<_>>(),
                     "total": page.total,
+                    "total_exact": page.total_exact,
                     "active": active.map(|a| a.plan.id),
                 });
                 return Ok((value, text));

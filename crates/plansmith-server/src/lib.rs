@@ -51,6 +51,9 @@ pub struct ServerConfig {
     pub rate_limit_per_sec: u32,
     /// Longest time to answer a request (SSE streams excepted once they started).
     pub request_timeout: Duration,
+    /// `GET /v1/plans` counts at most this many matching plans for `total` (unless the request
+    /// asks for `exact_total`): a page then costs the same however many plans the store holds.
+    pub list_total_cap: u64,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +63,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             rate_limit_per_sec: 0,
             request_timeout: Duration::from_secs(120),
+            list_total_cap: plansmith_store::store::DEFAULT_TOTAL_CAP,
         }
     }
 }

@@ -584,6 +584,11 @@ struct ListQuery {
     /// Start after this place: the `next_cursor` of the previous page. Every page costs the
     /// same however deep, and plans updated meanwhile do not shift the pages. Not with `offset`.
     cursor: Option<String>,
+    /// Count every matching plan for `total`. By default the count stops at 10,000 (the
+    /// server's cap; `total_exact` is then `false`), so that a page costs the same however many
+    /// plans are stored; an exact count reads them all.
+    #[serde(default)]
+    exact_total: bool,
 }
 
 /// Lists plans, most recently updated first.
@@ -602,6 +607,7 @@ async fn list_plans(
         limit: Some(query.limit.unwrap_or(50).clamp(1, MAX_LIMIT)),
         offset: query.offset,
         cursor: query.cursor,
+        total_cap: (!query.exact_total).then_some(state.config.list_total_cap),
     };
     Ok(Json(state.store.list(&filter).await?))
 }

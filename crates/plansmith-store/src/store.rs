@@ -257,6 +257,10 @@ pub struct VersionRecord {
     pub diff: Value,
 }
 
+/// The cap on counted plans that the service, the MCP server and the CLI use for list totals
+/// ([`ListFilter::total_cap`]) unless asked for an exact count.
+pub const DEFAULT_TOTAL_CAP: u64 = 10_000;
+
 /// Filters and paging for [`PlanStore::list`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListFilter {
@@ -278,6 +282,10 @@ pub struct ListFilter {
     /// pages already read, and the other plans are neither skipped nor shown twice. Only with
     /// `offset` 0.
     pub cursor: Option<String>,
+    /// Count at most this many matching plans for [`Page::total`] (`None`: count them all). A
+    /// full count reads every matching index entry, so its cost grows with the store (25 ms per
+    /// page at a million plans on SQLite); a capped one stops at the cap.
+    pub total_cap: Option<u64>,
 }
 
 /// One page of [`PlanStore::list`], most recently updated first.
@@ -286,8 +294,11 @@ pub struct ListFilter {
 pub struct Page {
     /// The plans of this page.
     pub plans: Vec<StoredPlan>,
-    /// How many plans match the filter in total.
+    /// How many plans match the filter in total, or the cap of [`ListFilter::total_cap`] when
+    /// more do (then [`Page::total_exact`] is `false`).
     pub total: u64,
+    /// Whether [`Page::total`] is the exact count (`false`: at least that many match).
+    pub total_exact: bool,
     /// Offset of the next page, if there is one (not given when the page was asked for by
     /// cursor).
     pub next_offset: Option<u32>,
@@ -948,13 +959,24 @@ impl PlanStore {
         } else {
             format!(" WHERE {}", conditions.join(" AND "))
         };
-        let count_sql = format!("SELECT COUNT(*) FROM plans{where_clause}");
+        // Capped: one row past the cap tells that more match, without reading them all.
+        let count_sql = match filter.total_cap {
+            None => format!("SELECT COUNT(*) FROM plans{where_clause}"),
+            Some(cap) => format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM plans{where_clause} LIMIT {}) AS capped",
+                cap.saturating_add(1).min(i64::MAX as u64)
+            ),
+        };
         let mut count = sqlx::query(AssertSqlSafe(count_sql));
         for value in &binds {
             count = count.bind(value.clone());
         }
-        let total: i64 = count.fetch_one(&self.pool).await?.try_get(0)?;
-        let total = u64::try_from(total).unwrap_or(0);
+        let counted: i64 = count.fetch_one(&self.pool).await?.try_get(0)?;
+        let counted = u64::try_from(counted).unwrap_or(0);
+        let (total, total_exact) = match filter.total_cap {
+            Some(cap) if counted > cap => (cap, false),
+            _ => (counted, true),
+        };
         let limit = filter.limit.unwrap_or(50).clamp(1, 1000);
         let after = match &filter.cursor {
             Some(_) if filter.offset > 0 => {
@@ -1013,6 +1035,7 @@ impl PlanStore {
         Ok(Page {
             plans,
             total,
+            total_exact,
             next_offset,
             next_cursor,
         })

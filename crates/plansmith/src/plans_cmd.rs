@@ -102,6 +102,9 @@ enum PlansCommand {
         /// Start after this place: the cursor the previous page printed.
         #[arg(long)]
         cursor: Option<String>,
+        /// Count every matching plan (by default the count stops at 10,000: "10000+").
+        #[arg(long)]
+        exact_total: bool,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -315,6 +318,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             limit,
             offset,
             cursor,
+            exact_total,
             json,
         } => {
             let state = state
@@ -330,6 +334,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     limit: Some(limit),
                     offset,
                     cursor,
+                    total_cap: (!exact_total).then_some(plansmith_store::store::DEFAULT_TOTAL_CAP),
                 })
                 .await
                 .map_err(store_error)?;
@@ -356,8 +361,9 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                 }
                 let shown = page.plans.len();
                 eprintln!(
-                    "{shown} of {} plan(s){}",
+                    "{shown} of {}{} plan(s){}",
                     page.total,
+                    if page.total_exact { "" } else { "+" },
                     page.next_cursor
                         .map(|c| format!("; next page: --cursor {c}"))
                         .unwrap_or_default()

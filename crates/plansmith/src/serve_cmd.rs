@@ -211,6 +211,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             .timeout_secs
             .map(Duration::from_secs)
             .unwrap_or(defaults.request_timeout),
+        ..defaults
     };
     config.check_bind(addr).map_err(CliError::input)?;
     let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;

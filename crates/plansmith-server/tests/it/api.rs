@@ -24,6 +24,7 @@ async fn plan_get_list_history_delete() {
     let (status, page) = call(&s, Method::GET, "/v1/plans?limit=1", None, None).await;
     assert_eq!(status, 200);
     assert_eq!(page["total"], 2);
+    assert_eq!(page["total_exact"], true);
     assert_eq!(page["plans"].as_array().unwrap().len(), 1);
     assert_eq!(page["next_offset"], 1);
     // The next page by cursor holds the other plan, and is the last.
@@ -502,6 +503,37 @@ async fn closing_a_streamed_plan_stops_the_model() {
 async fn metrics_text(s: &crate::Server) -> String {
     let response = s.client.get(format!("{}/metrics", s.base)).send().await;
     response.unwrap().text().await.unwrap()
+}
+
+/// The list's `total` stops at the server's cap (`total_exact: false`) unless the request asks
+/// for `exact_total`; filters apply to the count either way.
+#[tokio::test]
+async fn list_totals_stop_at_the_cap_unless_asked_for_exact() {
+    let config = ServerConfig {
+        list_total_cap: 2,
+        ..ServerConfig::default()
+    };
+    let s = start(reply("weather-email.json", 3), config).await;
+    for _ in 0..3 {
+        create(&s, None).await;
+    }
+    for (query, total, exact) in [
+        ("limit=1", 2, false),
+        ("limit=1&exact_total=true", 3, true),
+        ("limit=1&exact_total=false", 2, false),
+        ("state=accepted", 0, true),
+        ("state=awaiting_review&exact_total=true", 3, true),
+    ] {
+        let (status, page) = call(&s, Method::GET, &format!("/v1/plans?{query}"), None, None).await;
+        assert_eq!(status, 200, "{query}: {page}");
+        assert_eq!(
+            (page["total"].as_u64(), page["total_exact"].as_bool()),
+            (Some(total), Some(exact)),
+            "{query}: {page}"
+        );
+    }
+    let (status, body) = call(&s, Method::GET, "/v1/plans?exact_total=maybe", None, None).await;
+    assert_error(status, &body, 400, "bad_request");
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! Paging the plan list with cursors: pages in the list's order (`updated_at DESC, id DESC`,
 //! ties broken by id), filters kept, plans updated meanwhile not shifting the pages, and bad
-//! cursors refused with their own error.
+//! cursors refused with their own error. The list's total, counted in full or up to a cap.
 
 use plansmith_core::Plan;
 use plansmith_store::{ListFilter, Page, Review, ReviewState, StoreError};
@@ -156,3 +156,48 @@ async fn cursor_pages(db: TestDb) {
 }
 
 both_backends!(list_cursor_pages, super::cursor_pages);
+
+/// `total_cap`: the count stops one past the cap and says it is not exact; under the cap, or
+/// without one, it is the exact count. With a filter, what is counted is what matches it.
+async fn capped_totals(db: TestDb) {
+    for idx in 0..7 {
+        let mut plan = Plan::new(format!("p{idx}"), "goal");
+        if idx % 2 == 1 {
+            plan.owner = Some("ann".into());
+        }
+        db.store
+            .create(plan, ReviewState::Draft, Review::default(), "t")
+            .await
+            .unwrap();
+    }
+    let cases: [(Option<&str>, Option<u64>, u64, bool); 8] = [
+        (None, None, 7, true),
+        (None, Some(0), 0, false),
+        (None, Some(5), 5, false),
+        (None, Some(6), 6, false),
+        (None, Some(7), 7, true),
+        (None, Some(u64::MAX), 7, true),
+        (Some("ann"), Some(2), 2, false),
+        (Some("ann"), Some(3), 3, true),
+    ];
+    for (owner, total_cap, total, exact) in cases {
+        let page = db
+            .store
+            .list(&ListFilter {
+                owner: owner.map(str::to_owned),
+                limit: Some(2),
+                total_cap,
+                ..ListFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (page.total, page.total_exact),
+            (total, exact),
+            "owner {owner:?}, cap {total_cap:?}"
+        );
+        assert_eq!(page.plans.len(), 2, "the cap does not change the page");
+    }
+}
+
+both_backends!(list_capped_totals, super::capped_totals);

@@ -216,6 +216,7 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     limit: f["limit"].as_u64().map(|n| n as u32),
                     offset: f["offset"].as_u64().unwrap_or(0) as u32,
                     cursor: None,
+                    total_cap: f["total_cap"].as_u64(),
                 };
                 store.list(&filter).await.map(Produced::List)
             }
