@@ -40,7 +40,8 @@ async fn walk(db: &TestDb, filter: &ListFilter) -> Vec<Vec<String>> {
     }
 }
 
-async fn cursor_pages(db: TestDb) {
+/// Plans p0…p6, created in that order; the odd ones are ann's.
+async fn seven_plans(db: &TestDb) {
     for idx in 0..7 {
         let mut plan = Plan::new(format!("p{idx}"), "goal");
         if idx % 2 == 1 {
@@ -51,6 +52,10 @@ async fn cursor_pages(db: TestDb) {
             .await
             .unwrap();
     }
+}
+
+async fn cursor_pages(db: TestDb) {
+    seven_plans(&db).await;
     // Three plans updated at the same instant, long ago: their order is by id alone.
     let mut conn = raw_connection(&db.location).await;
     sqlx::query(
@@ -160,16 +165,7 @@ both_backends!(list_cursor_pages, super::cursor_pages);
 /// `total_cap`: the count stops one past the cap and says it is not exact; under the cap, or
 /// without one, it is the exact count. With a filter, what is counted is what matches it.
 async fn capped_totals(db: TestDb) {
-    for idx in 0..7 {
-        let mut plan = Plan::new(format!("p{idx}"), "goal");
-        if idx % 2 == 1 {
-            plan.owner = Some("ann".into());
-        }
-        db.store
-            .create(plan, ReviewState::Draft, Review::default(), "t")
-            .await
-            .unwrap();
-    }
+    seven_plans(&db).await;
     let cases: [(Option<&str>, Option<u64>, u64, bool); 8] = [
         (None, None, 7, true),
         (None, Some(0), 0, false),
