@@ -3,6 +3,7 @@
 //! event streams open, a
 //! request in flight is still answered and its plan stored, and a second signal stops it at
 //! once. The model is a local stand-in OpenAI-compatible server that can be told to be slow.
+//! And stopping it the hard way: SIGKILL under load loses no plan it acknowledged.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -58,12 +59,16 @@ impl Drop for Running {
 /// `plansmith serve` over a fresh SQLite store at `store`, planning with the model at `url`;
 /// its stderr is piped.
 fn serve(store: &Path, url: &str) -> (Running, String) {
+    serve_with(store, &format!("openai-compatible:{url}#tiny-model"))
+}
+
+/// `plansmith serve` over the SQLite store at `store` with `--model MODEL`; its stderr is piped.
+fn serve_with(store: &Path, model: &str) -> (Running, String) {
     let addr = format!("127.0.0.1:{}", crate::free_port());
     let child = Running(
         Command::new(env!("CARGO_BIN_EXE_plansmith"))
             .args(["serve", "--addr", &addr, "--tools", "examples/tools.json"])
-            .arg("--model")
-            .arg(format!("openai-compatible:{url}#tiny-model"))
+            .args(["--model", model])
             .arg("--store")
             .arg(format!("sqlite:{}", store.display()))
             .current_dir(root())
@@ -311,4 +316,73 @@ fn a_second_signal_stops_serve_at_once() {
     signal(&child, "INT");
     let err = exits_0(&mut child, Duration::from_secs(5));
     assert!(err.contains("stopped at once"), "{err}");
+}
+
+/// SIGKILL while eight clients create plans as fast as they can (the writes go through group
+/// commit): no destructor, no flush, no checkpoint runs. Every plan that was answered `201`
+/// must be there when a new `serve` opens the same store, and the store must list them all.
+#[test]
+fn sigkill_under_load_loses_no_acknowledged_plan() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("plans.db");
+    let model = "scripted:examples/replies/weather-email-repeat.json";
+    let (mut child, addr) = serve_with(&store, model);
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (addr, acknowledged, stop) = (addr.clone(), acknowledged.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let body = r#"{"query": "Email Bob the weather in Paris"}"#;
+                    match request(&addr, "POST /v1/plans", body) {
+                        Ok((201, body)) => acknowledged.lock().unwrap().push(plan_id(&body)),
+                        // The server is gone (killed): no answer, so nothing was promised.
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acknowledged.lock().unwrap().len() < 300 {
+        assert!(Instant::now() < deadline, "fewer than 300 plans in 60 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Killed mid-stream: requests are in flight and a batch may be half written.
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let (_again, addr) = serve_with(&store, model);
+    let missing: Vec<&String> = acknowledged
+        .iter()
+        .filter(|id| {
+            request(&addr, &format!("GET /v1/plans/{id}"), "")
+                .map(|r| r.0)
+                .ok()
+                != Some(200)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged plans are gone after SIGKILL: {missing:?}",
+        missing.len(),
+        acknowledged.len()
+    );
+    let (status, page) = request(&addr, "GET /v1/plans?limit=1&exact_total=true", "").unwrap();
+    assert_eq!(status, 200, "{page}");
+    let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+    let total = page["total"].as_u64().unwrap();
+    assert!(
+        total >= acknowledged.len() as u64,
+        "{total} plans listed, {} acknowledged",
+        acknowledged.len()
+    );
 }
