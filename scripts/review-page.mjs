@@ -84,8 +84,12 @@ try {
   await page.waitForFunction((v) => document.querySelector("#version")?.textContent === String(v + 2) && document.querySelector("#step-s3"), version);
   await page.screenshot({ path: `${shots}/2b-replanned.png`, fullPage: true });
   if ((await page.inputValue("#changes")) !== "") await fail("the sent changes are still in the box");
+  if (await page.$("#run")) await fail("a plan awaiting review offers Run");
   await page.click("#accept");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "accepted");
+  // An accepted plan can be run, no longer accepted or rejected.
+  const offered = await page.$$eval("#actions button", (bs) => bs.map((b) => b.id).join(","));
+  if (offered !== "run") await fail(`an accepted plan offers ${offered}`);
   const r = await fetch(`${base}/v1/plans/${id}/steps/s1`, { method: "PATCH",
     headers: { "content-type": "application/json" }, body: JSON.stringify({ status: "in_progress" }) });
   if (r.status !== 200) await fail(`PATCH answered ${r.status}`);
