@@ -105,7 +105,7 @@ fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError
         let problems: Vec<(String, String)> = validator
             .iter_errors(&value)
             .take(MAX_BODY_PROBLEMS)
-            .map(|err| (err.instance_path().to_string(), err.to_string()))
+            .map(|err| explain(&err))
             .collect();
         if let Some((path, message)) = problems.first() {
             let message = format!("invalid request body at `{path}`: {message}");
@@ -120,6 +120,123 @@ fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError
     }
     serde_json::from_value(value)
         .map_err(|err| ApiError::new("bad_request", format!("invalid request body: {err}")))
+}
+
+/// Where a body breaks its schema, and how, in words a client can act on. A value that none
+/// of a `oneOf`/`anyOf` union's members accepts (a feedback `action`, a step `status`) is
+/// explained by the union, not by the keyword. The union's tag is the place where most members
+/// want a fixed value (`const` or `enum`): when every member rejected the value there, the
+/// allowed values are listed; otherwise the member that came closest speaks — one whose tag
+/// matched, not of another JSON type altogether, with the fewest problems.
+fn explain(err: &jsonschema::ValidationError<'_>) -> (String, String) {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let here = err.instance_path().to_string();
+    let members = match err.kind() {
+        Kind::OneOfNotValid { context } | Kind::AnyOf { context } => context,
+        // jsonschema names two options and counts the rest: all of them help more.
+        Kind::Enum { options } => {
+            let options: Vec<String> = options
+                .as_array()
+                .map(|all| all.iter().map(Value::to_string).collect())
+                .unwrap_or_default();
+            return (
+                here,
+                format!("{} is not one of {}", err.instance(), options.join(", ")),
+            );
+        }
+        _ => return (here, err.to_string()),
+    };
+    let fixed = |error: &jsonschema::ValidationError<'_>| match error.kind() {
+        Kind::Constant { expected_value } => Some(vec![(**expected_value).clone()]),
+        Kind::Enum { options } => Some(options.as_array().cloned().unwrap_or_default()),
+        _ => None,
+    };
+    let mut wanted_at: Vec<(String, usize)> = Vec::new();
+    for member in members {
+        let mut paths: Vec<String> = member
+            .iter()
+            .filter(|error| fixed(error).is_some())
+            .map(|error| error.instance_path().to_string())
+            .collect();
+        paths.dedup();
+        for path in paths {
+            match wanted_at.iter_mut().find(|(at, _)| *at == path) {
+                Some((_, n)) => *n += 1,
+                None => wanted_at.push((path, 1)),
+            }
+        }
+    }
+    let tag = wanted_at
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(at, _)| at);
+    let at_tag = |member: &[jsonschema::ValidationError<'static>]| -> Option<usize> {
+        member.iter().position(|error| {
+            fixed(error).is_some() && Some(error.instance_path().to_string()) == tag
+        })
+    };
+    if let Some(tag) = &tag
+        && !members.is_empty()
+        && members.iter().all(|member| at_tag(member).is_some())
+    {
+        let mut allowed: Vec<Value> = Vec::new();
+        let mut got = None;
+        let at_tags = members
+            .iter()
+            .filter_map(|member| at_tag(member).and_then(|idx| member.get(idx)));
+        for error in at_tags {
+            got.get_or_insert_with(|| error.instance().clone().into_owned());
+            for value in fixed(error).unwrap_or_default() {
+                if !allowed.contains(&value) {
+                    allowed.push(value);
+                }
+            }
+        }
+        let allowed: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        let got = got.unwrap_or(Value::Null);
+        return (
+            tag.clone(),
+            format!("{got} is not one of {}", allowed.join(", ")),
+        );
+    }
+    let other_type = |member: &[jsonschema::ValidationError<'static>]| {
+        member.iter().any(|error| {
+            matches!(error.kind(), Kind::Type { .. }) && error.instance_path().to_string() == here
+        })
+    };
+    // No member takes a value of this JSON type: say which types they take.
+    let mut types: Vec<&'static str> = Vec::new();
+    for error in members.iter().flatten() {
+        if let Kind::Type { kind } = error.kind()
+            && error.instance_path().to_string() == here
+        {
+            let names: Vec<&'static str> = match kind {
+                jsonschema::error::TypeKind::Single(one) => vec![one.as_str()],
+                jsonschema::error::TypeKind::Multiple(set) => {
+                    set.iter().map(|t| t.as_str()).collect()
+                }
+            };
+            for name in names {
+                if !types.contains(&name) {
+                    types.push(name);
+                }
+            }
+        }
+    }
+    if !members.is_empty() && members.iter().all(|member| other_type(member)) {
+        return (
+            here,
+            format!("{} is not of type {}", err.instance(), types.join(" or ")),
+        );
+    }
+    let closest = members
+        .iter()
+        .filter(|member| !member.is_empty())
+        .min_by_key(|member| (other_type(member), at_tag(member).is_some(), member.len()));
+    match closest.and_then(|member| member.first()) {
+        Some(error) => explain(error),
+        None => (here, err.to_string()),
+    }
 }
 
 /// A query string whose rejections come out of the error table.

@@ -607,6 +607,79 @@ async fn error_table_at_the_edge() {
     }
 }
 
+/// A body that breaks a union of the schema (a tagged feedback, an optional enum) is
+/// explained by the values or types that would do, at the place that is wrong, not by
+/// "not valid under any of the schemas listed in the 'oneOf' keyword".
+#[tokio::test]
+async fn body_errors_name_what_would_do() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let created = create(&s, None).await;
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let feedback = format!("/v1/plans/{id}/feedback");
+    let step = format!("/v1/plans/{id}/steps/s1");
+    let cases = [
+        (
+            Method::POST,
+            feedback.as_str(),
+            json!({"action": "fly"}),
+            "/action",
+            r#""fly" is not one of "accept", "reject", "edit", "patch", "answer", "step""#,
+        ),
+        (
+            Method::POST,
+            &feedback,
+            json!({"action": "edit"}),
+            "",
+            r#""text" is a required property"#,
+        ),
+        (
+            Method::POST,
+            &feedback,
+            json!({"action": "step", "step": "s1", "verdict": "maybe"}),
+            "/verdict",
+            r#""maybe" is not one of "approve", "deny", "retry", "skip", "abort""#,
+        ),
+        (
+            Method::POST,
+            &feedback,
+            json!({"action": "answer", "text": 5}),
+            "/text",
+            r#"5 is not of type "string""#,
+        ),
+        (
+            Method::PATCH,
+            &step,
+            json!({"status": "done"}),
+            "/status",
+            r#""done" is not one of "not_started", "in_progress", "completed", "blocked", "failed", "skipped""#,
+        ),
+        (
+            Method::PATCH,
+            &step,
+            json!({"status": 7}),
+            "/status",
+            "7 is not of type string or null",
+        ),
+        (
+            Method::POST,
+            "/v1/plans",
+            json!({"query": "x", "history": [{"role": "robot", "content": "hi"}]}),
+            "/history/0/role",
+            r#""robot" is not one of "system", "user", "assistant""#,
+        ),
+    ];
+    for (method, path, body, at, message) in cases {
+        let (status, answer) = call(&s, method, path, Some(body.clone()), None).await;
+        assert_error(status, &answer, 400, "bad_request");
+        let problem = &answer["details"]["problems"][0];
+        assert_eq!(
+            (problem["path"].as_str(), problem["message"].as_str()),
+            (Some(at), Some(message)),
+            "{body}: {answer}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn rate_limit_answers_429() {
     let config = ServerConfig {
