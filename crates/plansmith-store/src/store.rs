@@ -1271,7 +1271,10 @@ fn multi_row_sql(
 /// Inserts new plans (version 1, no parent, as `create` makes them) and their versions 1 in
 /// `tx` with one multi-row `INSERT` per table and chunk (what group commit writes: per-row
 /// statements cost a round trip to the database each); per row, whether it was stored
-/// (`false`: its id was taken, nothing written for it). The ids must be distinct.
+/// (`false`: its id was taken, nothing written for it). The ids must be distinct. When rows
+/// written together meet a taken id, which one cannot be told from the count written:
+/// [`StoreError::AlreadyExists`], and the caller writes each row on its own (group commit's
+/// fallback); a single row is answered `false`.
 pub(crate) async fn insert_new_rows(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     backend: Backend,
@@ -1298,7 +1301,7 @@ pub(crate) async fn insert_new_rows(
                 None,
                 None,
             ],
-            "ON CONFLICT (id) DO NOTHING RETURNING id",
+            "ON CONFLICT (id) DO NOTHING",
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {
@@ -1315,19 +1318,22 @@ pub(crate) async fn insert_new_rows(
                 .bind(timestamp(row.at))
                 .bind(timestamp(row.at));
         }
-        let inserted: std::collections::HashSet<String> = query
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| row.try_get::<String, _>("id"))
-            .collect::<std::result::Result<_, _>>()?;
-        let mut new = Vec::with_capacity(chunk.len());
-        for (row, idx) in chunk.iter().zip(range) {
-            if inserted.contains(&row.plan.id) {
-                if let Some(slot) = stored.get_mut(idx) {
-                    *slot = true;
-                }
-                new.push(*row);
+        // The count of rows written, not the rows (`RETURNING id`): under load that read every
+        // id back through sqlx's channel from its SQLite thread, one message per row.
+        let written = query.execute(&mut **tx).await?.rows_affected();
+        let new: &[&NewPlan] = match (written, chunk.len()) {
+            (0, 1) => &[],
+            (n, len) if n == len as u64 => chunk,
+            (n, len) => {
+                return Err(StoreError::AlreadyExists(format!(
+                    "{} of the {len} plan ids written together",
+                    len as u64 - n.min(len as u64)
+                )));
+            }
+        };
+        if !new.is_empty() {
+            for slot in stored.get_mut(range).unwrap_or_default() {
+                *slot = true;
             }
         }
         for versions in chunk_ranges(new.len()) {
