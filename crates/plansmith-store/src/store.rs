@@ -552,6 +552,9 @@ impl PlanStore {
                 AnyPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(30))
+                    // An in-process database has no connection to lose: the ping before each
+                    // acquire was one more round trip to sqlx's SQLite thread per transaction.
+                    .test_before_acquire(false)
                     .after_connect(|conn, _meta| {
                         Box::pin(async move {
                             for pragma in [
