@@ -44,7 +44,8 @@ pub struct ServeArgs {
     /// on plan execution (`POST /v1/plans/{id}/run`).
     #[arg(long)]
     mcp: Option<PathBuf>,
-    /// Requests per second over all clients, 0 for none (env PLANSMITH_RATE_LIMIT).
+    /// Requests per second per owner, 0 for none (env PLANSMITH_RATE_LIMIT): each API token's owner
+    /// has its own bucket; without tokens, all requests share one.
     #[arg(long)]
     rate_limit: Option<u32>,
     /// Largest request body in bytes (env PLANSMITH_MAX_BODY_BYTES).
