@@ -25,8 +25,6 @@ try {
   await page.screenshot({ path: `${shots}/7-approval.png`, fullPage: true });
   const problems = await audit(page, "step waiting for approval");
   if (problems.length) await fail(`accessibility (axe-core):\n${problems.join("\n")}`);
-  // Text being typed survives the redraws the run causes.
-  await page.fill("#changes", "Send it to Ann too.");
   await page.click('#step-s2 button[data-verdict="approve"]');
   // The decision resumes the run: s2 sends the email with s1's summary, s3 replies, the run completes.
   await page.waitForFunction(() => document.querySelector("#step-s2 .status")?.textContent === "completed"
@@ -35,7 +33,6 @@ try {
   // The result comes with the plan the executor writes just after the events.
   await page.waitForFunction(() => document.querySelector("#step-s2 .result")?.textContent.includes('"sent":true'));
   if (await page.$('#step-s2 button[data-verdict]')) await fail("decision buttons left on a completed step");
-  if ((await page.inputValue("#changes")) !== "Send it to Ann too.") await fail(`typed text lost: ${await page.inputValue("#changes")}`);
   await page.screenshot({ path: `${shots}/8-run-completed.png`, fullPage: true });
   console.log("review page run: OK");
 } catch (e) { await fail(String(e)); }

@@ -84,12 +84,26 @@ try {
   await page.waitForFunction((v) => document.querySelector("#version")?.textContent === String(v + 2) && document.querySelector("#step-s3"), version);
   await page.screenshot({ path: `${shots}/2b-replanned.png`, fullPage: true });
   if ((await page.inputValue("#changes")) !== "") await fail("the sent changes are still in the box");
+  // Another reviewer's edit redraws the plan while this one types: the text and the focus stay.
+  await page.fill("#changes", "Send it to Ann too.");
+  const before = Number(await page.textContent("#version"));
+  const edited = await fetch(`${base}/v1/plans/${id}/feedback`, { method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ action: "patch", patch: [{ op: "replace", path: "/steps/0/action/arguments/unit", value: "fahrenheit" }] }) });
+  if (edited.status !== 200) await fail(`another reviewer's edit answered ${edited.status}`);
+  await page.waitForFunction((v) => document.querySelector("#version")?.textContent === String(v + 1), before);
+  if ((await page.inputValue("#changes")) !== "Send it to Ann too.") await fail(`typed text lost in a redraw: ${await page.inputValue("#changes")}`);
+  if ((await page.evaluate(() => document.activeElement?.id)) !== "changes") await fail("the focus left the box in a redraw");
+  await page.fill("#changes", "");
   if (await page.$("#run")) await fail("a plan awaiting review offers Run");
   await page.click("#accept");
   await page.waitForFunction(() => document.querySelector("#state")?.textContent === "accepted");
-  // An accepted plan can be run, no longer accepted or rejected.
+  // An accepted plan can be run, no longer accepted, rejected or edited: its arguments are shown
+  // as they are.
   const offered = await page.$$eval("#actions button", (bs) => bs.map((b) => b.id).join(","));
   if (offered !== "run") await fail(`an accepted plan offers ${offered}`);
+  if (await page.$("#changes, button.remove, #step-s1 input")) await fail("an accepted plan offers edits the server would refuse");
+  const shownArg = await page.textContent("#step-s1 p.arg");
+  if (shownArg !== 'city = "Paris"') await fail(`an accepted plan's argument reads '${shownArg}'`);
   const r = await fetch(`${base}/v1/plans/${id}/steps/s1`, { method: "PATCH",
     headers: { "content-type": "application/json" }, body: JSON.stringify({ status: "in_progress" }) });
   if (r.status !== 200) await fail(`PATCH answered ${r.status}`);

@@ -2,9 +2,11 @@
 //!
 //! * `scripts/review-page.mjs`: page through the plans list (56 plans, 50 to a page) and filter
 //!   it by state, open a plan and answer its question with the keyboard alone (the focus stays
-//!   in the plan after the redraw; the replanning streams in, step by step), edit an argument and see the diagnostic, remove steps (one refused: another depends
-//!   on it), ask for changes in free text (replanned), accept, watch a step status arrive live
-//!   (in the step list and on the DAG), make a new plan whose steps stream in over SSE.
+//!   in the plan after the redraw; the replanning streams in, step by step), edit an argument
+//!   and see the diagnostic, remove steps (one refused: another depends on it), ask for changes
+//!   in free text (replanned), keep typing through another reviewer's edit, accept (the plan is
+//!   no longer offered for editing), watch a step status arrive live (in the step list and on
+//!   the DAG), make a new plan whose steps stream in over SSE.
 //! * `scripts/review-page-reconnect.mjs`: with API tokens, enter a token, see that owner's
 //!   plans (and a plan made elsewhere join the list), follow one live; the server restarts
 //!   while a step changes, and the page reconnects and shows the change; a deletion stops the
