@@ -158,6 +158,7 @@ fn explain(err: &jsonschema::ValidationError<'_>) -> (String, String) {
             .filter(|error| fixed(error).is_some())
             .map(|error| error.instance_path().to_string())
             .collect();
+        paths.sort_unstable();
         paths.dedup();
         for path in paths {
             match wanted_at.iter_mut().find(|(at, _)| *at == path) {
@@ -226,7 +227,11 @@ fn explain(err: &jsonschema::ValidationError<'_>) -> (String, String) {
     if !members.is_empty() && members.iter().all(|member| other_type(member)) {
         return (
             here,
-            format!("{} is not of type {}", err.instance(), types.join(" or ")),
+            format!(
+                "{} is not of type \"{}\"",
+                err.instance(),
+                types.join("\" or \"")
+            ),
         );
     }
     let closest = members

@@ -658,7 +658,7 @@ async fn body_errors_name_what_would_do() {
             &step,
             json!({"status": 7}),
             "/status",
-            "7 is not of type string or null",
+            r#"7 is not of type "string" or "null""#,
         ),
         (
             Method::POST,
