@@ -125,6 +125,10 @@ try {
   await page.waitForFunction((old) => { const m = document.querySelector("#main"); return m.dataset.plan && m.dataset.plan !== old && document.querySelector("#state")?.textContent === "awaiting_review"; }, id);
   const streamed = await page.$$eval("#progress li", (items) => items.map((li) => li.dataset.step));
   if (streamed.join(",") !== "s1,s2,s3") await fail(`streamed steps ${streamed}`);
+  // The model streamed its reply: the page shows what it wrote, the tools it called included.
+  if (!(await page.isVisible("#tokens"))) await fail("the model's output is not shown");
+  const written = await page.textContent("#tokens");
+  if (!written.includes('"get_weather"') || !written.includes('"send_email"')) await fail(`model output: ${written.slice(0, 200)}`);
   if (!(await page.$('#dag line[data-from="s2"][data-to="s3"]'))) await fail("no DAG edge s2 -> s3 on the new plan");
   await page.screenshot({ path: `${shots}/4-streamed-plan-dag.png`, fullPage: true });
   problems.push(...(await audit(page, "streamed plan")));

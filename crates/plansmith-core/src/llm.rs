@@ -316,6 +316,11 @@ pub struct Script {
     /// tests, fuzzing a server). Requests are then counted but not kept, so memory stays flat.
     #[serde(default)]
     pub repeat: bool,
+    /// Streams each reply in pieces of this many characters, as a provider's deltas arrive
+    /// (the text, or the first tool call's arguments when there is no text); 0, the default,
+    /// gives each reply whole, as a model that does not stream.
+    #[serde(default)]
+    pub stream_chunk: usize,
 }
 
 /// A model that replays scripted turns in order and records every request.
@@ -325,6 +330,7 @@ pub struct ScriptedModel {
     turns: Mutex<VecDeque<ScriptedTurn>>,
     requests: Mutex<Vec<CompletionRequest>>,
     repeat: bool,
+    stream_chunk: usize,
 }
 
 /// Errors loading a script.
@@ -362,7 +368,7 @@ impl ScriptedModel {
                 .into_iter()
                 .map(|t| ScriptedTurn::Text(t.into()))
                 .collect(),
-            repeat: false,
+            ..Script::default()
         })
     }
 
@@ -373,7 +379,16 @@ impl ScriptedModel {
             turns: Mutex::new(script.turns.into()),
             requests: Mutex::new(Vec::new()),
             repeat: script.repeat,
+            stream_chunk: script.stream_chunk,
         }
+    }
+
+    /// The same model, streaming each reply in pieces of `chars` characters (see
+    /// [`Script::stream_chunk`]; 0 turns streaming off).
+    #[must_use]
+    pub fn streaming(mut self, chars: usize) -> ScriptedModel {
+        self.stream_chunk = chars;
+        self
     }
 
     /// Loads a script file: `{"capabilities": {...}, "turns": ["text", {"text": ..., "usage": ...}, {"error": "..."}]}`
@@ -388,9 +403,8 @@ impl ScriptedModel {
             Ok(script) => script,
             Err(err) => match serde_json::from_str::<Vec<ScriptedTurn>>(&text) {
                 Ok(turns) => Script {
-                    capabilities: Capabilities::default(),
                     turns,
-                    repeat: false,
+                    ..Script::default()
                 },
                 Err(_) => {
                     return Err(ScriptError::Format {
@@ -455,6 +469,52 @@ impl LanguageModel for ScriptedModel {
             }
         })
     }
+
+    fn stream(&self, request: CompletionRequest) -> BoxStream<'_, Result<StreamEvent, LlmError>> {
+        let chunk = self.stream_chunk;
+        let completion = self.complete(request);
+        if chunk == 0 {
+            return Box::pin(futures::stream::once(async move {
+                completion.await.map(StreamEvent::Done)
+            }));
+        }
+        let events = async move {
+            let completion = match completion.await {
+                Ok(completion) => completion,
+                Err(err) => return vec![Err(err)],
+            };
+            let written = match completion.tool_calls.first() {
+                Some(call) if completion.text.is_empty() => call.arguments.as_str(),
+                _ => completion.text.as_str(),
+            };
+            let mut events: Vec<_> = pieces(written, chunk)
+                .map(|piece| Ok(StreamEvent::Delta(piece.to_owned())))
+                .collect();
+            events.push(Ok(StreamEvent::Done(completion)));
+            events
+        };
+        Box::pin(futures::StreamExt::flatten(futures::StreamExt::map(
+            futures::stream::once(events),
+            futures::stream::iter,
+        )))
+    }
+}
+
+/// `text` in consecutive pieces of `chars` characters (the last may be shorter).
+fn pieces(text: &str, chars: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = rest
+            .char_indices()
+            .nth(chars)
+            .map_or(rest.len(), |(at, _)| at);
+        let (piece, after) = rest.split_at(end);
+        rest = after;
+        Some(piece)
+    })
 }
 
 #[cfg(test)]
@@ -488,6 +548,7 @@ mod tests {
                 ScriptedTurn::Text("b".into()),
             ],
             repeat: true,
+            ..Script::default()
         });
         let request = CompletionRequest {
             messages: vec![Message::user("hi")],
@@ -523,6 +584,42 @@ mod tests {
         let events: Vec<_> = futures::executor::block_on(model.stream(request).collect::<Vec<_>>());
         assert_eq!(events.len(), 1);
         assert!(matches!(&events[0], Ok(StreamEvent::Done(c)) if c.text == "whole reply"));
+    }
+
+    #[test]
+    fn streaming_script_sends_the_reply_in_pieces_then_done() {
+        use futures::StreamExt;
+        let request = CompletionRequest {
+            messages: vec![],
+            constraint: None,
+            max_tokens: 10,
+            temperature: 0.0,
+        };
+        let model = ScriptedModel::new(["héllo wörld", "x"]).streaming(4);
+        let events: Vec<_> =
+            futures::executor::block_on(model.stream(request.clone()).collect::<Vec<_>>());
+        let deltas: Vec<&str> = events
+            .iter()
+            .filter_map(|event| match event {
+                Ok(StreamEvent::Delta(text)) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, ["héll", "o wö", "rld"]);
+        assert!(matches!(events.last(), Some(Ok(StreamEvent::Done(c))) if c.text == "héllo wörld"));
+        // A tool call streams its arguments; an error is the stream's only item.
+        let script: Script = serde_json::from_str(
+            r#"{"stream_chunk": 8, "turns": [{"tool_calls": [{"name": "plan", "arguments": "{\"steps\": []}"}]}, {"error": "boom"}]}"#,
+        )
+        .unwrap();
+        let model = ScriptedModel::from_script(script);
+        let events: Vec<_> =
+            futures::executor::block_on(model.stream(request.clone()).collect::<Vec<_>>());
+        assert!(matches!(&events[0], Ok(StreamEvent::Delta(t)) if t == "{\"steps\""));
+        assert!(matches!(&events[1], Ok(StreamEvent::Delta(t)) if t == ": []}"));
+        assert!(matches!(&events[2], Ok(StreamEvent::Done(c)) if c.tool_calls.len() == 1));
+        let events: Vec<_> = futures::executor::block_on(model.stream(request).collect::<Vec<_>>());
+        assert!(matches!(&events[..], [Err(LlmError::Backend(e))] if e == "boom"));
     }
 
     #[test]

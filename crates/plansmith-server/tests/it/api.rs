@@ -1,8 +1,13 @@
+use std::sync::Arc;
+
+use plansmith_core::ScriptedModel;
+use plansmith_server::ServerConfig;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{assert_error, call, create, read_sse, reply, start, tokens, watch, weather};
-use plansmith_server::ServerConfig;
+use crate::{
+    assert_error, call, create, read_sse, reply, start, start_with, tokens, watch, weather,
+};
 
 #[tokio::test]
 async fn plan_get_list_history_delete() {
@@ -277,13 +282,15 @@ async fn feedback_accept_reject_patch_answer() {
 }
 
 /// Feedback that replans (an answer, a free-text edit) streams the replanning on the plan's
-/// events as it happens: the attempt, each validated step (and the model's text as `token`s,
-/// for a model that streams; the scripted one does not); then the new version.
+/// events as it happens: the attempt, the model's text as `token`s (the scripted model streams
+/// it in pieces here), each validated step; then the new version.
 #[tokio::test]
 async fn replanning_progress_on_the_plan_events() {
     let mut turns = reply("missing-recipient.json", 1);
-    turns.extend(reply("weather-email.json", 2));
-    let s = start(turns, ServerConfig::default()).await;
+    let replan = reply("weather-email.json", 1).remove(0);
+    turns.extend([replan.clone(), replan.clone()]);
+    let model = ScriptedModel::new(turns).streaming(16);
+    let s = start_with(Arc::new(model), ServerConfig::default()).await;
     let (status, created) = call(
         &s,
         Method::POST,
@@ -321,6 +328,12 @@ async fn replanning_progress_on_the_plan_events() {
             .map(|(_, event)| event["data"]["step"]["id"].as_str().unwrap())
             .collect();
         assert_eq!(streamed, ["s1", "s2", "s3"], "{action}: {kinds:?}");
+        let written: String = seen
+            .iter()
+            .filter(|(kind, _)| kind == "token")
+            .map(|(_, event)| event["data"]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(written, replan, "{action}: {kinds:?}");
         let (_, updated) = seen.last().unwrap();
         assert_eq!(updated["version"], body["plan"]["version"]);
         assert!(
@@ -431,6 +444,44 @@ async fn streaming_plan_sends_steps_then_the_outcome() {
     let id = outcome["stored"]["plan"]["id"].as_str().unwrap();
     let (status, _) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
     assert_eq!(status, 200, "the streamed plan is stored");
+}
+
+/// A model that streams (the scripted one in pieces of 16 characters, as a provider's deltas
+/// arrive): its text comes as `token` events, whole and in order, and each step is sent as soon
+/// as the model has written it, while the rest of the reply is still coming.
+#[tokio::test]
+async fn streaming_plan_sends_the_model_text_as_tokens_and_steps_as_they_complete() {
+    let text = reply("weather-email.json", 1).remove(0);
+    let model = ScriptedModel::new([text.clone()]).streaming(16);
+    let s = start_with(Arc::new(model), ServerConfig::default()).await;
+    let response = stream_plan(&s).await;
+    let events = read_sse(response, |kind, _| kind == "outcome" || kind == "error").await;
+    let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+    let written: String = events
+        .iter()
+        .filter(|(kind, _)| kind == "token")
+        .map(|(_, data)| data["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(written, text, "{kinds:?}");
+    assert!(
+        kinds.iter().filter(|k| **k == "token").count() >= text.chars().count() / 16,
+        "{kinds:?}"
+    );
+    let first_step = kinds.iter().position(|k| *k == "step").unwrap();
+    let last_token = kinds.iter().rposition(|k| *k == "token").unwrap();
+    assert!(
+        first_step < last_token,
+        "s1 arrives while the model still writes: {kinds:?}"
+    );
+    let steps: Vec<&str> = events
+        .iter()
+        .filter(|(kind, _)| kind == "step")
+        .map(|(_, data)| data["step"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["s1", "s2", "s3"]);
+    let (kind, outcome) = events.last().unwrap();
+    assert_eq!(kind, "outcome", "{outcome}");
+    assert_eq!(outcome["status"], "ready");
 }
 
 /// A model that never answers and records when the pipeline gives up on its call (drops it).

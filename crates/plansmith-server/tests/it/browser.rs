@@ -31,7 +31,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::{Server, app_state, call, create, reply, root, start};
+use crate::{Server, app_state, call, create, reply, root, start_with};
 
 /// Where Playwright and Chromium are (`PLANSMITH_TEST_PLAYWRIGHT`, `PLANSMITH_TEST_CHROMIUM`);
 /// `None` (the test is not run, and says so) outside CI when they are not set.
@@ -89,7 +89,9 @@ async fn review_page_in_headless_chromium() {
         list_total_cap: 55,
         ..ServerConfig::default()
     };
-    let s = start(turns, config).await;
+    // Streaming, as a provider's model does: the page shows the model's text as it comes.
+    let model = ScriptedModel::new(turns).streaming(16);
+    let s = start_with(Arc::new(model), config).await;
     for _ in 0..55 {
         create(&s, None).await;
     }
