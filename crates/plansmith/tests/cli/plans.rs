@@ -408,6 +408,62 @@ fn bad_store_location_is_bad_input() {
     assert!(text(&output.stderr).contains("bad store location"));
 }
 
+/// The list's count stops at 10,000 ("10000+"): counting a million plans for every page took
+/// longer than the page; `--exact-total` counts them all.
+#[test]
+fn plans_list_total_stops_at_the_cap_unless_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plans.db");
+    let store = format!("sqlite:{}", path.display());
+    let model = script(dir.path(), "w.json", &[weather_v1()]);
+    saved_id(&save_weather(&store, &model));
+    // 10,000 copies of that plan under new ids, written by SQL (planning each would take minutes).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        sqlx::any::install_default_drivers();
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&store)
+            .await
+            .unwrap();
+        sqlx::query(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000)
+             INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                                document, review, created_at, updated_at)
+             SELECT id || '-' || i, version, state, owner, conversation_id, thread_id, title,
+                    replace(document, id, id || '-' || i), review, created_at, updated_at
+             FROM plans, n",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    });
+    let capped = run(&store, &["plans", "list", "--limit", "3"], "");
+    assert_exit(&capped, 0);
+    assert_eq!(text(&capped.stdout).lines().count(), 3);
+    assert!(
+        text(&capped.stderr).starts_with("3 of 10000+ plan(s); next page: --cursor "),
+        "{}",
+        text(&capped.stderr)
+    );
+    let exact = run(
+        &store,
+        &["plans", "list", "--limit", "3", "--exact-total"],
+        "",
+    );
+    assert_exit(&exact, 0);
+    assert!(
+        text(&exact.stderr).starts_with("3 of 10001 plan(s); next page"),
+        "{}",
+        text(&exact.stderr)
+    );
+    let json = run(&store, &["plans", "list", "--limit", "1", "--json"], "");
+    let page: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(page["total"], 10_000);
+    assert_eq!(page["total_exact"], false);
+}
+
 #[test]
 fn plans_list_pages_by_cursor() {
     let dir = tempfile::tempdir().unwrap();
