@@ -49,22 +49,27 @@ fn fresh_postgres(test: &str) -> Option<String> {
         .unwrap()
         .as_nanos();
     let name = format!("plansmith_x_{}_{nanos}", std::process::id());
+    execute_sql(&base, &format!("CREATE DATABASE {name}"));
+    let (prefix, _) = base.rsplit_once('/').unwrap();
+    Some(format!("{prefix}/{name}"))
+}
+
+/// Runs one SQL statement on the database at `url` (a store location or a PostgreSQL URL).
+fn execute_sql(url: &str, statement: &str) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
         sqlx::any::install_default_drivers();
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(url)
             .await
             .unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
             .execute(&mut conn)
             .await
             .unwrap();
     });
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    Some(format!("{prefix}/{name}"))
 }
 
 /// Runs `scripts/SCRIPT URL` with this test build's binary (and `env`); its stdout, once it

@@ -413,32 +413,19 @@ fn bad_store_location_is_bad_input() {
 #[test]
 fn plans_list_total_stops_at_the_cap_unless_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("plans.db");
-    let store = format!("sqlite:{}", path.display());
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
     let model = script(dir.path(), "w.json", &[weather_v1()]);
     saved_id(&save_weather(&store, &model));
     // 10,000 copies of that plan under new ids, written by SQL (planning each would take minutes).
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        sqlx::any::install_default_drivers();
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&store)
-            .await
-            .unwrap();
-        sqlx::query(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000)
-             INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
-                                document, review, created_at, updated_at)
-             SELECT id || '-' || i, version, state, owner, conversation_id, thread_id, title,
-                    replace(document, id, id || '-' || i), review, created_at, updated_at
-             FROM plans, n",
-        )
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    });
+    crate::execute_sql(
+        &store,
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000)
+         INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                            document, review, created_at, updated_at)
+         SELECT id || '-' || i, version, state, owner, conversation_id, thread_id, title,
+                replace(document, id, id || '-' || i), review, created_at, updated_at
+         FROM plans, n",
+    );
     let capped = run(&store, &["plans", "list", "--limit", "3"], "");
     assert_exit(&capped, 0);
     assert_eq!(text(&capped.stdout).lines().count(), 3);

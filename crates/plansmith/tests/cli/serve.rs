@@ -253,21 +253,7 @@ fn readyz_follows_the_store() {
     assert_eq!(ready["store"], "postgres");
     let (_, name) = url.rsplit_once('/').unwrap();
     let base = std::env::var("PLANSMITH_TEST_POSTGRES_URL").unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&base)
-            .await
-            .unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE {name} WITH (FORCE)"
-        )))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    });
+    crate::execute_sql(&base, &format!("DROP DATABASE {name} WITH (FORCE)"));
     let (status, body) = get(&server.addr, "/readyz", None).unwrap();
     assert_eq!(status, 503, "{body}");
     let error: serde_json::Value = serde_json::from_str(&body).unwrap();
