@@ -12,7 +12,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use chrono::Utc;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use plansmith_core::llm::{BoxFuture, Completion};
 use plansmith_core::parse::{ParseDefaults, parse};
 use plansmith_core::validate::validate;
@@ -98,23 +99,8 @@ fn bench(c: &mut Criterion) {
     );
 
     let mut group = c.benchmark_group("planning_1853_tools");
-    group.bench_function("plan_request_end_to_end", |b| {
-        b.iter(|| futures::executor::block_on(planner.plan(black_box(&request))).unwrap())
-    });
-    let defaults = ParseDefaults {
-        plan_id: "p",
-        goal: "g",
-        locale: "en-US",
-        now: Utc::now(),
-    };
-    group.bench_function("parse", |b| {
-        b.iter(|| parse(black_box(&raw), &defaults).unwrap())
-    });
-    let parsed = parse(&raw, &defaults).unwrap();
+    bench_stages(&mut group, &planner, &request, &raw, &catalog);
     let options = PlanOptions::default();
-    group.bench_function("validate", |b| {
-        b.iter(|| validate(black_box(parsed.plan.clone()), &catalog, &options))
-    });
     let tools: Vec<_> = catalog.tools().take(8).collect();
     group.bench_function("schema_8_tools", |b| {
         b.iter(|| plansmith_core::schema::plan_schema(black_box(&tools), &[], &options))
@@ -138,8 +124,20 @@ fn bench_service_request(c: &mut Criterion) {
     assert_eq!(outcome.plan.steps.len(), 3);
     assert!(outcome.diagnostics.attempts.len() == 1, "{outcome:?}");
     let mut group = c.benchmark_group("service_request");
+    bench_stages(&mut group, &planner, &request, &raw, &catalog);
+    group.finish();
+}
+
+/// A whole request through `planner`, then parsing `raw` and validating its plan alone.
+fn bench_stages(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    planner: &Planner,
+    request: &PlanRequest,
+    raw: &str,
+    catalog: &Catalog,
+) {
     group.bench_function("plan_request_end_to_end", |b| {
-        b.iter(|| futures::executor::block_on(planner.plan(black_box(&request))).unwrap())
+        b.iter(|| futures::executor::block_on(planner.plan(black_box(request))).unwrap())
     });
     let defaults = ParseDefaults {
         plan_id: "p",
@@ -148,14 +146,13 @@ fn bench_service_request(c: &mut Criterion) {
         now: Utc::now(),
     };
     group.bench_function("parse", |b| {
-        b.iter(|| parse(black_box(&raw), &defaults).unwrap())
+        b.iter(|| parse(black_box(raw), &defaults).unwrap())
     });
-    let parsed = parse(&raw, &defaults).unwrap();
+    let parsed = parse(raw, &defaults).unwrap();
     let options = PlanOptions::default();
     group.bench_function("validate", |b| {
-        b.iter(|| validate(black_box(parsed.plan.clone()), &catalog, &options))
+        b.iter(|| validate(black_box(parsed.plan.clone()), catalog, &options))
     });
-    group.finish();
 }
 
 criterion_group!(benches, bench, bench_service_request);

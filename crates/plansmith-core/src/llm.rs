@@ -473,11 +473,6 @@ impl LanguageModel for ScriptedModel {
     fn stream(&self, request: CompletionRequest) -> BoxStream<'_, Result<StreamEvent, LlmError>> {
         let chunk = self.stream_chunk;
         let completion = self.complete(request);
-        if chunk == 0 {
-            return Box::pin(futures::stream::once(async move {
-                completion.await.map(StreamEvent::Done)
-            }));
-        }
         let events = async move {
             let completion = match completion.await {
                 Ok(completion) => completion,
@@ -500,11 +495,12 @@ impl LanguageModel for ScriptedModel {
     }
 }
 
-/// `text` in consecutive pieces of `chars` characters (the last may be shorter).
+/// `text` in consecutive pieces of `chars` characters (the last may be shorter); none when
+/// `chars` is 0 (no streaming).
 fn pieces(text: &str, chars: usize) -> impl Iterator<Item = &str> {
     let mut rest = text;
     std::iter::from_fn(move || {
-        if rest.is_empty() {
+        if rest.is_empty() || chars == 0 {
             return None;
         }
         let end = rest

@@ -226,18 +226,21 @@ fn outcome_json_carries_status_and_diagnostics() {
     );
 }
 
+/// A plan whose model leaves out the email's recipient (it asks for it after its repairs).
+const MISSING_RECIPIENT: [&str; 6] = [
+    "plan",
+    "Email the quarterly report to my boss",
+    "--tools",
+    "examples/tools.json",
+    "--model",
+    "scripted:examples/replies/missing-recipient.json",
+];
+
 #[test]
 fn exit_codes_for_needs_input_and_fallback() {
-    let output = plansmith(&[
-        "plan",
-        "Email the quarterly report to my boss",
-        "--tools",
-        "examples/tools.json",
-        "--model",
-        "scripted:examples/replies/missing-recipient.json",
-        "--max-repairs",
-        "0",
-    ]);
+    let mut args = MISSING_RECIPIENT.to_vec();
+    args.extend(["--max-repairs", "0"]);
+    let output = plansmith(&args);
     assert_exit(&output, 10);
     assert!(
         text(&output.stdout).contains("What should `to` be"),
@@ -286,16 +289,8 @@ fn exit_codes_for_needs_input_and_fallback() {
 /// either way.
 #[test]
 fn progress_shows_each_step_and_repair_on_stderr() {
-    let args = [
-        "plan",
-        "Email the quarterly report to my boss",
-        "--tools",
-        "examples/tools.json",
-        "--model",
-        "scripted:examples/replies/missing-recipient.json",
-    ];
-    let quiet = plansmith(&args);
-    let mut with_progress = args.to_vec();
+    let quiet = plansmith(&MISSING_RECIPIENT);
+    let mut with_progress = MISSING_RECIPIENT.to_vec();
     with_progress.extend(["--progress", "always"]);
     let shown = plansmith(&with_progress);
     assert_exit(&quiet, 10);
