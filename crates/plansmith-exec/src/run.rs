@@ -19,8 +19,8 @@ use chrono::Utc;
 use plansmith_core::validate::validate;
 use plansmith_core::{Action, Catalog, Feedback, LanguageModel, Plan, PlanRequest, Planner};
 use plansmith_store::{
-    Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, ReviewState, RunState, StepEnd,
-    StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
+    Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, ReviewAction, ReviewState, RunState,
+    StepEnd, StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -261,13 +261,12 @@ impl Executor {
     /// may [`Executor::join`]).
     pub async fn start(&self, plan_id: &str) -> Result<ExecRun, ExecError> {
         let stored = self.store.get(plan_id).await?;
-        let hint = match stored.state {
-            ReviewState::Accepted | ReviewState::Draft => None,
-            ReviewState::AwaitingReview => Some("accept it first (plansmith plans accept)"),
-            ReviewState::NeedsInput => Some("answer its questions first"),
-            ReviewState::Rejected | ReviewState::Stopped => Some("it will not run"),
-        };
-        if let Some(hint) = hint {
+        if !stored.state.allows(ReviewAction::Run) {
+            let hint = match stored.state {
+                ReviewState::AwaitingReview => "accept it first (plansmith plans accept)",
+                ReviewState::NeedsInput => "answer its questions first",
+                _ => "it will not run",
+            };
             return Err(ExecError::NotRunnable {
                 id: plan_id.to_owned(),
                 state: stored.state,

@@ -48,7 +48,7 @@ pub enum StoreError {
         valid: String,
     },
     /// The operation does not apply in the plan's review state (e.g. `answer` on an accepted plan).
-    #[error("cannot {operation} plan `{id}`: it is {state}")]
+    #[error("cannot {operation} plan `{id}`: it is {state}; {}", allowed(*.state))]
     InvalidState {
         /// The plan.
         id: String,
@@ -118,3 +118,13 @@ fn summary(diagnostics: &[Diagnostic]) -> String {
 
 /// Result of a store operation.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What a state allows, for [`StoreError::InvalidState`]'s message.
+fn allowed(state: ReviewState) -> String {
+    let names: Vec<&str> = state.actions().iter().map(|a| a.as_str()).collect();
+    if names.is_empty() {
+        "nothing more can be done with it".to_owned()
+    } else {
+        format!("it allows {}", names.join(", "))
+    }
+}

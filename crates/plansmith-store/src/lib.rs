@@ -79,7 +79,8 @@ pub use exec::{
 };
 pub use notify::{Listener, Notifier};
 pub use review::{
-    Decision, MaxIterationsPolicy, REJECTED_WITHOUT_TEXT, Review, ReviewState, is_confirmation,
+    Decision, MaxIterationsPolicy, REJECTED_WITHOUT_TEXT, Review, ReviewAction, ReviewState,
+    is_confirmation,
 };
 pub use store::{
     Backend, Change, ListFilter, Location, Page, PlanStore, StepKey, StoredPlan, Trigger,

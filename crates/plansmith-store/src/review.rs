@@ -83,6 +83,64 @@ impl ReviewState {
             ReviewState::Accepted | ReviewState::Rejected | ReviewState::Stopped
         )
     }
+
+    /// What a plan in this state may have done to it. The one place the rules live: the store
+    /// refuses everything else ([`StoreError::InvalidState`]), the executor refuses a run, and
+    /// every stored plan carries the list (`actions` in its JSON) so a client offers exactly
+    /// these.
+    pub fn actions(self) -> &'static [ReviewAction] {
+        use ReviewAction::{Accept, Answer, Edit, Patch, Reject, Run};
+        match self {
+            // A draft was stored without review: it may be reviewed, or run as it is.
+            ReviewState::Draft => &[Accept, Reject, Edit, Patch, Run],
+            ReviewState::AwaitingReview => &[Accept, Reject, Edit, Patch],
+            // Answering replans; a structured edit may fill in what the questions ask.
+            ReviewState::NeedsInput => &[Reject, Answer, Patch],
+            // Run again after a run has ended: a new run starts from the document.
+            ReviewState::Accepted => &[Run],
+            ReviewState::Rejected | ReviewState::Stopped => &[],
+        }
+    }
+
+    /// Whether this state allows `action` (see [`ReviewState::actions`]).
+    pub fn allows(self, action: ReviewAction) -> bool {
+        self.actions().contains(&action)
+    }
+}
+
+/// Something a person or client may do with a stored plan; which ones a plan allows depends on
+/// its [`ReviewState`] ([`ReviewState::actions`]). The names are those of the feedback actions
+/// (`POST /v1/plans/{id}/feedback`), plus `run` (`POST /v1/plans/{id}/run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewAction {
+    /// Accept the plan as it is.
+    Accept,
+    /// Reject it (with an optional reason).
+    Reject,
+    /// Free-text changes: the model replans with them.
+    Edit,
+    /// A structured edit (JSON Patch), validated against the catalog.
+    Patch,
+    /// Answer its questions: the model replans with the answers.
+    Answer,
+    /// Start a run of its steps.
+    Run,
+}
+
+impl ReviewAction {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewAction::Accept => "accept",
+            ReviewAction::Reject => "reject",
+            ReviewAction::Edit => "edit",
+            ReviewAction::Patch => "patch",
+            ReviewAction::Answer => "answer",
+            ReviewAction::Run => "run",
+        }
+    }
 }
 
 impl FromStr for ReviewState {
@@ -295,11 +353,7 @@ impl PlanStore {
     /// `awaiting_review` (or `draft`) → `accepted` (trigger `status`).
     pub async fn accept(&self, id: &str, actor: &str) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(
-            &current,
-            "accept",
-            &[ReviewState::AwaitingReview, ReviewState::Draft],
-        )?;
+        require(&current, ReviewAction::Accept)?;
         self.transition(current, ReviewState::Accepted, None, actor)
             .await
     }
@@ -307,15 +361,7 @@ impl PlanStore {
     /// → `rejected`, with the person's text or [`REJECTED_WITHOUT_TEXT`].
     pub async fn reject(&self, id: &str, text: Option<&str>, actor: &str) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(
-            &current,
-            "reject",
-            &[
-                ReviewState::AwaitingReview,
-                ReviewState::Draft,
-                ReviewState::NeedsInput,
-            ],
-        )?;
+        require(&current, ReviewAction::Reject)?;
         let reason = text
             .map(str::trim)
             .filter(|t| !t.is_empty())
@@ -350,11 +396,7 @@ impl PlanStore {
         on_event: Option<OnEvent<'_>>,
     ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(
-            &current,
-            "edit",
-            &[ReviewState::AwaitingReview, ReviewState::Draft],
-        )?;
+        require(&current, ReviewAction::Edit)?;
         if feedback.trim().is_empty() {
             return Err(StoreError::BadEdit("the feedback is empty".into()));
         }
@@ -398,7 +440,7 @@ impl PlanStore {
         on_event: Option<OnEvent<'_>>,
     ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(&current, "answer", &[ReviewState::NeedsInput])?;
+        require(&current, ReviewAction::Answer)?;
         if answers.trim().is_empty() {
             return Err(StoreError::BadEdit("the answer is empty".into()));
         }
@@ -664,13 +706,13 @@ fn need_planner<'p>(planner: Option<&'p Planner>, operation: &str) -> Result<&'p
     planner.ok_or_else(|| StoreError::BadEdit(format!("`{operation}` needs a planner")))
 }
 
-fn require(current: &StoredPlan, operation: &'static str, allowed: &[ReviewState]) -> Result<()> {
-    if allowed.contains(&current.state) {
+fn require(current: &StoredPlan, action: ReviewAction) -> Result<()> {
+    if current.state.allows(action) {
         Ok(())
     } else {
         Err(StoreError::InvalidState {
             id: current.plan.id.clone(),
-            operation,
+            operation: action.as_str(),
             state: current.state,
         })
     }
@@ -684,15 +726,7 @@ fn patched(
     patch: &Value,
     catalog: &Catalog,
 ) -> Result<(Plan, Vec<Diagnostic>)> {
-    require(
-        current,
-        "edit",
-        &[
-            ReviewState::AwaitingReview,
-            ReviewState::Draft,
-            ReviewState::NeedsInput,
-        ],
-    )?;
+    require(current, ReviewAction::Patch)?;
     let operations: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|err| StoreError::BadEdit(format!("not a JSON Patch: {err}")))?;
     let mut document =

@@ -196,8 +196,11 @@ impl std::fmt::Display for Trigger {
 }
 
 /// A plan as stored: the current version of the document, its review state and settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+///
+/// Its JSON also holds `actions`: what the review state allows ([`ReviewState::actions`]),
+/// written from `state` each time (never stored, ignored when read back), so clients offer
+/// exactly what the store accepts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct StoredPlan {
     /// The current version of the plan (`plan.version` is the store version).
     pub plan: Plan,
@@ -209,6 +212,70 @@ pub struct StoredPlan {
     pub created_at: DateTime<Utc>,
     /// When the current version was written.
     pub updated_at: DateTime<Utc>,
+}
+
+impl Serialize for StoredPlan {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = serializer.serialize_struct("StoredPlan", 6)?;
+        out.serialize_field("plan", &self.plan)?;
+        out.serialize_field("state", &self.state)?;
+        out.serialize_field("actions", self.state.actions())?;
+        out.serialize_field("review", &self.review)?;
+        out.serialize_field("created_at", &self.created_at)?;
+        out.serialize_field("updated_at", &self.updated_at)?;
+        out.end()
+    }
+}
+
+/// The OpenAPI schema of [`StoredPlan`]'s JSON (its fields and the derived `actions`).
+#[cfg(feature = "openapi")]
+mod stored_plan_schema {
+    use std::borrow::Cow;
+
+    use utoipa::openapi::{RefOr, schema::Schema};
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::*;
+    use crate::review::ReviewAction;
+
+    /// A plan as stored: the current version of the document, its review state and settings.
+    #[derive(ToSchema)]
+    #[allow(dead_code)] // only its schema is used
+    struct StoredPlanJson {
+        /// The current version of the plan (`plan.version` is the store version).
+        plan: Plan,
+        /// Where the plan is in the human-in-the-loop state machine.
+        state: ReviewState,
+        /// What the review state allows now (derived from `state`; ignored in a request).
+        actions: Vec<ReviewAction>,
+        /// Review settings and progress (iteration, policy, rejection reason, the planning
+        /// request).
+        review: Review,
+        /// When the plan was first stored.
+        created_at: DateTime<Utc>,
+        /// When the current version was written.
+        updated_at: DateTime<Utc>,
+    }
+
+    impl PartialSchema for StoredPlan {
+        fn schema() -> RefOr<Schema> {
+            StoredPlanJson::schema()
+        }
+    }
+
+    impl ToSchema for StoredPlan {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("StoredPlan")
+        }
+
+        fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+            StoredPlanJson::schemas(schemas);
+        }
+    }
 }
 
 impl StoredPlan {

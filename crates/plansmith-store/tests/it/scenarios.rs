@@ -450,3 +450,77 @@ async fn review_loops(db: TestDb) {
 
 both_backends!(lifecycle_table, super::openmanus_lifecycle);
 both_backends!(hitl_table, super::review_loops);
+
+/// The store accepts an operation exactly when the plan's state lists it in
+/// `ReviewState::actions` (what every stored plan's JSON offers clients as `actions`), and
+/// the refusal names what the state allows.
+async fn states_allow_exactly_their_actions(db: TestDb) {
+    use plansmith_store::{ReviewAction, ReviewState, StoreError};
+    let model =
+        ScriptedModel::from_file(&root().join("examples/replies/weather-email-repeat.json"))
+            .unwrap();
+    let planner = Planner::new(catalog(false), Arc::new(model));
+    let store = &db.store;
+    let actions = [
+        ReviewAction::Accept,
+        ReviewAction::Reject,
+        ReviewAction::Edit,
+        ReviewAction::Patch,
+        ReviewAction::Answer,
+    ];
+    for state in ReviewState::ALL {
+        for action in actions {
+            let id = format!("p-{state}-{}", action.as_str());
+            let mut plan_json = json!({
+                "id": id,
+                "steps": [{"title": "Say hello"}],
+                "questions": [{"id": "q1", "text": "Which city?"}],
+            });
+            fill_plan_defaults(&mut plan_json);
+            let plan = serde_json::from_value(plan_json).unwrap();
+            let stored = store
+                .create(plan, state, Review::default(), "tester")
+                .await
+                .unwrap();
+            let offered = serde_json::to_value(&stored).unwrap()["actions"].clone();
+            let result = match action {
+                ReviewAction::Accept => store.accept(&id, "tester").await,
+                ReviewAction::Reject => store.reject(&id, None, "tester").await,
+                ReviewAction::Edit => store.edit(&id, "shorter", &planner, "tester").await,
+                ReviewAction::Answer => store.answer(&id, "Paris", &planner, "tester").await,
+                ReviewAction::Patch => {
+                    let patch = json!([{"op": "replace", "path": "/title", "value": "Hello"}]);
+                    store
+                        .patch(&id, &patch, planner.catalog(), "tester")
+                        .await
+                        .map(|(stored, _)| stored)
+                }
+                ReviewAction::Run => unreachable!("runs are the executor's"),
+            };
+            let at = format!("{} on a plan that is {state}", action.as_str());
+            assert_eq!(
+                offered
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(action.as_str())),
+                state.allows(action),
+                "{at}: the JSON's actions {offered} disagree with the state's"
+            );
+            match result {
+                Ok(_) => assert!(state.allows(action), "{at}: done, but not offered"),
+                Err(StoreError::InvalidState { .. }) if !state.allows(action) => {
+                    let message = result.unwrap_err().to_string();
+                    let names: Vec<&str> = state.actions().iter().map(|a| a.as_str()).collect();
+                    if names.is_empty() {
+                        assert!(message.contains("nothing more can be done"), "{message}");
+                    } else {
+                        assert!(message.contains(&names.join(", ")), "{message}");
+                    }
+                }
+                Err(err) => panic!("{at}: {err}"),
+            }
+        }
+    }
+}
+
+both_backends!(state_actions, super::states_allow_exactly_their_actions);
