@@ -12,6 +12,7 @@ try {
   await page.click(`button[data-id="${id}"]`);
   await page.waitForSelector("#main[data-live]");
   if ((await page.evaluate(text, "#state")) !== "accepted") await fail(`state ${await page.evaluate(text, "#state")}`);
+  if ((await page.evaluate(text, "#run")) !== "Run") await fail(`the button before a run says ${await page.evaluate(text, "#run")}`);
   await page.click("#run");
   // s1 runs and its result shows; s2 waits for approval, with the buttons to decide.
   await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "completed"
@@ -33,6 +34,9 @@ try {
   // The result comes with the plan the executor writes just after the events.
   await page.waitForFunction(() => document.querySelector("#step-s2 .result")?.textContent.includes('"sent":true'));
   if (await page.$('#step-s2 button[data-verdict]')) await fail("decision buttons left on a completed step");
+  // The plan stays accepted (what the server's `actions` list says it allows: run it again).
+  await page.waitForFunction(() => document.querySelector("#run")?.textContent === "Run again");
+  if (await page.$("#accept, #reject, #changes")) await fail("an accepted plan offers review controls");
   await page.screenshot({ path: `${shots}/8-run-completed.png`, fullPage: true });
   console.log("review page run: OK");
 } catch (e) { await fail(String(e)); }

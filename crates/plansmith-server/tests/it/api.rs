@@ -116,8 +116,13 @@ async fn feedback_accept_reject_patch_answer() {
     let s = start(turns, ServerConfig::default()).await;
     let id = |v: &Value| v["stored"]["plan"]["id"].as_str().unwrap().to_owned();
 
-    // accept, then accepting again is a conflict
-    let a = id(&create(&s, None).await);
+    // accept, then accepting again is a conflict; each answer lists what the state allows
+    let created = create(&s, None).await;
+    assert_eq!(
+        created["stored"]["actions"],
+        json!(["accept", "reject", "edit", "patch"])
+    );
+    let a = id(&created);
     let path = format!("/v1/plans/{a}/feedback");
     let (status, body) = call(
         &s,
@@ -129,6 +134,7 @@ async fn feedback_accept_reject_patch_answer() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["state"], "accepted");
+    assert_eq!(body["actions"], json!(["run"]));
     let (status, body) = call(
         &s,
         Method::POST,
@@ -138,6 +144,12 @@ async fn feedback_accept_reject_patch_answer() {
     )
     .await;
     assert_error(status, &body, 409, "conflict");
+    assert!(
+        body["message"].as_str().unwrap().ends_with("it allows run"),
+        "{body}"
+    );
+    let (_, got) = call(&s, Method::GET, &format!("/v1/plans/{a}"), None, None).await;
+    assert_eq!(got["actions"], json!(["run"]));
 
     // structured edit: a valid argument change is stored, an unknown tool is refused with
     // the engine's diagnostics
