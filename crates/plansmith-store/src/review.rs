@@ -353,7 +353,7 @@ impl PlanStore {
     /// `awaiting_review` (or `draft`) → `accepted` (trigger `status`).
     pub async fn accept(&self, id: &str, actor: &str) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(&current, ReviewAction::Accept)?;
+        current.require(ReviewAction::Accept)?;
         self.transition(current, ReviewState::Accepted, None, actor)
             .await
     }
@@ -361,7 +361,7 @@ impl PlanStore {
     /// → `rejected`, with the person's text or [`REJECTED_WITHOUT_TEXT`].
     pub async fn reject(&self, id: &str, text: Option<&str>, actor: &str) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(&current, ReviewAction::Reject)?;
+        current.require(ReviewAction::Reject)?;
         let reason = text
             .map(str::trim)
             .filter(|t| !t.is_empty())
@@ -396,7 +396,7 @@ impl PlanStore {
         on_event: Option<OnEvent<'_>>,
     ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(&current, ReviewAction::Edit)?;
+        current.require(ReviewAction::Edit)?;
         if feedback.trim().is_empty() {
             return Err(StoreError::BadEdit("the feedback is empty".into()));
         }
@@ -440,7 +440,7 @@ impl PlanStore {
         on_event: Option<OnEvent<'_>>,
     ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
-        require(&current, ReviewAction::Answer)?;
+        current.require(ReviewAction::Answer)?;
         if answers.trim().is_empty() {
             return Err(StoreError::BadEdit("the answer is empty".into()));
         }
@@ -706,18 +706,6 @@ fn need_planner<'p>(planner: Option<&'p Planner>, operation: &str) -> Result<&'p
     planner.ok_or_else(|| StoreError::BadEdit(format!("`{operation}` needs a planner")))
 }
 
-fn require(current: &StoredPlan, action: ReviewAction) -> Result<()> {
-    if current.state.allows(action) {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidState {
-            id: current.plan.id.clone(),
-            operation: action.as_str(),
-            state: current.state,
-        })
-    }
-}
-
 /// `patch` applied to `current`'s plan and validated against `catalog` with the plan's
 /// options: the plan [`PlanStore::patch`] would write (if no finding is an error) and the
 /// findings. Only plans under review may be edited.
@@ -726,7 +714,7 @@ fn patched(
     patch: &Value,
     catalog: &Catalog,
 ) -> Result<(Plan, Vec<Diagnostic>)> {
-    require(current, ReviewAction::Patch)?;
+    current.require(ReviewAction::Patch)?;
     let operations: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|err| StoreError::BadEdit(format!("not a JSON Patch: {err}")))?;
     let mut document =

@@ -18,7 +18,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use crate::error::{Result, StoreError};
 use crate::group::GroupWriter;
-use crate::review::{Review, ReviewState};
+use crate::review::{Review, ReviewAction, ReviewState};
 
 /// Where a store lives: a SQLite file or a PostgreSQL URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,7 +240,6 @@ mod stored_plan_schema {
     use utoipa::{PartialSchema, ToSchema};
 
     use super::*;
-    use crate::review::ReviewAction;
 
     /// A plan as stored: the current version of the document, its review state and settings.
     #[derive(ToSchema)]
@@ -284,7 +283,23 @@ impl StoredPlan {
         self.plan.version
     }
 
-    /// Text rendering: the review state line, then [`Plan::render_text`] (progress and markers).
+    /// `Ok` when the plan's review state allows `action` ([`ReviewState::actions`]), else the
+    /// [`StoreError::InvalidState`] the store's operation would return. Lets a caller refuse
+    /// before doing anything costly (loading a model to replan, say).
+    pub fn require(&self, action: ReviewAction) -> Result<()> {
+        if self.state.allows(action) {
+            Ok(())
+        } else {
+            Err(StoreError::InvalidState {
+                id: self.plan.id.clone(),
+                operation: action.as_str(),
+                state: self.state,
+            })
+        }
+    }
+
+    /// Text rendering: [`Plan::render_text`] (progress and markers), then the review state, what
+    /// it allows (`Actions: accept, reject, …`) and the questions.
     pub fn render_text(&self) -> String {
         let mut out = self.plan.render_text();
         out.push_str(&format!("State: {}", self.state));
@@ -292,6 +307,10 @@ impl StoredPlan {
             out.push_str(&format!(" ({reason})"));
         }
         out.push('\n');
+        let actions: Vec<&str> = self.state.actions().iter().map(|a| a.as_str()).collect();
+        if !actions.is_empty() {
+            out.push_str(&format!("Actions: {}\n", actions.join(", ")));
+        }
         if !self.plan.questions.is_empty() {
             out.push_str("Questions:\n");
             for question in &self.plan.questions {

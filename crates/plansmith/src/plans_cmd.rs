@@ -19,8 +19,8 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use plansmith_core::{Outcome, PlanError, PlanRequest, Planner, Templates};
 use plansmith_store::{
-    ListFilter, Location, MaxIterationsPolicy, PlanStore, Review, ReviewState, StepKey, StoreError,
-    StoredPlan,
+    ListFilter, Location, MaxIterationsPolicy, PlanStore, Review, ReviewAction, ReviewState,
+    StepKey, StoreError, StoredPlan,
 };
 
 use crate::{CliError, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_MODEL, EXIT_NEEDS_INPUT, EXIT_OK};
@@ -459,6 +459,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                 Ok(EXIT_OK)
             }
             (Some(text), None) => {
+                refuse_early(&store, &id, ReviewAction::Edit).await?;
                 let planner = planner.planner()?;
                 show_result(store.edit(&id, &text, &planner, actor).await)
             }
@@ -467,6 +468,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             ))),
         },
         PlansCommand::Answer { id, text, planner } => {
+            refuse_early(&store, &id, ReviewAction::Answer).await?;
             let planner = planner.planner()?;
             show_result(store.answer(&id, &text, &planner, actor).await)
         }
@@ -499,6 +501,13 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
     };
     store.close().await;
     result
+}
+
+/// Refuses what the plan's state does not allow before the model is loaded (the embedded
+/// model may first have to be fetched: 469 MiB, only to be told the plan is accepted).
+async fn refuse_early(store: &PlanStore, id: &str, action: ReviewAction) -> Result<(), CliError> {
+    let stored = store.get(id).await.map_err(store_error)?;
+    stored.require(action).map_err(store_error)
 }
 
 fn show_result(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {

@@ -218,9 +218,27 @@ fn lifecycle_on(store: &str) {
 
     let accepted = run(store, &["plans", "accept", &id], "");
     assert_exit(&accepted, 0);
-    assert!(text(&accepted.stdout).contains("State: accepted"));
+    assert!(text(&accepted.stdout).contains("State: accepted\nActions: run\n"));
     let again = run(store, &["plans", "accept", &id], "");
     assert_exit(&again, 5);
+    // A replanning the state refuses is refused before the model is loaded: this model would
+    // fail to load (and the embedded one would first be fetched, 469 MiB).
+    for command in [&["answer", &id, "Paris"][..], &["edit", &id, "shorter"]] {
+        let args: Vec<&str> = ["plans"]
+            .iter()
+            .chain(command)
+            .chain(&["--model", "scripted:/no/such/script.json"])
+            .copied()
+            .collect();
+        let refused = run(store, &args, "");
+        assert_exit(&refused, 5);
+        let stderr = text(&refused.stderr);
+        assert!(
+            stderr.contains(&format!("cannot {} plan", command[0]))
+                && stderr.contains("it allows run"),
+            "{stderr}"
+        );
+    }
 
     let history = run(store, &["plans", "history", &id], "");
     assert_exit(&history, 0);
