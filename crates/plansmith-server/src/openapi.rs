@@ -85,6 +85,7 @@ pub fn document() -> Value {
     }
     let mut value = serde_json::to_value(&spec).unwrap_or(Value::Null);
     bound_unsigned(&mut value);
+    plain_descriptions(&mut value);
     value
 }
 
@@ -143,27 +144,71 @@ pub(crate) fn body_validators() -> &'static HashMap<String, jsonschema::Validato
 /// the real maximum (found by a schemathesis run: `offset=2147483648` was "schema-violating"
 /// yet accepted).
 fn bound_unsigned(value: &mut Value) {
+    each_object(value, &mut |map| {
+        let unsigned = map.get("type").and_then(Value::as_str) == Some("integer")
+            && map.get("minimum").and_then(Value::as_i64) == Some(0)
+            && !map.contains_key("maximum");
+        if unsigned {
+            let max = match map.get("format").and_then(Value::as_str) {
+                Some("int32") => Some(Value::from(u32::MAX)),
+                Some("int64") | None => Some(Value::from(u64::MAX)),
+                Some(_) => None,
+            };
+            if let Some(max) = max {
+                map.remove("format");
+                map.insert("maximum".to_owned(), max);
+            }
+        }
+    });
+}
+
+/// The descriptions come from doc comments, whose rustdoc links (``[`Page::total`]``) mean
+/// nothing to a client in another language: each becomes the code span of its last segment
+/// (`` `total` ``), the JSON name where it names a field.
+fn plain_descriptions(value: &mut Value) {
+    each_object(value, &mut |map| {
+        if let Some(Value::String(text)) = map.get_mut("description") {
+            *text = without_doc_links(text);
+        }
+    });
+}
+
+/// Calls `visit` on every object in `value`, outermost first.
+fn each_object(value: &mut Value, visit: &mut impl FnMut(&mut serde_json::Map<String, Value>)) {
     match value {
         Value::Object(map) => {
-            let unsigned = map.get("type").and_then(Value::as_str) == Some("integer")
-                && map.get("minimum").and_then(Value::as_i64) == Some(0)
-                && !map.contains_key("maximum");
-            if unsigned {
-                let max = match map.get("format").and_then(Value::as_str) {
-                    Some("int32") => Some(Value::from(u32::MAX)),
-                    Some("int64") | None => Some(Value::from(u64::MAX)),
-                    Some(_) => None,
-                };
-                if let Some(max) = max {
-                    map.remove("format");
-                    map.insert("maximum".to_owned(), max);
-                }
-            }
-            map.values_mut().for_each(bound_unsigned);
+            visit(map);
+            map.values_mut().for_each(|child| each_object(child, visit));
         }
-        Value::Array(items) => items.iter_mut().for_each(bound_unsigned),
+        Value::Array(items) => items.iter_mut().for_each(|item| each_object(item, visit)),
         _ => {}
     }
+}
+
+/// ``[`a::b::C`]`` → `` `C` ``; a link with a target (``[`C`](url)``) is left alone.
+fn without_doc_links(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[`") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find("`]") {
+            Some(end) if !after[end + 2..].starts_with('(') && !after[..end].contains('`') => {
+                let path = &after[..end];
+                let name = path.rsplit("::").next().unwrap_or(path);
+                out.push('`');
+                out.push_str(name);
+                out.push('`');
+                rest = &after[end + 2..];
+            }
+            _ => {
+                out.push_str("[`");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
@@ -254,6 +299,21 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descriptions_carry_no_rustdoc_links() {
+        assert_eq!(
+            without_doc_links("capped by [`ListFilter::total_cap`] (see [`Page`]); [`x`](u) [`"),
+            "capped by `total_cap` (see `Page`); [`x`](u) [`"
+        );
+        let text = document().to_string();
+        // Before, 11 schemas said things like [`Page::total`] to clients in any language.
+        assert!(!text.contains("[`"), "a rustdoc link in the document");
+        assert!(
+            text.contains("`total_exact`"),
+            "the links' names went missing"
+        );
+    }
 
     #[test]
     fn every_request_body_has_a_validator() {

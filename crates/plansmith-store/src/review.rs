@@ -109,8 +109,9 @@ impl ReviewState {
 }
 
 /// Something a person or client may do with a stored plan; which ones a plan allows depends on
-/// its [`ReviewState`] ([`ReviewState::actions`]). The names are those of the feedback actions
-/// (`POST /v1/plans/{id}/feedback`), plus `run` (`POST /v1/plans/{id}/run`).
+/// its review state (listed as the plan's `actions`; `ReviewState::actions` in Rust). The names
+/// are those of the feedback actions (`POST /v1/plans/{id}/feedback`), plus `run`
+/// (`POST /v1/plans/{id}/run`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
