@@ -121,10 +121,8 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// What a state allows, for [`StoreError::InvalidState`]'s message.
 fn allowed(state: ReviewState) -> String {
-    let names: Vec<&str> = state.actions().iter().map(|a| a.as_str()).collect();
-    if names.is_empty() {
-        "nothing more can be done with it".to_owned()
-    } else {
-        format!("it allows {}", names.join(", "))
+    match state.action_names() {
+        names if names.is_empty() => "nothing more can be done with it".to_owned(),
+        names => format!("it allows {names}"),
     }
 }

@@ -102,6 +102,13 @@ impl ReviewState {
         }
     }
 
+    /// The names of [`ReviewState::actions`], comma-separated (`accept, reject, edit, patch`);
+    /// empty when nothing more can be done.
+    pub fn action_names(self) -> String {
+        let names: Vec<&str> = self.actions().iter().map(|a| a.as_str()).collect();
+        names.join(", ")
+    }
+
     /// Whether this state allows `action` (see [`ReviewState::actions`]).
     pub fn allows(self, action: ReviewAction) -> bool {
         self.actions().contains(&action)

@@ -307,9 +307,9 @@ impl StoredPlan {
             out.push_str(&format!(" ({reason})"));
         }
         out.push('\n');
-        let actions: Vec<&str> = self.state.actions().iter().map(|a| a.as_str()).collect();
+        let actions = self.state.action_names();
         if !actions.is_empty() {
-            out.push_str(&format!("Actions: {}\n", actions.join(", ")));
+            out.push_str(&format!("Actions: {actions}\n"));
         }
         if !self.plan.questions.is_empty() {
             out.push_str("Questions:\n");
