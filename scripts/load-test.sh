@@ -74,6 +74,9 @@ measure() {
 }
 
 measure plansmith-sqlite 18291 "sqlite:$work/plans.db"
+# Bytes on disk per stored plan (database, WAL and index pages, after the server stopped).
+sqlite_plans=$(($(read -r -a r <<<"${results[-1]}"; echo "${r[6]}") + 1))
+sqlite_bytes=$(cat "$work"/plans.db* | wc -c)
 if [ -n "${PLANSMITH_TEST_POSTGRES_URL:-}" ]; then
   # A fresh database each run (with psql): plans left by earlier runs would slow this one.
   pg_url=$PLANSMITH_TEST_POSTGRES_URL
@@ -105,3 +108,4 @@ for r in "${results[@]}"; do
   [ "$name" = bare ] && continue
   python3 -c "print(f'$name / bare: {$rps/$bare_rps:.2f}x the bare handler rate')"
 done
+echo "SQLite on disk: $((sqlite_bytes / sqlite_plans)) bytes per plan ($sqlite_plans plans)"

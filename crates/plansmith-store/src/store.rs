@@ -441,6 +441,14 @@ pub struct Change {
     pub actor: String,
 }
 
+/// A version's document in a query over `plan_versions v LEFT JOIN plans p ON p.id =
+/// v.plan_id AND p.version = v.version`. The current version's document is stored once, in
+/// `plans.document`, and its `plan_versions.document` is empty: a new plan wrote every document
+/// twice, a quarter of its bytes on disk. [`PlanStore::write`] fills the old version's document
+/// in when it stops being current. Rows written before this keep theirs, which is read first.
+/// `NULL` when the document is empty and the version is not current (a corrupt row).
+const VERSION_DOCUMENT: &str = "CASE WHEN v.document <> '' THEN v.document ELSE p.document END";
+
 /// The SQL schema, one migration per entry, applied in order and recorded in
 /// `plansmith_migrations`. Portable between SQLite and PostgreSQL; every statement is
 /// idempotent so two nodes starting at once cannot trip over each other.
@@ -864,15 +872,31 @@ impl PlanStore {
 
     /// One version of a plan's document.
     pub async fn get_version(&self, id: &str, version: u32) -> Result<Plan> {
-        let row =
-            sqlx::query("SELECT document FROM plan_versions WHERE plan_id = $1 AND version = $2")
-                .bind(id.to_owned())
-                .bind(i64::from(version))
-                .fetch_optional(&self.pool)
-                .await?
-                .ok_or_else(|| StoreError::NotFound(format!("{id}@v{version}")))?;
-        let document: String = row.try_get("document")?;
+        let document = self.version_document(id, version).await?;
         from_json(id, &document)
+    }
+
+    /// The text of one version's document: its own, or the plan's for the current version
+    /// (stored once, in `plans`: see [`VERSION_DOCUMENT`]).
+    async fn version_document(&self, id: &str, version: u32) -> Result<String> {
+        let sql = format!(
+            "SELECT {VERSION_DOCUMENT} AS document
+             FROM plan_versions v LEFT JOIN plans p ON p.id = v.plan_id AND p.version = v.version
+             WHERE v.plan_id = $1 AND v.version = $2"
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.to_owned())
+            .bind(i64::from(version))
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("{id}@v{version}")))?;
+        row.try_get::<Option<String>, _>("document")?
+            .ok_or_else(|| StoreError::Corrupt {
+                id: id.to_owned(),
+                reason: format!(
+                    "version {version} keeps no document and is not the plan's current version"
+                ),
+            })
     }
 
     /// Writes `change` as the next version, if `change.expected_version` is still current
@@ -887,8 +911,8 @@ impl PlanStore {
             actor,
         } = change;
         let id = plan.id.clone();
-        let parent = self.get_version(&id, expected_version).await;
-        let parent = match parent {
+        let parent = self.version_document(&id, expected_version).await;
+        let parent_document = match parent {
             Ok(parent) => parent,
             Err(StoreError::NotFound(_)) => {
                 // Either the plan is gone or the expected version never existed.
@@ -901,6 +925,7 @@ impl PlanStore {
             }
             Err(err) => return Err(err),
         };
+        let parent: Plan = from_json(&id, &parent_document)?;
         let new_version = expected_version.saturating_add(1);
         plan.version = new_version;
         plan.parent_version = Some(expected_version);
@@ -913,11 +938,13 @@ impl PlanStore {
         let mut tx = self.pool.begin().await?;
         // The UPDATE comes first: on SQLite it takes the write lock before anything is read in
         // this transaction, so a busy writer waits instead of failing with a stale snapshot.
+        // `RETURNING` answers what the answer needs in the same round trip.
         let updated = sqlx::query(
             "UPDATE plans SET version = $1, state = $2, owner = $3, conversation_id = $4,
                               thread_id = $5, title = $6, document = $7, review = $8,
                               updated_at = $9
-             WHERE id = $10 AND version = $11",
+             WHERE id = $10 AND version = $11
+             RETURNING created_at",
         )
         .bind(i64::from(new_version))
         .bind(state.as_str())
@@ -930,9 +957,9 @@ impl PlanStore {
         .bind(timestamp(now))
         .bind(id.clone())
         .bind(i64::from(expected_version))
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
-        if updated.rows_affected() == 0 {
+        let Some(updated) = updated else {
             tx.rollback().await?;
             let current = self.get(&id).await?;
             return Err(StoreError::Conflict {
@@ -940,16 +967,21 @@ impl PlanStore {
                 expected: expected_version,
                 actual: current.version(),
             });
-        }
-        insert_version(
-            &mut tx, &plan, trigger, &actor, now, state, &diff, &document,
+        };
+        let created_at = parse_time(&id, &updated.try_get::<String, _>(0)?)?;
+        // The parent stops being current: it keeps its document from now on, and the new
+        // version's is the plan's (a row written before documents were stored once has its own
+        // already, and keeps it).
+        sqlx::query(
+            "UPDATE plan_versions SET document = $1
+             WHERE plan_id = $2 AND version = $3 AND document = ''",
         )
+        .bind(parent_document)
+        .bind(id.clone())
+        .bind(i64::from(expected_version))
+        .execute(&mut *tx)
         .await?;
-        let created_row = sqlx::query("SELECT created_at FROM plans WHERE id = $1")
-            .bind(id.clone())
-            .fetch_one(&mut *tx)
-            .await?;
-        let created_at = parse_time(&id, &created_row.try_get::<String, _>(0)?)?;
+        insert_version(&mut tx, &plan, trigger, &actor, now, state, &diff).await?;
         tx.commit().await?;
         Ok(StoredPlan {
             plan,
@@ -1213,11 +1245,14 @@ impl PlanStore {
 
     /// Every version of a plan, oldest first.
     pub async fn history(&self, id: &str) -> Result<Vec<VersionRecord>> {
-        let rows = sqlx::query(
-            "SELECT plan_id, version, parent_version, trigger_kind, actor, created_at, state, diff,
-                    CASE WHEN diff = '' THEN document END AS added
-             FROM plan_versions WHERE plan_id = $1 ORDER BY version",
-        )
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT v.plan_id, v.version, v.parent_version, v.trigger_kind, v.actor,
+                        v.created_at, v.state, v.diff,
+                        CASE WHEN v.diff = '' THEN {VERSION_DOCUMENT} END AS added
+                 FROM plan_versions v
+                 LEFT JOIN plans p ON p.id = v.plan_id AND p.version = v.version
+                 WHERE v.plan_id = $1 ORDER BY v.version"
+        )))
         .bind(id.to_owned())
         .fetch_all(&self.pool)
         .await?;
@@ -1433,7 +1468,8 @@ pub(crate) async fn insert_new_rows(
                                             actor, created_at, state, diff, document)",
                 versions.len(),
                 // Version 1's diff would be an `add` of the whole document, a second copy of it:
-                // it is stored empty and read back as that `add` (`decode_version`).
+                // it is stored empty and read back as that `add` (`decode_version`). Its
+                // document is the plan's while it is current (`VERSION_DOCUMENT`).
                 &[
                     None,
                     Some("1"),
@@ -1443,7 +1479,7 @@ pub(crate) async fn insert_new_rows(
                     None,
                     None,
                     Some("''"),
-                    None,
+                    Some("''"),
                 ],
                 "",
             );
@@ -1454,8 +1490,7 @@ pub(crate) async fn insert_new_rows(
                     .bind(Trigger::Created.as_str())
                     .bind(row.actor.clone())
                     .bind(timestamp(row.at))
-                    .bind(row.state.as_str())
-                    .bind(row.document.clone());
+                    .bind(row.state.as_str());
             }
             query.execute(&mut **tx).await?;
         }
@@ -1463,7 +1498,8 @@ pub(crate) async fn insert_new_rows(
     Ok(stored)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Inserts `plan`'s new (current) version; its document is the plan's (stored empty, see
+/// [`VERSION_DOCUMENT`]).
 async fn insert_version(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     plan: &Plan,
@@ -1472,12 +1508,11 @@ async fn insert_version(
     at: DateTime<Utc>,
     state: ReviewState,
     diff: &str,
-    document: &str,
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind, actor,
                                     created_at, state, diff, document)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '')",
     )
     .bind(plan.id.clone())
     .bind(i64::from(plan.version))
@@ -1487,7 +1522,6 @@ async fn insert_version(
     .bind(timestamp(at))
     .bind(state.as_str())
     .bind(diff.to_owned())
-    .bind(document.to_owned())
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -1600,9 +1634,10 @@ fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
         id: id.to_owned(),
         reason,
     };
+    let version = to_u32(id, row.try_get("version")?)?;
     Ok(VersionRecord {
         plan_id: row.try_get("plan_id")?,
-        version: to_u32(id, row.try_get("version")?)?,
+        version,
         parent_version: parent.map(|p| to_u32(id, p)).transpose()?,
         trigger: trigger_text.parse().map_err(corrupt)?,
         actor: row.try_get("actor")?,
@@ -1614,7 +1649,15 @@ fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
                 let document: Value = from_json(id, &document)?;
                 serde_json::json!([{"op": "add", "path": "", "value": document}])
             }
-            None => from_json(id, &row.try_get::<String, _>("diff")?)?,
+            None => match row.try_get::<String, _>("diff")? {
+                // Empty, and no document to read back as its `add` (see `VERSION_DOCUMENT`).
+                diff if diff.is_empty() => {
+                    return Err(corrupt(format!(
+                        "version {version} keeps no document and is not the plan's current version"
+                    )));
+                }
+                diff => from_json(id, &diff)?,
+            },
         },
     })
 }

@@ -31,3 +31,6 @@ mod paging;
 
 /// Messages between processes on one PostgreSQL store (`LISTEN`/`NOTIFY`).
 mod notify;
+
+/// Each version's document is stored once; older rows and corrupt rows.
+mod versions;
