@@ -107,8 +107,7 @@ fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError
             .take(MAX_BODY_PROBLEMS)
             .map(|err| explain(&err))
             .collect();
-        if let Some((path, message)) = problems.first() {
-            let message = format!("invalid request body at `{path}`: {message}");
+        if let Some(message) = body_problems_message(&problems) {
             let problems: Vec<Value> = problems
                 .iter()
                 .map(|(path, message)| json!({"path": path, "message": message}))
@@ -120,6 +119,22 @@ fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError
     }
     serde_json::from_value(value)
         .map_err(|err| ApiError::new("bad_request", format!("invalid request body: {err}")))
+}
+
+/// The error message for a body's schema problems: the first, where it is (a place in the
+/// body, or the body itself), and how many more `details.problems` lists.
+fn body_problems_message(problems: &[(String, String)]) -> Option<String> {
+    let (path, message) = problems.first()?;
+    let mut text = match path.as_str() {
+        "" => format!("invalid request body: {message}"),
+        path => format!("invalid request body at `{path}`: {message}"),
+    };
+    match problems.len() - 1 {
+        0 => {}
+        1 => text.push_str(" (1 more problem in `details.problems`)"),
+        more => text.push_str(&format!(" ({more} more problems in `details.problems`)")),
+    }
+    Some(text)
 }
 
 /// Where a body breaks its schema, and how, in words a client can act on. A value that none

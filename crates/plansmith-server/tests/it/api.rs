@@ -663,6 +663,23 @@ async fn error_table_at_the_edge() {
         "{body}"
     );
     assert_eq!(body["details"]["problems"][0]["path"], "/options", "{body}");
+    // The body itself is named as such, and the message counts the problems it does not spell
+    // out.
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"options": {"max_steps": -1, "top_k": "many"}})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+    assert_eq!(body["details"]["problems"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        body["message"],
+        r#"invalid request body: "query" is a required property (2 more problems in `details.problems`)"#,
+        "{body}"
+    );
     // every code of the table maps to its status
     for (code, status) in plansmith_server::ERROR_TABLE {
         let err = plansmith_server::ApiError::new(code, "x");
