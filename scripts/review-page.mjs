@@ -50,6 +50,21 @@ try {
   await page.waitForFunction(() => document.querySelector("#replan")?.textContent.startsWith("Replanned"));
   const replanned = await page.textContent("#replan");
   if (replanned !== "Replanned: 3 steps streamed (s1, s2, s3).") await fail(`replanning progress: ${replanned}`);
+  // Each step says what it does: the tool it calls, the words of the reply.
+  const does = await page.$$eval("#main section.step .does", (ps) => ps.map((p) => p.textContent));
+  if (does.length !== 3 || does[0] !== "Calls get_weather" || does[1] !== "Calls send_email" || !/^Replies: \S/.test(does[2])) {
+    await fail(`what the steps do: ${does.join(" | ")}`);
+  }
+  // The other kinds of step, as the page words them.
+  const worded = await page.evaluate(() => [
+    { action: { type: "agent", agent: "researcher", query: "Find flights" } },
+    { action: { type: "task", kind: "research", need_web_search: true }, schedule: { type: "daily", time: "09:00" } },
+    { action: { type: "task", kind: "processing" }, schedule: { type: "cron", expr: "0 9 * * 1-5" }, requires_approval: true },
+    { action: { type: "reply", text: "Done." }, schedule: { type: "interval", minutes: 30 } },
+  ].map((s) => { const p = document.createElement("p"); p.append(...does(s)); return p.textContent; }));
+  const wording = ["Asks agent researcher: Find flights", "A research task, with web search; runs daily at 09:00",
+    "A processing task; runs on cron 0 9 * * 1-5; waits for approval before it runs", "Replies: Done.; runs every 30 min"];
+  if (JSON.stringify(worded) !== JSON.stringify(wording)) await fail(`steps worded: ${JSON.stringify(worded)}`);
   // Typing an argument checks it with the engine at once; nothing is stored until Save.
   // The stored version, asked of the API: the page does not re-render after a check or a
   // refused save, so its own text would not show a write.

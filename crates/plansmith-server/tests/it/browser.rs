@@ -2,7 +2,8 @@
 //!
 //! * `scripts/review-page.mjs`: page through the plans list (56 plans, 50 to a page) and filter
 //!   it by state, open a plan and answer its question with the keyboard alone (the focus stays
-//!   in the plan after the redraw; the replanning streams in, step by step), edit an argument
+//!   in the plan after the redraw; the replanning streams in, step by step), read what each
+//!   step does (the tool it calls, the reply's words; every kind of step), edit an argument
 //!   and see the diagnostic, remove steps (one refused: another depends on it), ask for changes
 //!   in free text (replanned), keep typing through another reviewer's edit, accept (the plan is
 //!   no longer offered for editing), watch a step status arrive live (in the step list and on
