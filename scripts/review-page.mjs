@@ -27,6 +27,10 @@ try {
   await page.waitForFunction(() => document.querySelector("#count")?.textContent === "1 of 1 plan");
   const needing = await page.$$eval("#plans button", (bs) => bs.map((b) => b.dataset.id));
   if (needing.join() !== id) await fail(`plans needing input: ${needing}`);
+  // An entry names the state in words and when the plan last changed (the time; a date before
+  // it when that was not today).
+  const needingEntry = await page.textContent(`#plans button[data-id="${id}"]`);
+  if (!/ — needs input, ([^,]+, )?\d{1,2}:\d{2}( [AP]M)?$/.test(needingEntry)) await fail(`list entry: ${needingEntry}`);
   await page.selectOption("#filter", "");
   await page.waitForFunction(() => document.querySelector("#count")?.textContent === "50 of 55+ plans");
   problems.push(...(await audit(page, "plans list")));
