@@ -135,6 +135,11 @@ try {
   problems.push(...(await audit(page, "accepted plan with its DAG")));
   // The DAG shows the dependency edge s1 -> s2 and the live status on the node.
   if (!(await page.$('#dag line[data-from="s1"][data-to="s2"]'))) await fail("no DAG edge s1 -> s2");
+  // Node labels break between words over two lines; a label too long for them ends in "…".
+  const label = await page.$$eval('#dag g[data-step="s1"] tspan', (ts) => ts.map((t) => t.textContent));
+  if (JSON.stringify(label) !== JSON.stringify(["s1: Get the weather in", "Paris"])) await fail(`DAG label: ${JSON.stringify(label)}`);
+  const wrapped = await page.evaluate(() => [wrap("s9: A title that is much too long for two short lines of a node", 25, 2), wrap("s1: Supercalifragilisticexpialidocious", 25, 2)]);
+  if (JSON.stringify(wrapped) !== JSON.stringify([["s9: A title that is much", "too long for two short…"], ["s1:", "Supercalifragilisticexpi…"]])) await fail(`wrap: ${JSON.stringify(wrapped)}`);
   if ((await page.getAttribute('#dag g[data-step="s1"] rect', "class")) !== "in_progress") await fail("DAG node s1 not in_progress");
   // A new plan, streamed: validated steps arrive while planning, then the plan opens.
   await page.fill("#query", "Email Bob the weather in Paris");
