@@ -99,6 +99,18 @@ pub enum StoreError {
         /// The cause.
         source: sqlx::Error,
     },
+    /// The store was migrated by a newer plansmith: this one would misread what that one
+    /// writes, so it does not open the store.
+    #[error(
+        "the store's schema is at migration {found}, from a newer plansmith (this one knows \
+         migrations up to {known}): upgrade plansmith to use this store"
+    )]
+    NewerSchema {
+        /// The newest migration recorded in the store.
+        found: i64,
+        /// The newest migration this build knows.
+        known: i64,
+    },
     /// `exec_start` while a run of the plan is still running or waiting (resume it instead).
     #[error("plan `{0}` has a run in progress: resume it, or wait until it ends")]
     RunActive(String),

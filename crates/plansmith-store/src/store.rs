@@ -610,6 +610,15 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
              WHERE thread_id IS NOT NULL",
         ],
     ),
+    (
+        8,
+        "the current version's document is stored once, in plans",
+        // No statement: rows written before keep their copy and read as they did. Recorded so
+        // that a later plansmith's newer schema is refused by this one (`NewerSchema`), not
+        // misread; plansmith before this migration reads a current version's empty document
+        // as a corrupt row (see `VERSION_DOCUMENT`).
+        &[],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every
@@ -766,6 +775,22 @@ impl PlanStore {
             .execute(&mut *tx)
             .await
             .map_err(fail(0))?;
+        // A store migrated further than this build knows was written by a newer plansmith,
+        // whose rows this one could misread: refuse it before anything is read or written.
+        let known = MIGRATIONS
+            .iter()
+            .map(|(version, ..)| *version)
+            .max()
+            .unwrap_or(0);
+        let found: Option<i64> = sqlx::query("SELECT MAX(version) FROM plansmith_migrations")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(fail(0))?
+            .try_get(0)?;
+        if let Some(found) = found.filter(|found| *found > known) {
+            tx.rollback().await.map_err(fail(0))?;
+            return Err(StoreError::NewerSchema { found, known });
+        }
         for (version, name, statements) in MIGRATIONS {
             let applied: Option<i64> =
                 sqlx::query("SELECT version FROM plansmith_migrations WHERE version = $1")

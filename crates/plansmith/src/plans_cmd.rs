@@ -248,7 +248,8 @@ pub fn store_error(err: StoreError) -> CliError {
         | StoreError::Invalid { .. }
         | StoreError::BadEdit(_)
         | StoreError::BadCursor(_)
-        | StoreError::Location { .. } => EXIT_BAD_INPUT,
+        | StoreError::Location { .. }
+        | StoreError::NewerSchema { .. } => EXIT_BAD_INPUT,
         StoreError::Planning(PlanError::Model { .. }) => EXIT_MODEL,
         _ => EXIT_FAILED,
     };

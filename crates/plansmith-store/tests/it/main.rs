@@ -32,5 +32,5 @@ mod paging;
 /// Messages between processes on one PostgreSQL store (`LISTEN`/`NOTIFY`).
 mod notify;
 
-/// Each version's document is stored once; older rows and corrupt rows.
+/// Each version's document is stored once; older rows, corrupt rows, a newer schema.
 mod versions;

@@ -197,3 +197,39 @@ both_backends!(
     version_document_lost_is_reported,
     super::a_lost_document_is_reported
 );
+
+async fn a_newer_schema_is_refused(mut db: TestDb) {
+    create_versions(&db, "kept", &["one", "two"]).await;
+    // As a later plansmith would leave it: one migration more than this build knows.
+    execute(
+        &db,
+        "INSERT INTO plansmith_migrations (version, name, applied_at)
+         VALUES (999, $1, '2030-01-01T00:00:00.000000Z')",
+        &["from the future"],
+    )
+    .await;
+    db.store.close().await;
+    match plansmith_store::PlanStore::open(&db.location).await {
+        Err(err @ StoreError::NewerSchema { found: 999, known }) => {
+            assert!(known >= 8, "{known}");
+            let message = err.to_string();
+            assert!(
+                message.contains("migration 999") && message.contains("upgrade plansmith"),
+                "{message}"
+            );
+        }
+        other => panic!("expected NewerSchema, got {other:?}"),
+    }
+    // Nothing was lost: without the newer migration the store opens with its plan.
+    execute(
+        &db,
+        "DELETE FROM plansmith_migrations WHERE version = 999",
+        &[],
+    )
+    .await;
+    db.reopen().await;
+    assert_eq!(db.store.get_version("kept", 1).await.unwrap().title, "one");
+    assert_eq!(db.store.get("kept").await.unwrap().plan.title, "two");
+}
+
+both_backends!(newer_schema_is_refused, super::a_newer_schema_is_refused);
