@@ -66,8 +66,8 @@ try {
     { action: { type: "task", kind: "processing" }, schedule: { type: "cron", expr: "0 9 * * 1-5" }, requires_approval: true },
     { action: { type: "reply", text: "Done." }, schedule: { type: "interval", minutes: 30 } },
   ].map((s) => { const p = document.createElement("p"); p.append(...does(s)); return p.textContent; }));
-  const wording = ["Asks agent researcher: Find flights", "A research task, with web search; runs daily at 09:00",
-    "A processing task; runs on cron 0 9 * * 1-5; waits for approval before it runs", "Replies: Done.; runs every 30 min"];
+  const wording = ["Asks agent researcher: Find flights", "Task: research, with web search; runs daily at 09:00",
+    "Task: processing; runs on cron 0 9 * * 1-5; waits for approval before it runs", "Replies: Done.; runs every 30 min"];
   if (JSON.stringify(worded) !== JSON.stringify(wording)) await fail(`steps worded: ${JSON.stringify(worded)}`);
   // Typing an argument checks it with the engine at once; nothing is stored until Save.
   // The stored version, asked of the API: the page does not re-render after a check or a

@@ -449,6 +449,11 @@ pub struct Change {
 /// `NULL` when the document is empty and the version is not current (a corrupt row).
 const VERSION_DOCUMENT: &str = "CASE WHEN v.document <> '' THEN v.document ELSE p.document END";
 
+/// Why a version whose document [`VERSION_DOCUMENT`] reads as `NULL` is corrupt.
+fn lost_document(version: u32) -> String {
+    format!("version {version} keeps no document and is not the plan's current version")
+}
+
 /// The SQL schema, one migration per entry, applied in order and recorded in
 /// `plansmith_migrations`. Portable between SQLite and PostgreSQL; every statement is
 /// idempotent so two nodes starting at once cannot trip over each other.
@@ -918,9 +923,7 @@ impl PlanStore {
         row.try_get::<Option<String>, _>("document")?
             .ok_or_else(|| StoreError::Corrupt {
                 id: id.to_owned(),
-                reason: format!(
-                    "version {version} keeps no document and is not the plan's current version"
-                ),
+                reason: lost_document(version),
             })
     }
 
@@ -1677,9 +1680,7 @@ fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
             None => match row.try_get::<String, _>("diff")? {
                 // Empty, and no document to read back as its `add` (see `VERSION_DOCUMENT`).
                 diff if diff.is_empty() => {
-                    return Err(corrupt(format!(
-                        "version {version} keeps no document and is not the plan's current version"
-                    )));
+                    return Err(corrupt(lost_document(version)));
                 }
                 diff => from_json(id, &diff)?,
             },
