@@ -1,5 +1,6 @@
 // Drives the review page in headless Chromium (playwright-core) through a run of an accepted
-// plan whose step s2 needs approval (audited with axe-core while it waits). Usage:
+// plan whose step s2 needs approval (audited with axe-core while it waits; reopened then, the
+// page knows the run waits and offers no "Run"). Usage:
 //   node scripts/review-page-run.mjs BASE_URL PLAN_ID SCREENSHOT_DIR
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
 import { audit, launch, text } from "./review-page-browser.mjs";
@@ -22,6 +23,15 @@ try {
   if (!(await page.evaluate(text, "#step-s2 .note")).includes("waiting for approval")) await fail(`s2 note: ${await page.evaluate(text, "#step-s2 .note")}`);
   // With no wait for people (the executor's default), the run pauses until someone decides.
   await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
+  // A run in progress is not offered again (the server would refuse it)…
+  if (await page.$("#run")) await fail(`a waiting run offers "${await page.evaluate(text, "#run")}"`);
+  // …also to a reviewer who opens the plan only now: the stream's `exec_run` says it waits.
+  await page.reload();
+  await page.click(`button[data-id="${id}"]`);
+  await page.waitForSelector("#main[data-live]");
+  await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
+  if (await page.$("#run")) await fail(`the reopened plan offers "${await page.evaluate(text, "#run")}" during its run`);
+  if ((await page.evaluate(text, "#step-s1 .status")) !== "completed") await fail(`reopened: s1 is ${await page.evaluate(text, "#step-s1 .status")}`);
   if ((await page.getAttribute('#dag g[data-step="s2"] rect', "class")) !== "blocked") await fail("DAG node s2 not blocked");
   await page.screenshot({ path: `${shots}/7-approval.png`, fullPage: true });
   const problems = await audit(page, "step waiting for approval");

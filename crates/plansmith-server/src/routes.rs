@@ -1,5 +1,6 @@
 //! The routes and their handlers.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
@@ -1111,11 +1112,14 @@ async fn update_step(
 }
 
 /// Live events of one plan over Server-Sent Events: `snapshot` (data: the stored plan) first,
-/// then `plan_created`, `plan_updated`, `review_requested`, `step_status`, `plan_deleted` (the
+/// then `exec_run` (data: the plan's last run, `ExecRun`) when it has ever run, so a reader
+/// that comes in during a run knows it (a run in progress cannot be started again); then
+/// `plan_created`, `plan_updated`, `review_requested`, `step_status`, `plan_deleted` (the
 /// stream ends after it), the progress of a replanning that feedback started
 /// (`attempt_started`, `token`, `step`, `repair`, data as on `POST /v1/plans?stream=true`), and
-/// kinds other crates publish (execution). A reader that falls more than 256 events behind gets
-/// a new `snapshot` (the plan as it is then) in place of the events it missed.
+/// kinds other crates publish (execution: `exec_run_started`, `exec_run_finished`, …). A reader
+/// that falls more than 256 events behind gets a new `snapshot` and `exec_run` (as they are
+/// then) in place of the events it missed.
 #[utoipa::path(get, path = "/v1/plans/{id}/events", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
     responses((status = 200, description = "Server-Sent Events; each `data:` is a `PlanBusEvent` (the first, `snapshot`, is the `StoredPlan`)", content_type = "text/event-stream", body = SseEvent)))]
@@ -1129,35 +1133,36 @@ async fn events(
         .subscribe(&id)
         .ok_or_else(|| ApiError::new("internal", "the event bus is unavailable"))?;
     let stored = load(&state, &caller, &id).await?;
-    let first = sse_json("snapshot", &stored);
+    let first = current(&state, &id, &stored).await?;
     // The stream is open as long as the page watching it; it must not hold up a shutdown.
     let closing = state.clone();
     let closed = async move { closing.closed().await };
     let stream = futures::stream::unfold(
-        (Some(first), receiver, state, id),
-        |(first, mut receiver, state, id)| async move {
-            if let Some(first) = first {
-                return Some((Ok(first), (None, receiver, state, id)));
+        (first, receiver, state, id),
+        |(mut pending, mut receiver, state, id)| async move {
+            if let Some(next) = pending.pop_front() {
+                return Some((Ok(next), (pending, receiver, state, id)));
             }
             let event = match receiver.recv().await {
                 Ok(event) => event,
                 // This reader fell more than the bus holds behind (a slow client during a
-                // burst) and those events are gone: it gets the plan as it is now, as on a
-                // reconnect, and goes on from the oldest event still held.
+                // burst) and those events are gone: it gets the plan (and its run) as they are
+                // now, as on a reconnect, and goes on from the oldest event still held.
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::debug!(plan = %id, missed, "an event reader lagged; sending a new snapshot");
                     let stored = state.store.get(&id).await.ok()?;
-                    let snapshot = sse_json("snapshot", &stored);
-                    return Some((Ok(snapshot), (None, receiver, state, id)));
+                    let mut pending = current(&state, &id, &stored).await.ok()?;
+                    let snapshot = pending.pop_front()?;
+                    return Some((Ok(snapshot), (pending, receiver, state, id)));
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
             };
             let sse_event = sse_json(&event.kind, &event);
             if event.kind == "plan_deleted" {
                 // One last event, then the stream ends.
-                return Some((Ok(sse_event), (None, closed_receiver(), state, id)));
+                return Some((Ok(sse_event), (pending, closed_receiver(), state, id)));
             }
-            Some((Ok(sse_event), (None, receiver, state, id)))
+            Some((Ok(sse_event), (pending, receiver, state, id)))
         },
     )
     .take_until(closed);
@@ -1192,6 +1197,28 @@ async fn run_plan(
     Ok(crate::run::run_plan(State(state), id, request)
         .await?
         .into_response())
+}
+
+/// What a reader of the plan's events starts from: `snapshot` (the stored plan), then
+/// `exec_run` (its last run) when it has run.
+async fn current(
+    state: &AppState,
+    id: &str,
+    stored: &StoredPlan,
+) -> Result<VecDeque<Event>, ApiError> {
+    let mut events = VecDeque::from([sse_json("snapshot", stored)]);
+    if let Some(run) = state.store.exec_run(id).await? {
+        events.push_back(sse_json(
+            "exec_run",
+            &PlanBusEvent {
+                kind: "exec_run".to_owned(),
+                plan_id: id.to_owned(),
+                version: None,
+                data: serde_json::to_value(&run).unwrap_or(Value::Null),
+            },
+        ));
+    }
+    Ok(events)
 }
 
 /// A receiver whose channel is closed (ends a stream after its last event).

@@ -13,8 +13,9 @@
 //!   while a step changes, and the page reconnects and shows the change; a deletion stops the
 //!   following.
 //! * `scripts/review-page-run.mjs`: run an accepted plan from the page on a server with an
-//!   executor; a step's result shows, a step that needs approval waits with its buttons, the
-//!   approval resumes the run, and the run completes with every result shown.
+//!   executor; a step's result shows, a step that needs approval waits with its buttons (and
+//!   no "Run" is offered, also after the page is reloaded), the approval resumes the run, and
+//!   the run completes with every result shown.
 //!
 //! All three audit the page with axe-core (WCAG 2.1 A and AA, axe's best practices) at seven
 //! states between them, and fail on any violation. Screenshots go to

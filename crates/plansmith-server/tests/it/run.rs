@@ -198,7 +198,20 @@ async fn run_until_paused(s: &Server) -> String {
         .unwrap();
     let (_, paused) = seen.last().unwrap();
     assert_eq!(paused["data"]["state"], "waiting", "{paused}");
+    // The plan had never run when the stream opened: no `exec_run` after its snapshot.
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds[0], "snapshot", "{kinds:?}");
+    assert!(!kinds.contains(&"exec_run"), "{kinds:?}");
     id
+}
+
+/// The first events a new reader of the plan's stream gets, up to its `exec_run`.
+async fn opening_events(s: &Server, id: &str) -> Vec<(String, Value)> {
+    let reader = watch(s, id, |kind, _| kind == "exec_run").await;
+    tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("no exec_run event")
+        .unwrap()
 }
 
 /// Waits (bounded) until the plan's run has ended; returns its state.
@@ -224,6 +237,15 @@ async fn an_approval_through_feedback_continues_a_paused_run() {
         1,
         "only s1 ran before the gate"
     );
+    // A reader that comes in now learns, right after the snapshot, that the run waits (the
+    // review page offers no "Run" then: starting it again would be a conflict).
+    let opening = opening_events(&s, &id).await;
+    let kinds: Vec<&str> = opening.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["snapshot", "exec_run"]);
+    let run = &opening[1].1;
+    assert_eq!(run["plan_id"], id.as_str(), "{run}");
+    assert_eq!(run["data"]["state"], "waiting", "{run}");
+    assert_eq!(run["data"]["plan_id"], id.as_str(), "{run}");
 
     let (status, body) = call(
         &s,
@@ -238,6 +260,12 @@ async fn an_approval_through_feedback_continues_a_paused_run() {
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert!(calls[1].starts_with("send_email"), "{calls:?}");
+    // Once it ended, a new reader gets the last run with its state and report.
+    let opening = opening_events(&s, &id).await;
+    let (kind, run) = &opening[1];
+    assert_eq!(kind, "exec_run");
+    assert_eq!(run["data"]["state"], "completed", "{run}");
+    assert!(run["data"]["outcome"].is_object(), "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
