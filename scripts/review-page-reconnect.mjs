@@ -35,7 +35,7 @@ try {
   // The page's event stream carries the token: a step status arrives live.
   r = await api("PATCH", `/v1/plans/${id}/steps/s1`, { status: "in_progress" });
   if (r.status !== 200) await fail(`PATCH s1 answered ${r.status}`);
-  await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "in_progress");
+  await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "in progress");
   if ((await page.textContent("#version")) !== "2") await fail(`version shown after the step update: ${await page.textContent("#version")}`);
   // The server stops; while it is away, s2 is completed in the store. The page says it is
   // reconnecting, and once the server is back it shows s2 completed from its new snapshot.
@@ -50,13 +50,13 @@ try {
   await page.waitForFunction(() => document.querySelector("#live")?.textContent === "Live");
   if (!(await page.$("#main[data-live]"))) await fail("reconnected, but #main is not marked live");
   if ((await page.getAttribute('#dag g[data-step="s2"] rect', "class")) !== "completed") await fail("DAG node s2 not completed");
-  if ((await page.evaluate(text, "#step-s1 .status")) !== "in_progress") await fail("s1 lost its status");
+  if ((await page.evaluate(text, "#step-s1 .status")) !== "in progress") await fail("s1 lost its status");
   if ((await page.textContent("#version")) !== "3") await fail(`version shown after reconnecting: ${await page.textContent("#version")}`);
   await page.screenshot({ path: `${shots}/6-reconnected.png`, fullPage: true });
   // Live again: a change through the new server arrives as an event.
   r = await api("PATCH", `/v1/plans/${id}/steps/s3`, { status: "in_progress" });
   if (r.status !== 200) await fail(`PATCH s3 answered ${r.status}`);
-  await page.waitForFunction(() => document.querySelector("#step-s3 .status")?.textContent === "in_progress");
+  await page.waitForFunction(() => document.querySelector("#step-s3 .status")?.textContent === "in progress");
   // Deleted: the page says so and stops following.
   r = await api("DELETE", `/v1/plans/${id}`);
   if (r.status !== 204) await fail(`DELETE answered ${r.status}`);

@@ -45,7 +45,7 @@ try {
   if (!(await tabTo(page, "form.question input"))) await fail("Tab never reaches the question's field");
   await page.keyboard.type("bob@example.com");
   await page.keyboard.press("Enter");
-  await page.waitForFunction(() => document.querySelector("#state")?.textContent === "awaiting_review");
+  await page.waitForFunction(() => document.querySelector("#state")?.textContent === "awaiting review");
   // The answered question's field is gone with the redraw: the focus is on the plan's heading,
   // not back at the start of the page.
   const focused = await page.evaluate(() => document.activeElement?.id);
@@ -126,9 +126,11 @@ try {
   const r = await fetch(`${base}/v1/plans/${id}/steps/s1`, { method: "PATCH",
     headers: { "content-type": "application/json" }, body: JSON.stringify({ status: "in_progress" }) });
   if (r.status !== 200) await fail(`PATCH answered ${r.status}`);
-  await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "in_progress");
+  await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "in progress");
+  // In words on the page (a screen reader says "in progress"), the API's name kept beside.
+  if ((await page.getAttribute("#step-s1 .status", "data-status")) !== "in_progress") await fail("s1's badge lost its data-status");
   // Screen readers hear it too (the page is not a live region: a redraw would be read whole).
-  await page.waitForFunction(() => document.querySelector("#announce")?.textContent === "Step s1: in_progress");
+  await page.waitForFunction(() => document.querySelector("#announce")?.textContent === "Step s1: in progress");
   const dagLabel = await page.getAttribute("#dag", "aria-label");
   if (dagLabel !== "Step dependencies: s2 after s1; s3 after s2") await fail(`DAG text alternative: ${dagLabel}`);
   await page.screenshot({ path: `${shots}/3-live-status.png`, fullPage: true });
@@ -146,7 +148,7 @@ try {
   await page.click("#plan");
   await page.waitForSelector('#progress li[data-step="s3"]');
   await page.waitForFunction(() => document.querySelector("#planning")?.textContent.startsWith("Planned"));
-  await page.waitForFunction((old) => { const m = document.querySelector("#main"); return m.dataset.plan && m.dataset.plan !== old && document.querySelector("#state")?.textContent === "awaiting_review"; }, id);
+  await page.waitForFunction((old) => { const m = document.querySelector("#main"); return m.dataset.plan && m.dataset.plan !== old && document.querySelector("#state")?.textContent === "awaiting review"; }, id);
   const streamed = await page.$$eval("#progress li", (items) => items.map((li) => li.dataset.step));
   if (streamed.join(",") !== "s1,s2,s3") await fail(`streamed steps ${streamed}`);
   // The model streamed its reply: the page shows what it wrote, the tools it called included.
