@@ -3,9 +3,10 @@
 //! plan's event stream (`exec_run_started`, `exec_step_started`, `exec_step_completed`,
 //! `exec_step_retrying`, `exec_step_ended`, `exec_replanned`, `exec_run_finished`, plus
 //! `step_status` for the review page, and `plan_updated` each time the run writes its steps'
-//! statuses and results into the plan). Every serve process with an executor also runs a
-//! worker ([`spawn_worker`]) that joins the running runs in the store, so several processes
-//! on one PostgreSQL store share the steps (leases decide who runs which).
+//! statuses and results into the plan); a reader that opens the stream later gets the run as
+//! it stands (`exec_run`) right after its `snapshot`. Every serve process with an executor
+//! also runs a worker ([`spawn_worker`]) that joins the running runs in the store, so several
+//! processes on one PostgreSQL store share the steps (leases decide who runs which).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
