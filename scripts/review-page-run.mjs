@@ -32,6 +32,10 @@ try {
   await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
   if (await page.$("#run")) await fail(`the reopened plan offers "${await page.evaluate(text, "#run")}" during its run`);
   if ((await page.evaluate(text, "#step-s1 .status")) !== "completed") await fail(`reopened: s1 is ${await page.evaluate(text, "#step-s1 .status")}`);
+  // s2's body is s1's output: said so, with a link to s1.
+  const body = await page.evaluate(() => [...document.querySelectorAll("#step-s2 .arg")].map((p) => p.textContent).find((t) => t.startsWith("body = ")));
+  if (body !== "body = s1.output.summary (from the output of s1)") await fail(`s2's body reads ${body}`);
+  if ((await page.getAttribute("#step-s2 .arg a", "href")) !== "#step-s1") await fail("s2's reference does not link to s1");
   if ((await page.getAttribute('#dag g[data-step="s2"] rect', "class")) !== "blocked") await fail("DAG node s2 not blocked");
   await page.screenshot({ path: `${shots}/7-approval.png`, fullPage: true });
   const problems = await audit(page, "step waiting for approval");
