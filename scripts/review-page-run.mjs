@@ -24,13 +24,16 @@ try {
   // With no wait for people (the executor's default), the run pauses until someone decides.
   await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
   // A run in progress is not offered again (the server would refuse it)…
-  if (await page.$("#run")) await fail(`a waiting run offers "${await page.evaluate(text, "#run")}"`);
+  if (await page.isVisible("#run")) await fail(`a waiting run offers "${await page.evaluate(text, "#run")}"`);
   // …also to a reviewer who opens the plan only now: the stream's `exec_run` says it waits.
   await page.reload();
   await page.click(`button[data-id="${id}"]`);
   await page.waitForSelector("#main[data-live]");
   await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
-  if (await page.$("#run")) await fail(`the reopened plan offers "${await page.evaluate(text, "#run")}" during its run`);
+  if (await page.isVisible("#run")) await fail(`the reopened plan offers "${await page.evaluate(text, "#run")}" during its run`);
+  // Drawn again during the run (as each plan_updated does), it still offers none.
+  await page.evaluate(async (id) => { const r = await api("GET", `/v1/plans/${id}`); render(r.body); }, id);
+  if (await page.isVisible("#run")) await fail(`the plan drawn again offers "${await page.evaluate(text, "#run")}" during its run`);
   if ((await page.evaluate(text, "#step-s1 .status")) !== "completed") await fail(`reopened: s1 is ${await page.evaluate(text, "#step-s1 .status")}`);
   // s2's body is s1's output: said so, with a link to s1.
   const body = await page.evaluate(() => [...document.querySelectorAll("#step-s2 .arg")].map((p) => p.textContent).find((t) => t.startsWith("body = ")));
@@ -49,7 +52,7 @@ try {
   await page.waitForFunction(() => document.querySelector("#step-s2 .result")?.textContent.includes('"sent":true'));
   if (await page.$('#step-s2 button[data-verdict]')) await fail("decision buttons left on a completed step");
   // The plan stays accepted (what the server's `actions` list says it allows: run it again).
-  await page.waitForFunction(() => document.querySelector("#run")?.textContent === "Run again");
+  await page.waitForFunction(() => document.querySelector("#run")?.textContent === "Run again" && !document.querySelector("#run").hidden);
   if (await page.$("#accept, #reject, #changes")) await fail("an accepted plan offers review controls");
   await page.screenshot({ path: `${shots}/8-run-completed.png`, fullPage: true });
   console.log("review page run: OK");
