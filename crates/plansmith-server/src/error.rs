@@ -169,7 +169,8 @@ impl From<StoreError> for ApiError {
             | StoreError::TemplateNotFound(_) => ApiError::new("not_found", message),
             StoreError::AlreadyExists(_)
             | StoreError::Conflict { .. }
-            | StoreError::InvalidState { .. } => ApiError::new("conflict", message),
+            | StoreError::InvalidState { .. }
+            | StoreError::NotDecidable { .. } => ApiError::new("conflict", message),
             StoreError::InvalidStep { .. }
             | StoreError::InvalidStatus { .. }
             | StoreError::BadEdit(_)

@@ -905,6 +905,10 @@ struct Updated {
     stored: StoredPlan,
     /// The engine's warnings about a structured edit (empty otherwise).
     diagnostics: Vec<Diagnostic>,
+    /// For the `step` action: the decision as recorded, and whether the step was waiting for
+    /// it (`applies: now`) or the run applies it when it reaches the step (`when_reached`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_decision: Option<plansmith_store::StepDecided>,
 }
 
 /// Review feedback: accept, reject, free-text edit (replanned), structured edit (an RFC 6902
@@ -913,7 +917,7 @@ struct Updated {
     params(("id" = String, Path, description = "The plan id")), request_body = Feedback,
     responses(
         (status = 200, description = "The plan after the feedback", body = Updated),
-        (status = 409, description = "`conflict`: the review state does not allow this action", body = ErrorBody),
+        (status = 409, description = "`conflict`: the review state does not allow this action, or a step decision that no run would read (no run in progress, or a step the run is done with)", body = ErrorBody),
         (status = 422, description = "`invalid_plan` (the edit broke the plan; `details` is the diagnostics list) or `planning_failed`", body = ErrorBody),
         (status = 502, description = "`model_error`: the replan's model call failed", body = ErrorBody),
     ))]
@@ -927,6 +931,7 @@ async fn feedback(
     let actor = caller.actor();
     let store = &state.store;
     let planner = state.planner.as_ref();
+    let mut step_decision = None;
     let (stored, diagnostics) = match body {
         Feedback::Accept => (store.accept(&id, &actor).await?, Vec::new()),
         Feedback::Reject { text } => (
@@ -953,27 +958,27 @@ async fn feedback(
             verdict,
             note,
         } => {
-            let decision = plansmith_store::Decision::Step {
-                step,
-                verdict,
-                note,
-            };
-            let stored = store.decide(&id, decision, None, &actor).await?;
+            let decided = store
+                .decide_step(&id, &step, verdict, &note, &actor)
+                .await?;
             // A run that paused for this decision goes on at once (the worker would also
             // find it, one poll later).
-            if let Some(runner) = &state.runner
+            if decided.applies == plansmith_store::Applies::Now
+                && let Some(runner) = &state.runner
                 && let Ok(Some(run)) = store.exec_run(&id).await
                 && run.state == plansmith_store::RunState::Waiting
             {
                 runner.spawn_join(&id, true);
             }
-            (stored, Vec::new())
+            step_decision = Some(decided);
+            (store.get(&id).await?, Vec::new())
         }
     };
     publish_stored(&state.bus, "plan_updated", &stored);
     Ok(Json(Updated {
         stored,
         diagnostics,
+        step_decision,
     }))
 }
 
@@ -1108,6 +1113,7 @@ async fn update_step(
     Ok(Json(Updated {
         stored,
         diagnostics: Vec::new(),
+        step_decision: None,
     }))
 }
 

@@ -114,6 +114,17 @@ pub enum StoreError {
     /// `exec_start` while a run of the plan is still running or waiting (resume it instead).
     #[error("plan `{0}` has a run in progress: resume it, or wait until it ends")]
     RunActive(String),
+    /// A step decision that no run would apply: the plan has no run in progress, or the run
+    /// is done with the step ([`PlanStore::decide_step`](crate::PlanStore::decide_step)).
+    #[error("cannot decide step `{step}` of plan `{id}`: {reason}")]
+    NotDecidable {
+        /// The plan.
+        id: String,
+        /// The step.
+        step: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

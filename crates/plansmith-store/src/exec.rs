@@ -340,6 +340,7 @@ impl std::str::FromStr for StepVerdict {
 }
 
 /// A person's decision about a step, waiting for the executor to pick it up.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepDecision {
     /// The step.
@@ -352,6 +353,30 @@ pub struct StepDecision {
     pub actor: String,
     /// When.
     pub created_at: DateTime<Utc>,
+}
+
+/// A decision [`PlanStore::decide_step`] recorded, and when the run applies it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepDecided {
+    /// The decision as recorded.
+    #[serde(flatten)]
+    pub decision: StepDecision,
+    /// Whether the step was waiting for it.
+    pub applies: Applies,
+}
+
+/// When the run applies a recorded step decision.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Applies {
+    /// The step was waiting for a person (an approval, or a decision about its failure): the
+    /// run goes on with it at its next turn.
+    Now,
+    /// The run has not reached the step's gate (or its failure) yet: the decision is kept and
+    /// applied then, as a pre-approval. Replaced by a later decision about the same step.
+    WhenReached,
 }
 
 /// A step of a new run or a replan: its id, and its result when it is already completed.
@@ -860,8 +885,15 @@ impl PlanStore {
             .collect()
     }
 
-    /// Records a person's decision about a step of the plan (replacing an earlier one that was
-    /// not picked up yet). The plan must exist.
+    /// Records a person's decision about a step of the plan's run in progress (replacing an
+    /// earlier one that was not picked up yet), and says whether the step was waiting for it.
+    ///
+    /// A decision belongs to a run: starting a run clears the decisions left from before, so
+    /// one given while no run is in progress would be dropped unused, and one about a step that
+    /// the run is done with would never be read. Both are refused
+    /// ([`StoreError::NotDecidable`]) rather than recorded for nothing. A decision about a step
+    /// the run has not reached yet is kept, and applied when the step reaches its gate (or
+    /// fails under the `ask` policy): a pre-approval.
     pub async fn decide_step(
         &self,
         plan_id: &str,
@@ -869,7 +901,7 @@ impl PlanStore {
         verdict: StepVerdict,
         note: &str,
         actor: &str,
-    ) -> Result<StepDecision> {
+    ) -> Result<StepDecided> {
         let stored = self.get(plan_id).await?;
         if stored.plan.step(step_id).is_none() {
             return Err(StoreError::InvalidStep {
@@ -883,6 +915,53 @@ impl PlanStore {
                     .join(", "),
             });
         }
+        let refuse = |reason: String| StoreError::NotDecidable {
+            id: plan_id.to_owned(),
+            step: step_id.to_owned(),
+            reason,
+        };
+        match self.exec_run(plan_id).await? {
+            None => {
+                return Err(refuse(
+                    "the plan has never run; start a run first (a step that needs approval \
+                     then waits for its decision)"
+                        .to_owned(),
+                ));
+            }
+            Some(run) if run.state.is_final() => {
+                return Err(refuse(format!(
+                    "its last run is {}; decisions apply during a run: start a new one first",
+                    run.state
+                )));
+            }
+            Some(_) => {}
+        }
+        let status = self
+            .exec_steps(plan_id)
+            .await?
+            .into_iter()
+            .find(|s| s.step_id == step_id)
+            .map(|s| s.status);
+        let applies = match status {
+            Some(ExecStatus::Blocked) => Applies::Now,
+            Some(ExecStatus::Pending | ExecStatus::Running | ExecStatus::RetryWait) => {
+                Applies::WhenReached
+            }
+            Some(done @ (ExecStatus::Completed | ExecStatus::Failed | ExecStatus::Skipped)) => {
+                return Err(refuse(format!(
+                    "the run is done with it ({}); a decision applies to a step that waits for \
+                     one or has not run yet",
+                    done.as_str()
+                )));
+            }
+            None => {
+                return Err(refuse(
+                    "it is not part of the run in progress (the plan changed since the run \
+                     started)"
+                        .to_owned(),
+                ));
+            }
+        };
         let at = now();
         sqlx::query(
             "INSERT INTO exec_decisions (plan_id, step_id, verdict, note, actor, created_at)
@@ -898,12 +977,15 @@ impl PlanStore {
         .bind(timestamp(at))
         .execute(&self.pool)
         .await?;
-        Ok(StepDecision {
-            step_id: step_id.to_owned(),
-            verdict,
-            note: note.to_owned(),
-            actor: actor.to_owned(),
-            created_at: at,
+        Ok(StepDecided {
+            decision: StepDecision {
+                step_id: step_id.to_owned(),
+                verdict,
+                note: note.to_owned(),
+                actor: actor.to_owned(),
+                created_at: at,
+            },
+            applies,
         })
     }
 

@@ -74,8 +74,8 @@ pub mod templates;
 
 pub use error::{Result, StoreError};
 pub use exec::{
-    AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RunState, StepDecision, StepEnd, StepSeed,
-    StepVerdict, idempotency_key,
+    Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RunState, StepDecided,
+    StepDecision, StepEnd, StepSeed, StepVerdict, idempotency_key,
 };
 pub use notify::{Listener, Notifier};
 pub use review::{

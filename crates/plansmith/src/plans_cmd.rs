@@ -242,7 +242,8 @@ pub fn store_error(err: StoreError) -> CliError {
         }
         StoreError::Conflict { .. }
         | StoreError::AlreadyExists(_)
-        | StoreError::InvalidState { .. } => EXIT_CONFLICT,
+        | StoreError::InvalidState { .. }
+        | StoreError::NotDecidable { .. } => EXIT_CONFLICT,
         StoreError::InvalidStep { .. }
         | StoreError::InvalidStatus { .. }
         | StoreError::Invalid { .. }
@@ -422,12 +423,25 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             let verdict = verdict
                 .parse()
                 .map_err(|e: String| CliError::input(anyhow!(e)))?;
-            let decision = plansmith_store::Decision::Step {
-                step,
-                verdict,
-                note,
-            };
-            show_result(store.decide(&id, decision, None, actor).await)
+            let decided = store
+                .decide_step(&id, &step, verdict, &note, actor)
+                .await
+                .map_err(store_error)?;
+            let code = show_result(store.get(&id).await)?;
+            eprintln!(
+                "{} {step}: {}",
+                verdict.as_str(),
+                match decided.applies {
+                    plansmith_store::Applies::Now => format!(
+                        "the step was waiting for it; the run goes on with `plansmith run {id} \
+                         --resume` (a `plansmith serve` running the plan goes on by itself)"
+                    ),
+                    plansmith_store::Applies::WhenReached => {
+                        "recorded; the run applies it when it reaches the step".to_owned()
+                    }
+                }
+            );
+            Ok(code)
         }
         PlansCommand::Reject { id, text } => {
             show_result(store.reject(&id, text.as_deref(), actor).await)

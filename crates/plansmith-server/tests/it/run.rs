@@ -6,7 +6,7 @@ use std::time::Duration;
 use plansmith_core::{Action, Catalog, Planner, ScriptedModel};
 use plansmith_exec::{ExecConfig, Executor, FnInvoker, Invokers};
 use plansmith_server::{AppState, ServerConfig};
-use plansmith_store::{Location, PlanStore, RunState};
+use plansmith_store::{Location, PlanStore, Review, ReviewState, RunState};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -266,6 +266,95 @@ async fn an_approval_through_feedback_continues_a_paused_run() {
     assert_eq!(kind, "exec_run");
     assert_eq!(run["data"]["state"], "completed", "{run}");
     assert!(run["data"]["outcome"].is_object(), "{run}");
+}
+
+/// A step decision says whether the step was waiting for it; one that no run would read (no
+/// run in progress, or a step the run is done with) is refused instead of recorded for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_decision_says_when_it_applies_and_is_refused_when_no_run_would_read_it() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let (s, store) = start_with(calls.clone(), vec!["s2".into()], false).await;
+    let decide = |id: String, step: &'static str, verdict: &'static str| {
+        let s = &s;
+        async move {
+            call(
+                s,
+                Method::POST,
+                &format!("/v1/plans/{id}/feedback"),
+                Some(json!({"action": "step", "step": step, "verdict": verdict})),
+                None,
+            )
+            .await
+        }
+    };
+
+    let id = run_until_paused(&s).await;
+    // s1 completed before the gate: nothing would read a decision about it.
+    let (status, body) = decide(id.clone(), "s1", "retry").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("the run is done with it (completed)"),
+        "{body}"
+    );
+    // s3 comes after the gate: kept for when the run gets there; the run still waits.
+    let (status, body) = decide(id.clone(), "s3", "approve").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["step_decision"]["step_id"], "s3", "{body}");
+    assert_eq!(body["step_decision"]["verdict"], "approve", "{body}");
+    assert_eq!(body["step_decision"]["applies"], "when_reached", "{body}");
+    assert_eq!(body["plan"]["id"], id.as_str(), "{body}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let run = store.exec_run(&id).await.unwrap().unwrap();
+    assert_eq!(run.state, RunState::Waiting);
+    assert_eq!(calls.lock().unwrap().len(), 1);
+    // s2 is the step the run waits for: applied now.
+    let (status, body) = decide(id.clone(), "s2", "approve").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["step_decision"]["applies"], "now", "{body}");
+    assert_eq!(run_end(&store, &id).await, RunState::Completed);
+    // Over: refused, with what to do.
+    let (status, body) = decide(id.clone(), "s2", "deny").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("its last run is completed; decisions apply during a run"),
+        "{body}"
+    );
+
+    // Never run (the same plan stored under a new id; the scripted model plans once): starting
+    // a run clears earlier decisions, so this one would be dropped unused.
+    let mut copy = store.get(&id).await.unwrap().plan;
+    copy.id = format!("{id}-copy");
+    let idle = copy.id.clone();
+    store
+        .create(copy, ReviewState::AwaitingReview, Review::default(), "test")
+        .await
+        .unwrap();
+    let (status, body) = decide(idle.clone(), "s2", "approve").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "conflict", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("never run"),
+        "{body}"
+    );
+    assert!(store.step_decisions(&idle).await.unwrap().is_empty());
+    // Other feedback answers carry no step decision.
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/plans/{idle}/feedback"),
+        Some(json!({"action": "accept"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "accepted", "{body}");
+    assert!(body.get("step_decision").is_none(), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

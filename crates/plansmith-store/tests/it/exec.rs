@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use plansmith_core::{Action, Plan, Step};
 use plansmith_store::{
-    ExecStatus, Review, ReviewState, RunState, StepEnd, StepSeed, StepVerdict, StoreError,
+    Applies, ExecStatus, Review, ReviewState, RunState, StepEnd, StepSeed, StepVerdict, StoreError,
 };
 use serde_json::json;
 
@@ -203,6 +203,35 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
         .exec_finish("r", &claims[0], "a", &StepEnd::Completed(json!(7)), "")
         .await
         .unwrap();
+
+    let bad = store
+        .decide_step("r", "s9", StepVerdict::Approve, "", "me")
+        .await;
+    assert!(
+        matches!(bad, Err(StoreError::InvalidStep { .. })),
+        "{bad:?}"
+    );
+    // s1 is done: refused. s2 has not been reached: kept for when it is.
+    let done = store
+        .decide_step("r", "s1", StepVerdict::Retry, "", "me")
+        .await;
+    assert!(
+        matches!(&done, Err(StoreError::NotDecidable { reason, .. })
+            if reason.contains("the run is done with it (completed)")),
+        "{done:?}"
+    );
+    let decided = store
+        .decide_step("r", "s2", StepVerdict::Approve, "ok", "me")
+        .await
+        .unwrap();
+    assert_eq!(decided.applies, Applies::WhenReached);
+    assert_eq!(decided.decision.note, "ok");
+    let decisions = store.step_decisions("r").await.unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0].verdict, StepVerdict::Approve);
+    store.consume_step_decision("r", "s2").await.unwrap();
+    assert!(store.step_decisions("r").await.unwrap().is_empty());
+
     let run = store
         .exec_replan(
             "r",
@@ -225,22 +254,15 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
     let ids: Vec<&str> = steps.iter().map(|s| s.step_id.as_str()).collect();
     assert_eq!(ids, ["s1", "s4"]);
     assert_eq!(steps[0].result, Some(json!(7)));
-
-    let bad = store
-        .decide_step("r", "s9", StepVerdict::Approve, "", "me")
+    // s2 is in the plan but no longer in the run: a decision about it would never be read.
+    let gone = store
+        .decide_step("r", "s2", StepVerdict::Approve, "ok", "me")
         .await;
     assert!(
-        matches!(bad, Err(StoreError::InvalidStep { .. })),
-        "{bad:?}"
+        matches!(&gone, Err(StoreError::NotDecidable { reason, .. })
+            if reason.contains("not part of the run in progress")),
+        "{gone:?}"
     );
-    store
-        .decide_step("r", "s2", StepVerdict::Approve, "ok", "me")
-        .await
-        .unwrap();
-    let decisions = store.step_decisions("r").await.unwrap();
-    assert_eq!(decisions.len(), 1);
-    assert_eq!(decisions[0].verdict, StepVerdict::Approve);
-    store.consume_step_decision("r", "s2").await.unwrap();
     assert!(store.step_decisions("r").await.unwrap().is_empty());
 
     assert!(
@@ -259,6 +281,14 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
     let run = store.exec_run("r").await.unwrap().unwrap();
     assert_eq!(run.state, RunState::Completed);
     assert_eq!(run.outcome, Some(json!({"ok": true})));
+    let late = store
+        .decide_step("r", "s1", StepVerdict::Approve, "", "me")
+        .await;
+    assert!(
+        matches!(&late, Err(StoreError::NotDecidable { reason, .. })
+            if reason.starts_with("its last run is completed")),
+        "{late:?}"
+    );
     store
         .exec_start("r", 5, &seeds(&["s1"]), "b")
         .await

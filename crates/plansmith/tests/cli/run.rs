@@ -122,15 +122,28 @@ fn an_approval_gate_waits_for_plans_decide() {
     );
     assert!(lines(&effects).is_empty());
     let id = stored_id(&text(&output.stderr));
-    assert_exit(
-        &plansmith(&["plans", "decide", &id, "s1", "approve", "--store", &store]),
-        0,
+    let decided = plansmith(&["plans", "decide", &id, "s1", "approve", "--store", &store]);
+    assert_exit(&decided, 0);
+    assert!(
+        text(&decided.stderr).contains(&format!(
+            "approve s1: the step was waiting for it; the run goes on with `plansmith run {id} --resume`"
+        )),
+        "{}",
+        text(&decided.stderr)
     );
     let mut args = vec!["run", &id, "--resume", "--require-approval", "s1"];
     args.extend(common);
     let output = plansmith(&args);
     assert_exit(&output, 0);
     assert_eq!(lines(&effects).len(), 2);
+    // The run is over: a decision now would never be read, and is refused (exit 5, conflict).
+    let late = plansmith(&["plans", "decide", &id, "s1", "deny", "--store", &store]);
+    assert_exit(&late, 5);
+    assert!(
+        text(&late.stderr).contains("its last run is completed"),
+        "{}",
+        text(&late.stderr)
+    );
 }
 
 /// The process is killed (SIGKILL, with its tool) while step 2 runs; `--resume` finishes the
