@@ -1,10 +1,11 @@
 // Drives the review page in headless Chromium (playwright-core) through a run of an accepted
 // plan whose step s2 needs approval (audited with axe-core while it waits; reopened then, the
 // page knows the run waits and offers no "Run"). Usage:
-//   node scripts/review-page-run.mjs BASE_URL PLAN_ID SCREENSHOT_DIR
+//   node scripts/review-page-run.mjs BASE_URL PLAN_ID SCREENSHOT_DIR STOP_PLAN_ID
+// (STOP_PLAN_ID: an accepted copy of the plan that never ran: run, then stopped while it waits.)
 // Env: PLANSMITH_TEST_PLAYWRIGHT (playwright-core dir), PLANSMITH_TEST_CHROMIUM (binary).
 import { audit, launch, text } from "./review-page-browser.mjs";
-const [base, id, shots] = process.argv.slice(2);
+const [base, id, shots, stopId] = process.argv.slice(2);
 const { browser, fail } = await launch();
 try {
   const page = await browser.newPage();
@@ -55,6 +56,24 @@ try {
   await page.waitForFunction(() => document.querySelector("#run")?.textContent === "Run again" && !document.querySelector("#run").hidden);
   if (await page.$("#accept, #reject, #changes")) await fail("an accepted plan offers review controls");
   await page.screenshot({ path: `${shots}/8-run-completed.png`, fullPage: true });
+  if (await page.isVisible("#stop-run")) await fail("a finished run offers to be stopped");
+
+  // The same plan under another id: run, stopped while it waits for the approval.
+  await page.click(`button[data-id="${stopId}"]`);
+  // Drawn (its button says "Run": it never ran; the first plan's says "Run again") and live.
+  await page.waitForFunction(() => document.querySelector("#run")?.textContent === "Run" && document.querySelector("#main[data-live]"));
+  if (await page.isVisible("#stop-run")) await fail("a plan that never ran offers to stop its run");
+  await page.click("#run");
+  await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
+  if (!(await page.isVisible("#stop-run"))) await fail("a waiting run offers no way to stop it");
+  await page.click("#stop-run");
+  // Stopped: the run ends aborted, the waiting step and the rest are not run, and it may be run again.
+  await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run aborted: stopped by api");
+  await page.waitForFunction(() => document.querySelector("#step-s2 .status")?.dataset.status === "skipped"
+    && document.querySelector("#step-s3 .status")?.dataset.status === "skipped");
+  if (await page.isVisible("#stop-run")) await fail("a stopped run still offers to be stopped");
+  await page.waitForFunction(() => !document.querySelector("#run").hidden);
+  await page.screenshot({ path: `${shots}/9-run-stopped.png`, fullPage: true });
   console.log("review page run: OK");
 } catch (e) { await fail(String(e)); }
 await browser.close();

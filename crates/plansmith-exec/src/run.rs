@@ -441,6 +441,8 @@ struct Ctx<'a> {
     started: Instant,
     people_since: Option<Instant>,
     last_refresh: Instant,
+    /// When a request to stop the run was last looked for (`None`: not yet).
+    last_stop_check: Option<Instant>,
     sync: DocSync,
 }
 
@@ -474,6 +476,7 @@ impl<'a> Ctx<'a> {
             started: Instant::now(),
             people_since: None,
             last_refresh: Instant::now(),
+            last_stop_check: None,
             sync: DocSync::spawn(
                 ex.store.clone(),
                 plan_id.to_owned(),
@@ -576,6 +579,7 @@ impl<'a> Ctx<'a> {
                     self.ex.config.max_run_time.as_secs()
                 ));
             }
+            self.check_stop().await?;
             if self.abort.is_some() || self.stall.is_some() {
                 return self.finish().await;
             }
@@ -627,6 +631,27 @@ impl<'a> Ctx<'a> {
         }
         self.abort = Some("the scheduler reached its turn limit".into());
         self.finish().await
+    }
+
+    /// Looks (at most once per poll interval) for a request to stop the run
+    /// (`PlanStore::request_stop`); one found aborts the run.
+    async fn check_stop(&mut self) -> Result<(), ExecError> {
+        if self.abort.is_some()
+            || self
+                .last_stop_check
+                .is_some_and(|at| at.elapsed() < self.ex.config.poll_interval)
+        {
+            return Ok(());
+        }
+        self.last_stop_check = Some(Instant::now());
+        if let Some(stop) = self.ex.store.stop_requested(&self.plan_id).await? {
+            self.abort = Some(if stop.note.is_empty() {
+                format!("stopped by {}", stop.actor)
+            } else {
+                format!("stopped by {}: {}", stop.actor, stop.note)
+            });
+        }
+        Ok(())
     }
 
     fn others_active(&self) -> bool {

@@ -170,7 +170,8 @@ impl From<StoreError> for ApiError {
             StoreError::AlreadyExists(_)
             | StoreError::Conflict { .. }
             | StoreError::InvalidState { .. }
-            | StoreError::NotDecidable { .. } => ApiError::new("conflict", message),
+            | StoreError::NotDecidable { .. }
+            | StoreError::NotRunning { .. } => ApiError::new("conflict", message),
             StoreError::InvalidStep { .. }
             | StoreError::InvalidStatus { .. }
             | StoreError::BadEdit(_)

@@ -58,6 +58,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(update_step))
         .routes(routes!(events))
         .routes(routes!(run_plan))
+        .routes(routes!(stop_run))
         .merge(crate::templates::api())
 }
 
@@ -1193,16 +1194,52 @@ async fn run_plan(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     load(&state, &caller, &id).await?;
-    let request = if body.iter().all(u8::is_ascii_whitespace) {
-        crate::run::RunRequest::default()
-    } else {
-        let value = serde_json::from_slice(&body)
-            .map_err(|err| ApiError::new("bad_request", format!("invalid run request: {err}")))?;
-        read_body(value)?
-    };
+    let request = optional_body::<crate::run::RunRequest>(&body, "run request")?;
     Ok(crate::run::run_plan(State(state), id, request)
         .await?
         .into_response())
+}
+
+/// A body that may be left out (empty: the defaults), else read as [`ApiJson`] reads one.
+fn optional_body<T: DeserializeOwned + ToSchema + Default>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let value = serde_json::from_slice(body)
+        .map_err(|err| ApiError::new("bad_request", format!("invalid {what}: {err}")))?;
+    read_body(value)
+}
+
+/// Stop the plan's run: each process running it stops its running steps at its next turn
+/// (recorded as skipped, "stopped: …"), nothing else starts, and the run ends `aborted` with
+/// "stopped by WHO: NOTE" as its reason (`exec_run_finished` on the event stream). A run
+/// paused for a decision stops too. Any server on the store can take the request, with or
+/// without an executor.
+#[utoipa::path(post, path = "/v1/plans/{id}/run/stop", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")),
+    request_body(content = crate::run::StopRequest, description = "Optional: `{\"note\": \"why\"}`; an empty body stops without a note"),
+    responses(
+        (status = 202, description = "The stop is recorded; the run ends `aborted` at its next turn (within about the executor's poll interval, 200 ms by default)", body = crate::run::StopRequested),
+        (status = 400, description = "`bad_request`: invalid body", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such plan", body = ErrorBody),
+        (status = 409, description = "`conflict`: the plan has no run in progress (it never ran, or its last run is over)", body = ErrorBody),
+    ))]
+async fn stop_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    load(&state, &caller, &id).await?;
+    let request = optional_body::<crate::run::StopRequest>(&body, "stop request")?;
+    Ok(
+        crate::run::stop_run(&state, id, &request.note, &caller.actor())
+            .await?
+            .into_response(),
+    )
 }
 
 /// What a reader of the plan's events starts from: `snapshot` (the stored plan), then

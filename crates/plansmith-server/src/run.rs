@@ -147,6 +147,48 @@ pub struct RunRequest {
     pub resume: bool,
 }
 
+/// Body of `POST /v1/plans/{id}/run/stop`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StopRequest {
+    /// Why; the run's reason becomes "stopped by WHO: NOTE".
+    #[serde(default)]
+    pub note: String,
+}
+
+/// Answer of `POST /v1/plans/{id}/run/stop` (202): the stop is recorded; the run ends
+/// `aborted` at its next turn (follow it on `GET /v1/plans/{id}/events`).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StopRequested {
+    /// The plan.
+    pub plan_id: String,
+    /// The run's state when the stop was asked for (`running` or `waiting`).
+    pub state: RunState,
+}
+
+/// Records a request to stop the plan's run; a run paused for people is resumed here so that
+/// it stops now (every server's worker would also find it, one poll later).
+pub(crate) async fn stop_run(
+    state: &AppState,
+    id: String,
+    note: &str,
+    actor: &str,
+) -> Result<(StatusCode, Json<StopRequested>), ApiError> {
+    let run = state.store.request_stop(&id, note, actor).await?;
+    if run.state == RunState::Waiting
+        && let Some(runner) = &state.runner
+    {
+        runner.spawn_join(&id, true);
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(StopRequested {
+            plan_id: id,
+            state: run.state,
+        }),
+    ))
+}
+
 /// Answer of `POST /v1/plans/{id}/run` (202): the run is under way; follow it on
 /// `GET /v1/plans/{id}/events`.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]

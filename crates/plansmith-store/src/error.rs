@@ -125,6 +125,14 @@ pub enum StoreError {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// A request to stop a run when the plan has no run in progress.
+    #[error("plan `{id}` has no run in progress to stop: {why}")]
+    NotRunning {
+        /// The plan.
+        id: String,
+        /// What its last run did (or that it never ran).
+        why: String,
+    },
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -355,6 +355,11 @@ pub struct StepDecision {
     pub created_at: DateTime<Utc>,
 }
 
+/// The `step_id` under which a request to stop the whole run ([`PlanStore::request_stop`]) is
+/// kept with the step decisions: no step has an empty id, so the executor's step-by-step
+/// reading of the decisions never matches it.
+pub const RUN_STOP: &str = "";
+
 /// A decision [`PlanStore::decide_step`] recorded, and when the run applies it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -962,21 +967,9 @@ impl PlanStore {
                 ));
             }
         };
-        let at = now();
-        sqlx::query(
-            "INSERT INTO exec_decisions (plan_id, step_id, verdict, note, actor, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (plan_id, step_id) DO UPDATE SET verdict = $3, note = $4, actor = $5,
-                created_at = $6",
-        )
-        .bind(plan_id.to_owned())
-        .bind(step_id.to_owned())
-        .bind(verdict.as_str())
-        .bind(note.to_owned())
-        .bind(actor.to_owned())
-        .bind(timestamp(at))
-        .execute(&self.pool)
-        .await?;
+        let at = self
+            .record_decision(plan_id, step_id, verdict, note, actor)
+            .await?;
         Ok(StepDecided {
             decision: StepDecision {
                 step_id: step_id.to_owned(),
@@ -1013,6 +1006,80 @@ impl PlanStore {
                 })
             })
             .collect()
+    }
+
+    /// Asks the plan's run in progress to stop, whatever its steps are doing: each node that
+    /// runs it stops its running steps at its next turn (they are recorded as skipped,
+    /// "stopped: …"), the steps left are not run, and the run ends `aborted`. A paused run
+    /// (`waiting`) stops when it is resumed, as any decision resumes it. Kept with the step
+    /// decisions (under [`RUN_STOP`]), so the next run's start clears it too. Refused
+    /// ([`StoreError::NotRunning`]) when the plan has no run in progress.
+    pub async fn request_stop(&self, plan_id: &str, note: &str, actor: &str) -> Result<ExecRun> {
+        self.get(plan_id).await?;
+        let not_running = |why: String| StoreError::NotRunning {
+            id: plan_id.to_owned(),
+            why,
+        };
+        let run = match self.exec_run(plan_id).await? {
+            None => return Err(not_running("it never ran".to_owned())),
+            Some(run) if run.state.is_final() => {
+                return Err(not_running(format!("its last run is {}", run.state)));
+            }
+            Some(run) => run,
+        };
+        self.record_decision(plan_id, RUN_STOP, StepVerdict::Abort, note, actor)
+            .await?;
+        Ok(run)
+    }
+
+    /// Writes a decision (replacing the step's earlier one); returns its time.
+    async fn record_decision(
+        &self,
+        plan_id: &str,
+        step_id: &str,
+        verdict: StepVerdict,
+        note: &str,
+        actor: &str,
+    ) -> Result<DateTime<Utc>> {
+        let at = now();
+        sqlx::query(
+            "INSERT INTO exec_decisions (plan_id, step_id, verdict, note, actor, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (plan_id, step_id) DO UPDATE SET verdict = $3, note = $4, actor = $5,
+                created_at = $6",
+        )
+        .bind(plan_id.to_owned())
+        .bind(step_id.to_owned())
+        .bind(verdict.as_str())
+        .bind(note.to_owned())
+        .bind(actor.to_owned())
+        .bind(timestamp(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(at)
+    }
+
+    /// The request to stop the plan's run ([`PlanStore::request_stop`]), if one was made
+    /// since the run started: who asked, when, and their note.
+    pub async fn stop_requested(&self, plan_id: &str) -> Result<Option<StepDecision>> {
+        let row = sqlx::query(
+            "SELECT note, actor, created_at FROM exec_decisions
+             WHERE plan_id = $1 AND step_id = $2",
+        )
+        .bind(plan_id.to_owned())
+        .bind(RUN_STOP)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(StepDecision {
+                step_id: RUN_STOP.to_owned(),
+                verdict: StepVerdict::Abort,
+                note: row.try_get("note")?,
+                actor: row.try_get("actor")?,
+                created_at: parse_time(plan_id, &row.try_get::<String, _>("created_at")?)?,
+            })
+        })
+        .transpose()
     }
 
     /// Removes a decision once acted on (a `retry` is used once).

@@ -74,7 +74,7 @@ pub mod templates;
 
 pub use error::{Result, StoreError};
 pub use exec::{
-    Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RunState, StepDecided,
+    Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RUN_STOP, RunState, StepDecided,
     StepDecision, StepEnd, StepSeed, StepVerdict, idempotency_key,
 };
 pub use notify::{Listener, Notifier};

@@ -190,6 +190,16 @@ enum PlansCommand {
         #[arg(long, default_value = "")]
         note: String,
     },
+    /// Stop the plan's run in progress: its running steps are stopped, nothing else starts,
+    /// and the run ends `aborted` (a `plansmith run` or `plansmith serve` running it stops at
+    /// its next turn; a paused run stops when resumed).
+    Stop {
+        /// Plan id.
+        id: String,
+        /// Why (the run's reason becomes "stopped by ACTOR: NOTE").
+        #[arg(long, default_value = "")]
+        note: String,
+    },
     /// Delete a plan and its history.
     Delete {
         /// Plan id.
@@ -243,7 +253,8 @@ pub fn store_error(err: StoreError) -> CliError {
         StoreError::Conflict { .. }
         | StoreError::AlreadyExists(_)
         | StoreError::InvalidState { .. }
-        | StoreError::NotDecidable { .. } => EXIT_CONFLICT,
+        | StoreError::NotDecidable { .. }
+        | StoreError::NotRunning { .. } => EXIT_CONFLICT,
         StoreError::InvalidStep { .. }
         | StoreError::InvalidStatus { .. }
         | StoreError::Invalid { .. }
@@ -442,6 +453,23 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                 }
             );
             Ok(code)
+        }
+        PlansCommand::Stop { id, note } => {
+            let run = store
+                .request_stop(&id, &note, actor)
+                .await
+                .map_err(store_error)?;
+            println!(
+                "stop requested for plan {id} (its run is {}): a process running it stops at \
+                 its next turn{}",
+                run.state,
+                if run.state == plansmith_store::RunState::Waiting {
+                    format!("; a paused run stops when resumed (`plansmith run {id} --resume`)")
+                } else {
+                    String::new()
+                }
+            );
+            Ok(EXIT_OK)
         }
         PlansCommand::Reject { id, text } => {
             show_result(store.reject(&id, text.as_deref(), actor).await)

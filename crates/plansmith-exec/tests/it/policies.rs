@@ -182,6 +182,80 @@ async fn abort_stops_running_steps_and_starts_nothing_else() {
     assert_eq!(report.steps[2].attempts, 0);
 }
 
+/// A person stops a run while a step runs: the running step is stopped, nothing else starts,
+/// and the run ends `aborted` with who stopped it and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_request_stops_a_running_run() {
+    let env = env().await;
+    env.plan(
+        "stop",
+        json!([tool("s1", "slow", &[]), tool("s2", "ok", &["s1"])]),
+        json!({}),
+    )
+    .await;
+    let refused = env.store.request_stop("stop", "", "me").await;
+    assert!(
+        matches!(&refused, Err(plansmith_store::StoreError::NotRunning { why, .. }) if why == "it never ran"),
+        "{refused:?}"
+    );
+    let tools = invokers(vec![
+        ("slow", script("sleep.sh", &["5"])),
+        ("ok", script("items.sh", &[])),
+    ]);
+    let executor = Executor::new(env.store.clone(), tools, config("n"));
+    let run = tokio::spawn({
+        let executor = executor.clone();
+        async move { executor.run("stop").await }
+    });
+    // Once s1 runs, ask the run to stop.
+    for _ in 0..200 {
+        let steps = env.store.exec_steps("stop").await.unwrap();
+        if steps
+            .iter()
+            .any(|s| s.step_id == "s1" && s.status == ExecStatus::Running)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let began = Instant::now();
+    env.store
+        .request_stop("stop", "wrong city", "ann")
+        .await
+        .unwrap();
+    let report = run.await.unwrap().unwrap();
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "the stop took {:?}",
+        began.elapsed()
+    );
+    assert_eq!(report.state, RunState::Aborted);
+    assert_eq!(
+        report.reason.as_deref(),
+        Some("stopped by ann: wrong city"),
+        "{report:?}"
+    );
+    assert_eq!(report.steps[0].status, ExecStatus::Skipped);
+    assert!(
+        report.steps[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("stopped: stopped by ann"),
+        "{report:?}"
+    );
+    assert_eq!(report.steps[1].status, ExecStatus::Skipped);
+    assert_eq!(report.steps[1].attempts, 0);
+    // Over: nothing left to stop; a new run starts without the old request.
+    let over = env.store.request_stop("stop", "", "me").await;
+    assert!(
+        matches!(&over, Err(plansmith_store::StoreError::NotRunning { why, .. }) if why == "its last run is aborted"),
+        "{over:?}"
+    );
+    executor.start("stop").await.unwrap();
+    assert!(env.store.stop_requested("stop").await.unwrap().is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_waits_for_a_person_then_retries() {
     let env = env().await;

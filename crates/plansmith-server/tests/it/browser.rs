@@ -230,26 +230,46 @@ async fn review_page_runs_a_plan_and_takes_an_approval() {
         return;
     };
     let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (s, _store) = crate::run::start_with(calls.clone(), vec!["s2".to_owned()], true).await;
+    let (s, store) = crate::run::start_with(calls.clone(), vec!["s2".to_owned()], true).await;
     let mut request = crate::weather();
     request["auto_accept"] = true.into();
     let (status, created) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
     assert_eq!(status, 201, "{created}");
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    // The same plan under a second id, for the page to run and stop (the scripted model plans
+    // once).
+    let mut copy = store.get(&id).await.unwrap().plan;
+    copy.id = format!("{id}-stop");
+    let stop_id = copy.id.clone();
+    store
+        .create(
+            copy,
+            plansmith_store::ReviewState::Accepted,
+            plansmith_store::Review::default(),
+            "test",
+        )
+        .await
+        .unwrap();
     let shots = screenshots();
     run_page_script(
         "review-page-run.mjs",
-        &[&s.base, &id, &shots.display().to_string()],
+        &[&s.base, &id, &shots.display().to_string(), &stop_id],
         &env,
     )
     .await;
     let calls = calls.lock().unwrap().clone();
-    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls.len(), 3, "{calls:?}");
     assert!(
         calls[1].starts_with("send_email") && calls[1].contains("Sunny, 21 °C"),
         "{calls:?}"
     );
-    for name in ["7-approval.png", "8-run-completed.png"] {
+    assert!(
+        calls[2].starts_with("get_weather"),
+        "the stopped run sent no email: {calls:?}"
+    );
+    let run = store.exec_run(&stop_id).await.unwrap().unwrap();
+    assert_eq!(run.state, plansmith_store::RunState::Aborted);
+    for name in ["7-approval.png", "8-run-completed.png", "9-run-stopped.png"] {
         assert!(shots.join(name).metadata().unwrap().len() > 1000, "{name}");
     }
 }

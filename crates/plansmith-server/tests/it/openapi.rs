@@ -100,6 +100,7 @@ async fn openapi_document_covers_every_route() {
         ("/v1/plans/{id}/feedback", &["post"]),
         ("/v1/plans/{id}/history", &["get"]),
         ("/v1/plans/{id}/run", &["post"]),
+        ("/v1/plans/{id}/run/stop", &["post"]),
         ("/v1/plans/{id}/steps/{step}", &["patch"]),
         ("/v1/templates", &["get", "post"]),
         ("/v1/templates/{name}", &["delete", "get"]),

@@ -357,6 +357,62 @@ async fn a_step_decision_says_when_it_applies_and_is_refused_when_no_run_would_r
     assert!(body.get("step_decision").is_none(), "{body}");
 }
 
+/// `POST /v1/plans/{id}/run/stop`: a paused run stops at once (its waiting step and the rest
+/// are not run), the stream says how it ended, and a run that is over has nothing to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_a_paused_run_as_aborted() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    // No background worker: only the stop route can have resumed the paused run.
+    let (s, store) = start_with(calls.clone(), vec!["s2".into()], false).await;
+    let id = run_until_paused(&s).await;
+    let reader = watch(&s, &id, |kind, _| kind == "exec_run_finished").await;
+    let stop = |body: Option<Value>| {
+        let (s, id) = (&s, id.clone());
+        async move {
+            call(
+                s,
+                Method::POST,
+                &format!("/v1/plans/{id}/run/stop"),
+                body,
+                None,
+            )
+            .await
+        }
+    };
+    let (status, body) = stop(Some(json!({"note": "wrong recipient"}))).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body, json!({"plan_id": id, "state": "waiting"}));
+    let seen = tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("the stopped run did not finish")
+        .unwrap();
+    let (_, finished) = seen.last().unwrap();
+    assert_eq!(finished["data"]["state"], "aborted", "{finished}");
+    assert_eq!(
+        finished["data"]["reason"], "stopped by api: wrong recipient",
+        "{finished}"
+    );
+    assert_eq!(run_end(&store, &id).await, RunState::Aborted);
+    assert_eq!(calls.lock().unwrap().len(), 1, "the email was not sent");
+    let (_, plan) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(plan["plan"]["steps"][0]["status"], "completed", "{plan}");
+    assert_eq!(plan["plan"]["steps"][1]["status"], "skipped", "{plan}");
+    assert_eq!(plan["plan"]["steps"][2]["status"], "skipped", "{plan}");
+
+    // Over: nothing to stop (409, with what its last run did); a bad body is a 400.
+    let (status, body) = stop(None).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["message"],
+        format!("plan `{id}` has no run in progress to stop: its last run is aborted"),
+        "{body}"
+    );
+    let (status, body) = stop(Some(json!({"reason": "x"}))).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(&s, Method::POST, "/v1/plans/nope/run/stop", None, None).await;
+    assert_eq!(status, 404, "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_continues_a_run_decided_outside_the_server() {
     let calls = Arc::new(Mutex::new(Vec::new()));

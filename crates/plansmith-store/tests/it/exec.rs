@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use plansmith_core::{Action, Plan, Step};
 use plansmith_store::{
-    Applies, ExecStatus, Review, ReviewState, RunState, StepEnd, StepSeed, StepVerdict, StoreError,
+    Applies, ExecStatus, RUN_STOP, Review, ReviewState, RunState, StepEnd, StepSeed, StepVerdict,
+    StoreError,
 };
 use serde_json::json;
 
@@ -231,6 +232,16 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
     assert_eq!(decisions[0].verdict, StepVerdict::Approve);
     store.consume_step_decision("r", "s2").await.unwrap();
     assert!(store.step_decisions("r").await.unwrap().is_empty());
+    // A request to stop the run is kept beside the step decisions, under no step.
+    assert!(store.stop_requested("r").await.unwrap().is_none());
+    let run = store.request_stop("r", "enough", "ann").await.unwrap();
+    assert_eq!(run.state, RunState::Running);
+    let stop = store.stop_requested("r").await.unwrap().unwrap();
+    assert_eq!(
+        (stop.actor.as_str(), stop.note.as_str(), stop.verdict),
+        ("ann", "enough", StepVerdict::Abort)
+    );
+    store.consume_step_decision("r", RUN_STOP).await.unwrap();
 
     let run = store
         .exec_replan(
@@ -281,6 +292,11 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
     let run = store.exec_run("r").await.unwrap().unwrap();
     assert_eq!(run.state, RunState::Completed);
     assert_eq!(run.outcome, Some(json!({"ok": true})));
+    let stop = store.request_stop("r", "", "me").await;
+    assert!(
+        matches!(&stop, Err(StoreError::NotRunning { why, .. }) if why == "its last run is completed"),
+        "{stop:?}"
+    );
     let late = store
         .decide_step("r", "s1", StepVerdict::Approve, "", "me")
         .await;

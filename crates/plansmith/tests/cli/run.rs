@@ -93,36 +93,85 @@ fn run_a_plan_file_with_progress_and_summary() {
     assert_exit(&again, 5);
 }
 
+/// A one-step plan whose step (a tool that appends to `effects`) needs approval, run until the
+/// run pauses at the gate (exit 10).
+struct Gated {
+    _dir: tempfile::TempDir,
+    store: String,
+    commands: String,
+    effects: std::path::PathBuf,
+    id: String,
+    /// What the first `run` printed.
+    output: std::process::Output,
+}
+
+impl Gated {
+    fn paused() -> Gated {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+        let effects = dir.path().join("effects");
+        let commands = dir.path().join("commands.json");
+        write(
+            &commands,
+            &serde_json::json!({"tools": {"delete": tool("append.sh", &[effects.to_str().unwrap()])}}),
+        );
+        let plan = dir.path().join("plan.json");
+        write(
+            &plan,
+            &serde_json::json!({"title": "gated", "steps": [
+                {"id": "s1", "type": "tool", "title": "delete things", "name": "delete", "arguments": {}}
+            ]}),
+        );
+        let commands = commands.display().to_string();
+        let output = plansmith(&[
+            "run",
+            plan.to_str().unwrap(),
+            "--require-approval",
+            "s1",
+            "--store",
+            &store,
+            "--commands",
+            &commands,
+        ]);
+        assert_exit(&output, 10);
+        let id = stored_id(&text(&output.stderr));
+        Gated {
+            _dir: dir,
+            store,
+            commands,
+            effects,
+            id,
+            output,
+        }
+    }
+
+    /// `plansmith run ID --resume` with the gate.
+    fn resume(&self) -> std::process::Output {
+        plansmith(&[
+            "run",
+            &self.id,
+            "--resume",
+            "--require-approval",
+            "s1",
+            "--store",
+            &self.store,
+            "--commands",
+            &self.commands,
+        ])
+    }
+}
+
 #[test]
 fn an_approval_gate_waits_for_plans_decide() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
-    let effects = dir.path().join("effects");
-    let commands = dir.path().join("commands.json");
-    write(
-        &commands,
-        &serde_json::json!({"tools": {"delete": tool("append.sh", &[effects.to_str().unwrap()])}}),
-    );
-    let plan = dir.path().join("plan.json");
-    write(
-        &plan,
-        &serde_json::json!({"title": "gated", "steps": [
-            {"id": "s1", "type": "tool", "title": "delete things", "name": "delete", "arguments": {}}
-        ]}),
-    );
-    let common = ["--store", &store, "--commands", commands.to_str().unwrap()];
-    let mut args = vec!["run", plan.to_str().unwrap(), "--require-approval", "s1"];
-    args.extend(common);
-    let output = plansmith(&args);
-    assert_exit(&output, 10);
+    let gated = Gated::paused();
+    let (store, effects, id, output) = (&gated.store, &gated.effects, &gated.id, &gated.output);
     assert!(
         text(&output.stdout).contains("waiting for a decision on s1"),
         "{}",
         text(&output.stdout)
     );
-    assert!(lines(&effects).is_empty());
-    let id = stored_id(&text(&output.stderr));
-    let decided = plansmith(&["plans", "decide", &id, "s1", "approve", "--store", &store]);
+    assert!(lines(effects).is_empty());
+    let decided = plansmith(&["plans", "decide", id, "s1", "approve", "--store", store]);
     assert_exit(&decided, 0);
     assert!(
         text(&decided.stderr).contains(&format!(
@@ -131,18 +180,56 @@ fn an_approval_gate_waits_for_plans_decide() {
         "{}",
         text(&decided.stderr)
     );
-    let mut args = vec!["run", &id, "--resume", "--require-approval", "s1"];
-    args.extend(common);
-    let output = plansmith(&args);
-    assert_exit(&output, 0);
-    assert_eq!(lines(&effects).len(), 2);
-    // The run is over: a decision now would never be read, and is refused (exit 5, conflict).
-    let late = plansmith(&["plans", "decide", &id, "s1", "deny", "--store", &store]);
+    assert_exit(&gated.resume(), 0);
+    assert_eq!(lines(effects).len(), 2);
+    // The run is over: a decision now would never be read, and is refused (exit 5, conflict);
+    // there is no run to stop either.
+    let late = plansmith(&["plans", "decide", id, "s1", "deny", "--store", store]);
     assert_exit(&late, 5);
     assert!(
         text(&late.stderr).contains("its last run is completed"),
         "{}",
         text(&late.stderr)
+    );
+    let late = plansmith(&["plans", "stop", id, "--store", store]);
+    assert_exit(&late, 5);
+    assert!(
+        text(&late.stderr).contains("has no run in progress to stop: its last run is completed"),
+        "{}",
+        text(&late.stderr)
+    );
+}
+
+/// `plans stop` on a run paused at its gate: resumed, the run ends `aborted` (exit 1) with the
+/// note as its reason, and the gated step never runs.
+#[test]
+fn plans_stop_ends_a_paused_run() {
+    let gated = Gated::paused();
+    let (store, effects, id) = (&gated.store, &gated.effects, &gated.id);
+    let stop = plansmith(&["plans", "stop", id, "--note", "not today", "--store", store]);
+    assert_exit(&stop, 0);
+    assert!(
+        text(&stop.stdout).contains(&format!(
+            "(its run is waiting): a process running it stops at its next turn; a paused run stops when resumed (`plansmith run {id} --resume`)"
+        )),
+        "{}",
+        text(&stop.stdout)
+    );
+    let output = gated.resume();
+    assert_exit(&output, 1);
+    assert!(
+        text(&output.stdout).contains("aborted") && text(&output.stdout).contains("not today"),
+        "{}",
+        text(&output.stdout)
+    );
+    assert!(lines(effects).is_empty(), "the stopped run deleted things");
+    // Over: nothing left to stop.
+    let again = plansmith(&["plans", "stop", id, "--store", store]);
+    assert_exit(&again, 5);
+    assert!(
+        text(&again.stderr).contains("has no run in progress to stop: its last run is aborted"),
+        "{}",
+        text(&again.stderr)
     );
 }
 
