@@ -925,21 +925,11 @@ impl PlanStore {
             step: step_id.to_owned(),
             reason,
         };
-        match self.exec_run(plan_id).await? {
-            None => {
-                return Err(refuse(
-                    "the plan has never run; start a run first (a step that needs approval \
-                     then waits for its decision)"
-                        .to_owned(),
-                ));
-            }
-            Some(run) if run.state.is_final() => {
-                return Err(refuse(format!(
-                    "its last run is {}; decisions apply during a run: start a new one first",
-                    run.state
-                )));
-            }
-            Some(_) => {}
+        if let Err(why) = self.run_in_progress(plan_id).await? {
+            return Err(refuse(format!(
+                "{why}; decisions apply during a run: start one first (a step that needs \
+                 approval then waits for its decision)"
+            )));
         }
         let status = self
             .exec_steps(plan_id)
@@ -984,11 +974,13 @@ impl PlanStore {
 
     /// The pending decisions about the plan's steps.
     pub async fn step_decisions(&self, plan_id: &str) -> Result<Vec<StepDecision>> {
+        // A request to stop the run shares the table but is no step's decision.
         let rows = sqlx::query(
             "SELECT step_id, verdict, note, actor, created_at FROM exec_decisions
-             WHERE plan_id = $1 ORDER BY step_id",
+             WHERE plan_id = $1 AND step_id <> $2 ORDER BY step_id",
         )
         .bind(plan_id.to_owned())
+        .bind(RUN_STOP)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -1016,20 +1008,26 @@ impl PlanStore {
     /// ([`StoreError::NotRunning`]) when the plan has no run in progress.
     pub async fn request_stop(&self, plan_id: &str, note: &str, actor: &str) -> Result<ExecRun> {
         self.get(plan_id).await?;
-        let not_running = |why: String| StoreError::NotRunning {
-            id: plan_id.to_owned(),
-            why,
-        };
-        let run = match self.exec_run(plan_id).await? {
-            None => return Err(not_running("it never ran".to_owned())),
-            Some(run) if run.state.is_final() => {
-                return Err(not_running(format!("its last run is {}", run.state)));
-            }
-            Some(run) => run,
-        };
+        let run = self
+            .run_in_progress(plan_id)
+            .await?
+            .map_err(|why| StoreError::NotRunning {
+                id: plan_id.to_owned(),
+                why,
+            })?;
         self.record_decision(plan_id, RUN_STOP, StepVerdict::Abort, note, actor)
             .await?;
         Ok(run)
+    }
+
+    /// The plan's run when it is in progress (running or waiting); otherwise why not: "it
+    /// never ran" or "its last run is STATE".
+    async fn run_in_progress(&self, plan_id: &str) -> Result<std::result::Result<ExecRun, String>> {
+        Ok(match self.exec_run(plan_id).await? {
+            None => Err("it never ran".to_owned()),
+            Some(run) if run.state.is_final() => Err(format!("its last run is {}", run.state)),
+            Some(run) => Ok(run),
+        })
     }
 
     /// Writes a decision (replacing the step's earlier one); returns its time.

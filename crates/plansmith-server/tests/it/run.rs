@@ -339,7 +339,10 @@ async fn a_step_decision_says_when_it_applies_and_is_refused_when_no_run_would_r
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["code"], "conflict", "{body}");
     assert!(
-        body["message"].as_str().unwrap().contains("never run"),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("it never ran; decisions apply during a run"),
         "{body}"
     );
     assert!(store.step_decisions(&idle).await.unwrap().is_empty());

@@ -241,6 +241,10 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
         (stop.actor.as_str(), stop.note.as_str(), stop.verdict),
         ("ann", "enough", StepVerdict::Abort)
     );
+    assert!(
+        store.step_decisions("r").await.unwrap().is_empty(),
+        "a stop is no step's decision"
+    );
     store.consume_step_decision("r", RUN_STOP).await.unwrap();
 
     let run = store
