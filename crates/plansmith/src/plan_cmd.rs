@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Args;
 use plansmith_core::{
-    Action, Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest,
-    Planner, Severity, Shape, Templates,
+    Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest, Planner,
+    Severity, Shape, Templates,
 };
 
 use crate::plan_progress::{PlanProgress, ProgressMode};
@@ -352,33 +352,8 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
             step.id,
             step.title
         ));
-        match &step.action {
-            Action::Tool { name, arguments } => {
-                out.push_str(&format!("      tool {name}\n"));
-                for (key, value) in arguments {
-                    out.push_str(&format!("        {key} = {value}\n"));
-                }
-            }
-            Action::Agent { agent, query } => {
-                out.push_str(&format!("      agent {agent}: {query}\n"))
-            }
-            Action::Task {
-                kind,
-                need_web_search,
-            } => {
-                let web = if *need_web_search { ", web search" } else { "" };
-                out.push_str(&format!("      {kind} task{web}\n"));
-                if !step.description.is_empty() {
-                    out.push_str(&format!("      {}\n", step.description));
-                }
-            }
-            Action::Reply { text } => out.push_str(&format!("      reply: {text}\n")),
-        }
-        if let Some(schedule) = &step.schedule {
-            out.push_str(&format!(
-                "      schedule: {}\n",
-                serde_json::to_string(schedule).unwrap_or_default()
-            ));
+        for line in step.action_lines() {
+            out.push_str(&format!("      {line}\n"));
         }
     }
     if !plan.questions.is_empty() {

@@ -109,7 +109,9 @@ enum PlansCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show a plan with its progress.
+    /// Show a plan: its progress, each step with its id, what it waits for and what it does (tool
+    /// and arguments, agent, task or reply), its notes, result and error; then what its state
+    /// allows.
     Show {
         /// Plan id.
         id: String,

@@ -189,6 +189,7 @@ fn readme_plan_prints_a_readable_plan() {
         "1. [s1] Get the weather in Paris",
         "tool send_email",
         "to = \"bob@example.com\"",
+        "body = s1.output.summary (from the output of s1)",
         "(after s1)",
         "-- ready",
     ] {

@@ -123,11 +123,17 @@ fn lifecycle_on(store: &str) {
 
     let shown = run(store, &["plans", "show", &id], "");
     assert_exit(&shown, 0);
-    assert!(
-        text(&shown.stdout).contains("Progress: 0/3 (0.0%)"),
-        "{}",
-        text(&shown.stdout)
-    );
+    // A reviewer on the command line sees what each step does before accepting it.
+    let out = text(&shown.stdout);
+    for needle in [
+        "Progress: 0/3 (0.0%)",
+        "   s1: tool get_weather\n     city = \"Paris\"\n",
+        "   s2 (after s1): tool send_email\n",
+        "     body = s1.output.summary (from the output of s1)\n",
+        "   s3 (after s2): reply: ",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
 
     let marked = run(
         store,
