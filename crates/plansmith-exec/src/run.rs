@@ -19,8 +19,8 @@ use chrono::Utc;
 use plansmith_core::validate::validate;
 use plansmith_core::{Action, Catalog, Feedback, LanguageModel, Plan, PlanRequest, Planner};
 use plansmith_store::{
-    Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, ReviewAction, ReviewState, RunState,
-    StepEnd, StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
+    Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, ReviewAction, ReviewState, RunSignal,
+    RunState, StepEnd, StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -113,6 +113,16 @@ pub enum ExecError {
         state: ReviewState,
         /// What to do.
         hint: &'static str,
+    },
+    /// The plan was deleted while it ran: its running steps were stopped (a command tool's
+    /// process killed; a call already sent to an MCP or HTTP tool may still complete there),
+    /// nothing else was started and nothing was recorded.
+    #[error(
+        "plan `{id}` was deleted while it ran: its running steps were stopped and nothing else was started"
+    )]
+    Deleted {
+        /// The plan.
+        id: String,
     },
     /// `resume` of a plan without an unfinished run.
     #[error("plan `{id}` has no run to resume ({why})")]
@@ -634,7 +644,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Looks (at most once per poll interval) for a request to stop the run
-    /// (`PlanStore::request_stop`); one found aborts the run.
+    /// (`PlanStore::request_stop`), which aborts the run, and for the plan's deletion.
     async fn check_stop(&mut self) -> Result<(), ExecError> {
         if self.abort.is_some()
             || self
@@ -644,14 +654,31 @@ impl<'a> Ctx<'a> {
             return Ok(());
         }
         self.last_stop_check = Some(Instant::now());
-        if let Some(stop) = self.ex.store.stop_requested(&self.plan_id).await? {
-            self.abort = Some(if stop.note.is_empty() {
-                format!("stopped by {}", stop.actor)
-            } else {
-                format!("stopped by {}: {}", stop.actor, stop.note)
-            });
+        match self.ex.store.run_signal(&self.plan_id).await? {
+            RunSignal::Continue => Ok(()),
+            RunSignal::Stop(stop) => {
+                self.abort = Some(if stop.note.is_empty() {
+                    format!("stopped by {}", stop.actor)
+                } else {
+                    format!("stopped by {}: {}", stop.actor, stop.note)
+                });
+                Ok(())
+            }
+            RunSignal::Gone => Err(self.gone().await),
         }
-        Ok(())
+    }
+
+    /// The plan was deleted while it ran: stops the running steps (their tasks are dropped)
+    /// and records nothing, there is nowhere to.
+    async fn gone(&mut self) -> ExecError {
+        self.running.abort_all();
+        while self.running.join_next().await.is_some() {}
+        if let Ok(mut ids) = self.running_ids.lock() {
+            ids.clear();
+        }
+        ExecError::Deleted {
+            id: self.plan_id.clone(),
+        }
     }
 
     fn others_active(&self) -> bool {
@@ -1036,6 +1063,13 @@ impl<'a> Ctx<'a> {
             .exec_finish(&self.plan_id, &claim, &self.ex.config.node, &end, &note)
             .await?;
         if !held {
+            // Its row is gone with the plan when the plan was deleted while the step ran.
+            if matches!(
+                self.ex.store.run_signal(&self.plan_id).await?,
+                RunSignal::Gone
+            ) {
+                return Err(self.gone().await);
+            }
             tracing::warn!(
                 "step {} of {}: lease lost before the attempt ended; another node owns it",
                 claim.step_id,
@@ -1467,10 +1501,10 @@ impl<'a> Ctx<'a> {
                 acquired = true;
                 break;
             }
-            if let Some(run) = self.ex.store.exec_run(&self.plan_id).await?
-                && run.state.is_final()
-            {
-                break;
+            match self.ex.store.exec_run(&self.plan_id).await? {
+                Some(run) if run.state.is_final() => break,
+                Some(_) => {}
+                None => return Err(self.gone().await),
             }
             tokio::time::sleep(self.ex.config.poll_interval).await;
         }

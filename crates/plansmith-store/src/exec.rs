@@ -355,6 +355,17 @@ pub struct StepDecision {
     pub created_at: DateTime<Utc>,
 }
 
+/// What a run's process should do at its next turn ([`PlanStore::run_signal`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunSignal {
+    /// Go on.
+    Continue,
+    /// Stop: someone asked ([`PlanStore::request_stop`]).
+    Stop(StepDecision),
+    /// The run is gone: the plan was deleted while it ran.
+    Gone,
+}
+
 /// The `step_id` under which a request to stop the whole run ([`PlanStore::request_stop`]) is
 /// kept with the step decisions: no step has an empty id, so the executor's step-by-step
 /// reading of the decisions never matches it.
@@ -1057,27 +1068,38 @@ impl PlanStore {
         Ok(at)
     }
 
-    /// The request to stop the plan's run ([`PlanStore::request_stop`]), if one was made
-    /// since the run started: who asked, when, and their note.
-    pub async fn stop_requested(&self, plan_id: &str) -> Result<Option<StepDecision>> {
+    /// What the process running the plan should do at its next turn, in one read: go on; stop,
+    /// because someone asked ([`PlanStore::request_stop`]: who, when, and their note); or give
+    /// up, because the run is gone (the plan was deleted while it ran).
+    pub async fn run_signal(&self, plan_id: &str) -> Result<RunSignal> {
         let row = sqlx::query(
-            "SELECT note, actor, created_at FROM exec_decisions
-             WHERE plan_id = $1 AND step_id = $2",
+            "SELECT d.note, d.actor, d.created_at FROM exec_runs r
+             LEFT JOIN exec_decisions d ON d.plan_id = r.plan_id AND d.step_id = $2
+             WHERE r.plan_id = $1",
         )
         .bind(plan_id.to_owned())
         .bind(RUN_STOP)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|row| {
-            Ok(StepDecision {
-                step_id: RUN_STOP.to_owned(),
-                verdict: StepVerdict::Abort,
-                note: row.try_get("note")?,
-                actor: row.try_get("actor")?,
-                created_at: parse_time(plan_id, &row.try_get::<String, _>("created_at")?)?,
-            })
-        })
-        .transpose()
+        let Some(row) = row else {
+            return Ok(RunSignal::Gone);
+        };
+        let Some(actor) = row.try_get::<Option<String>, _>("actor")? else {
+            return Ok(RunSignal::Continue);
+        };
+        Ok(RunSignal::Stop(StepDecision {
+            step_id: RUN_STOP.to_owned(),
+            verdict: StepVerdict::Abort,
+            note: row
+                .try_get::<Option<String>, _>("note")?
+                .unwrap_or_default(),
+            actor,
+            created_at: parse_time(
+                plan_id,
+                &row.try_get::<Option<String>, _>("created_at")?
+                    .unwrap_or_default(),
+            )?,
+        }))
     }
 
     /// Removes a decision once acted on (a `retry` is used once).

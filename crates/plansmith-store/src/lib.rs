@@ -74,8 +74,8 @@ pub mod templates;
 
 pub use error::{Result, StoreError};
 pub use exec::{
-    Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RUN_STOP, RunState, StepDecided,
-    StepDecision, StepEnd, StepSeed, StepVerdict, idempotency_key,
+    Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RUN_STOP, RunSignal, RunState,
+    StepDecided, StepDecision, StepEnd, StepSeed, StepVerdict, idempotency_key,
 };
 pub use notify::{Listener, Notifier};
 pub use review::{

@@ -26,7 +26,7 @@ use plansmith_exec::{
 };
 use plansmith_store::{ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
 
-use crate::plans_cmd::{EXIT_CONFLICT, open, store_error};
+use crate::plans_cmd::{EXIT_CONFLICT, EXIT_NOT_FOUND, open, store_error};
 use crate::{CliError, EXIT_FAILED, EXIT_NEEDS_INPUT, EXIT_OK};
 
 /// `plansmith run` arguments.
@@ -180,6 +180,10 @@ fn exec_error(err: ExecError) -> CliError {
             error: anyhow::Error::new(err).context("use --resume to continue it"),
         },
         ExecError::Store(err) => store_error(err),
+        err @ ExecError::Deleted { .. } => CliError {
+            code: EXIT_NOT_FOUND,
+            error: anyhow::Error::new(err),
+        },
         other @ (ExecError::NotRunnable { .. } | ExecError::NothingToResume { .. }) => CliError {
             code: EXIT_CONFLICT,
             error: anyhow::Error::new(other),

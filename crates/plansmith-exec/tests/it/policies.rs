@@ -253,7 +253,64 @@ async fn a_stop_request_stops_a_running_run() {
         "{over:?}"
     );
     executor.start("stop").await.unwrap();
-    assert!(env.store.stop_requested("stop").await.unwrap().is_none());
+    assert_eq!(
+        env.store.run_signal("stop").await.unwrap(),
+        plansmith_store::RunSignal::Continue
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_plan_ends_its_run() {
+    let env = env().await;
+    env.plan(
+        "gone",
+        json!([tool("s1", "slow", &[]), tool("s2", "note", &["s1"])]),
+        json!({}),
+    )
+    .await;
+    let log = env.path("calls");
+    let log_arg = log.to_str().unwrap();
+    let tools = invokers(vec![
+        ("slow", script("append.sh", &[log_arg, "5"])),
+        ("note", script("append.sh", &[log_arg])),
+    ]);
+    let executor = Executor::new(env.store.clone(), tools, config("n"));
+    let run = tokio::spawn({
+        let executor = executor.clone();
+        async move { executor.run("gone").await }
+    });
+    let mut started = false;
+    for _ in 0..200 {
+        if std::fs::read_to_string(&log).is_ok_and(|text| text.contains("start s1")) {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(started, "s1 never started");
+    let began = Instant::now();
+    env.store.delete("gone").await.unwrap();
+    // Before, the run waited out the 5 s step, then two minutes for a run row that was gone.
+    let ended = run.await.unwrap();
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "the run took {:?} to notice",
+        began.elapsed()
+    );
+    assert!(
+        matches!(&ended, Err(plansmith_exec::ExecError::Deleted { id }) if id == "gone"),
+        "{ended:?}"
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !calls.contains("s2"),
+        "s2 started after the deletion: {calls}"
+    );
+    assert!(env.store.exec_run("gone").await.unwrap().is_none());
+    assert!(
+        env.store.get("gone").await.is_err(),
+        "nothing wrote the plan back"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use plansmith_core::{Action, Plan, Step};
 use plansmith_store::{
-    Applies, ExecStatus, RUN_STOP, Review, ReviewState, RunState, StepEnd, StepSeed, StepVerdict,
-    StoreError,
+    Applies, ExecStatus, RUN_STOP, Review, ReviewState, RunSignal, RunState, StepEnd, StepSeed,
+    StepVerdict, StoreError,
 };
 use serde_json::json;
 
@@ -233,10 +233,12 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
     store.consume_step_decision("r", "s2").await.unwrap();
     assert!(store.step_decisions("r").await.unwrap().is_empty());
     // A request to stop the run is kept beside the step decisions, under no step.
-    assert!(store.stop_requested("r").await.unwrap().is_none());
+    assert_eq!(store.run_signal("r").await.unwrap(), RunSignal::Continue);
     let run = store.request_stop("r", "enough", "ann").await.unwrap();
     assert_eq!(run.state, RunState::Running);
-    let stop = store.stop_requested("r").await.unwrap().unwrap();
+    let RunSignal::Stop(stop) = store.run_signal("r").await.unwrap() else {
+        panic!("no stop signal")
+    };
     assert_eq!(
         (stop.actor.as_str(), stop.note.as_str(), stop.verdict),
         ("ann", "enough", StepVerdict::Abort)
@@ -313,9 +315,11 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
         .exec_start("r", 5, &seeds(&["s1"]), "b")
         .await
         .unwrap();
-    // Deleting the plan removes its log.
+    // Deleting the plan removes its log; a process still running it is told the run is gone.
+    assert_eq!(store.run_signal("r").await.unwrap(), RunSignal::Continue);
     store.delete("r").await.unwrap();
     assert!(store.exec_run("r").await.unwrap().is_none());
+    assert_eq!(store.run_signal("r").await.unwrap(), RunSignal::Gone);
 }
 both_backends!(
     replan_keeps_completed_and_decisions,

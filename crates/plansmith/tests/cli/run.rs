@@ -35,6 +35,19 @@ fn stored_id(stderr: &str) -> String {
         .to_owned()
 }
 
+/// Waits (at most 30 s) until `append.sh` logged the start of `step`.
+fn wait_for_start(effects: &Path, step: &str) {
+    let began = Instant::now();
+    let start = format!("start {step} ");
+    while !lines(effects).iter().any(|l| l.starts_with(&start)) {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "{step} never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -233,41 +246,73 @@ fn plans_stop_ends_a_paused_run() {
     );
 }
 
+/// A store, a commands file with `append` and `append_slow` (sleeps `slow_secs` first; both
+/// log to `effects`: see `append.sh`) and a plan file of `steps`, in a fresh directory.
+struct SideEffects {
+    dir: tempfile::TempDir,
+    store: String,
+    effects: std::path::PathBuf,
+    commands: String,
+    plan: String,
+}
+
+impl SideEffects {
+    fn new(slow_secs: &str, steps: serde_json::Value) -> SideEffects {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+        let effects = dir.path().join("effects");
+        let commands = dir.path().join("commands.json");
+        let file = effects.to_str().unwrap();
+        write(
+            &commands,
+            &serde_json::json!({"tools": {
+                "append": tool("append.sh", &[file]),
+                "append_slow": tool("append.sh", &[file, slow_secs])
+            }}),
+        );
+        let plan = dir.path().join("plan.json");
+        write(
+            &plan,
+            &serde_json::json!({"title": "side effects", "steps": steps}),
+        );
+        SideEffects {
+            store,
+            effects,
+            commands: commands.display().to_string(),
+            plan: plan.display().to_string(),
+            dir,
+        }
+    }
+}
+
 /// The process is killed (SIGKILL, with its tool) while step 2 runs; `--resume` finishes the
 /// plan: step 1 (completed) is not repeated, step 2 is re-run with the same idempotency key
 /// and its effect happens once.
 #[test]
 fn resume_after_sigkill_does_not_repeat_completed_steps() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
-    let effects = dir.path().join("effects");
-    let commands = dir.path().join("commands.json");
-    let file = effects.to_str().unwrap();
-    write(
-        &commands,
-        &serde_json::json!({"tools": {
-            "append": tool("append.sh", &[file]),
-            "append_slow": tool("append.sh", &[file, "3"])
-        }}),
-    );
-    let plan = dir.path().join("plan.json");
-    write(
-        &plan,
-        &serde_json::json!({"title": "side effects", "steps": [
+    let SideEffects {
+        dir,
+        store,
+        effects,
+        commands,
+        plan,
+    } = SideEffects::new(
+        "3",
+        serde_json::json!([
             {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
             {"id": "s2", "type": "tool", "title": "slow", "name": "append_slow", "arguments": {}, "depends_on": ["s1"]},
             {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
-        ]}),
+        ]),
     );
     let stderr_path = dir.path().join("stderr");
     let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
         .args([
             "run",
-            plan.to_str().unwrap(),
+            &plan,
             "--store",
             &store,
             "--commands",
-            commands.to_str().unwrap(),
+            &commands,
             "--lease-secs",
             "1",
         ])
@@ -278,14 +323,7 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
         .process_group(0)
         .spawn()
         .unwrap();
-    let began = Instant::now();
-    while !lines(&effects).iter().any(|l| l.starts_with("start s2")) {
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "s2 never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_start(&effects, "s2");
     // SIGKILL the whole process group: the CLI and the running tool.
     let pgid = format!("-{}", child.id());
     let killed = Command::new("kill")
@@ -304,7 +342,7 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
         "--store",
         &store,
         "--commands",
-        commands.to_str().unwrap(),
+        &commands,
         "--lease-secs",
         "1",
     ]);
@@ -327,6 +365,63 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
         .collect();
     assert_eq!(keys[0], keys[1]);
     assert!(keys[0].ends_with(":s2:1"), "{keys:?}");
+}
+
+/// `plans delete` from another process while `plansmith run` runs the plan: the run stops its
+/// running step and ends with exit 4 and what happened (it used to wait out the step, then two
+/// minutes for a run that was gone).
+#[test]
+fn deleting_a_plan_ends_its_run() {
+    let SideEffects {
+        dir,
+        store,
+        effects,
+        commands,
+        plan,
+    } = SideEffects::new(
+        "20",
+        serde_json::json!([
+            {"id": "s1", "type": "tool", "title": "slow", "name": "append_slow", "arguments": {}},
+            {"id": "s2", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s1"]}
+        ]),
+    );
+    let stderr_path = dir.path().join("stderr");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["run", &plan, "--store", &store, "--commands", &commands])
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for_start(&effects, "s1");
+    let id = stored_id(&std::fs::read_to_string(&stderr_path).unwrap());
+    assert_exit(&plansmith(&["plans", "delete", &id, "--store", &store]), 0);
+    let deleted = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if deleted.elapsed() > Duration::from_secs(15) {
+            child.kill().unwrap();
+            panic!("the run went on after its plan was deleted");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(4));
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "plan `{id}` was deleted while it ran: its running steps were stopped and nothing else was started"
+        )),
+        "{stderr}"
+    );
+    let log = lines(&effects);
+    assert!(
+        !log.iter().any(|l| l.contains("s2")),
+        "s2 ran after the deletion: {log:?}"
+    );
+    assert!(!log.iter().any(|l| l.starts_with("done s1")), "{log:?}");
 }
 
 /// Two `plansmith serve` processes on one PostgreSQL store run a batch of plans together, one
