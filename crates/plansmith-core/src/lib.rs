@@ -106,7 +106,7 @@ pub use llm::{
 };
 pub use memory::{MemoryReport, Turn};
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};
-pub use plan::{Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
+pub use plan::{Action, PLAIN_STEP, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
 pub use plan_template::{PlanTemplate, PlanTemplateError, TemplateParameter};
 pub use request::{FallbackPolicy, Feedback, PlanOptions, PlanRequest, Shape};
 pub use retrieve::{Bm25Index, Retriever};

@@ -51,7 +51,8 @@ use serde_json::{Map, Value};
 
 use crate::diagnostic::{Code, Diagnostic};
 use crate::plan::{
-    Action, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind, escape_pointer,
+    Action, PLAIN_STEP, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind,
+    escape_pointer,
 };
 
 /// Where the JSON came from: which plan shape [`to_plan`] recognised.
@@ -1317,7 +1318,7 @@ fn convert_step(
         }
         Value::Object(map) => Cow::Borrowed(map),
         Value::String(text) if !text.trim().is_empty() => {
-            let kind = TaskKind::Custom("step".to_owned());
+            let kind = TaskKind::Custom(PLAIN_STEP.to_owned());
             let action = Action::Task {
                 kind,
                 need_web_search: false,

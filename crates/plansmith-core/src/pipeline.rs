@@ -1410,7 +1410,7 @@ fn fallback(
                     format!("s{}", idx + 1),
                     title,
                     Action::Task {
-                        kind: TaskKind::Custom("step".into()),
+                        kind: TaskKind::Custom(crate::plan::PLAIN_STEP.into()),
                         need_web_search: false,
                     },
                 );

@@ -181,6 +181,10 @@ impl Plan {
     }
 }
 
+/// The task kind of a step given as plain text (an OpenManus step, a bare string in a model's
+/// `steps`): `{"type": "task", "kind": "step"}`.
+pub const PLAIN_STEP: &str = "step";
+
 /// How much of a step's result [`Plan::render_text`] shows.
 const RESULT_CHARS: usize = 300;
 
@@ -261,7 +265,8 @@ impl Step {
     /// argument (a step reference reads as its path: `  body = s1.output.summary (from the
     /// output of s1)`), `agent NAME: task`, `research task, web search` then `  description`,
     /// or `reply: text`; then `  schedule: …` when it has one. Lines after the first are
-    /// indented by two spaces.
+    /// indented by two spaces. None for a step given as plain text ([`PLAIN_STEP`]), whose
+    /// title says it all.
     pub fn action_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         match &self.action {
@@ -276,6 +281,14 @@ impl Step {
                 kind,
                 need_web_search,
             } => {
+                // A step given as plain text (OpenManus's plans) says all in its title.
+                let plain = matches!(kind, TaskKind::Custom(name) if name == PLAIN_STEP)
+                    && !*need_web_search
+                    && self.description.is_empty()
+                    && self.schedule.is_none();
+                if plain {
+                    return lines;
+                }
                 let web = if *need_web_search { ", web search" } else { "" };
                 lines.push(format!("{kind} task{web}"));
                 if !self.description.is_empty() {
@@ -758,7 +771,16 @@ mod tests {
             },
         );
         research.description = "Find the forecast".into();
-        plan.steps = vec![fetch, mail, research];
+        let mut plain = Step::new(
+            "s4",
+            "Pack",
+            Action::Task {
+                kind: TaskKind::Custom(PLAIN_STEP.into()),
+                need_web_search: false,
+            },
+        );
+        plain.depends_on = vec!["s3".into()];
+        plan.steps = vec![fetch, mail, research, plain];
         let text = plan.render_text();
         let expected = [
             "1. [✓] Fetch",
@@ -779,6 +801,8 @@ mod tests {
                 "no line {line:?} in\n{text}"
             );
         }
+        // A plain-text step (OpenManus) says all in its title: nothing under it.
+        assert!(text.ends_with("4. [ ] Pack\n"), "{text}");
         // A long result is cut, on a character boundary.
         let result = text.lines().find(|l| l.starts_with("   Result: ")).unwrap();
         assert_eq!(
