@@ -850,7 +850,7 @@ fn fenced_blocks(text: &str) -> Vec<&str> {
 }
 
 /// The first `max` characters of `text`, on one line.
-fn snippet(text: &str, max: usize) -> String {
+pub(crate) fn snippet(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

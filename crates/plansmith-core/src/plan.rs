@@ -123,7 +123,7 @@ impl Plan {
 
     /// A plain-text rendering with progress, e.g. `Progress: 1/3 (33.3%)` and `[✓] [→] [!] [ ]`:
     /// one line per step (OpenManus's shape), then its id, what it waits for and what it does
-    /// ([`Step::action_lines`]), its notes, its result (cut to 300 characters) and its error.
+    /// ([`Step::action_lines`]), its notes, its result (on one line, cut to 300 characters) and its error.
     pub fn render_text(&self) -> String {
         let total = self.steps.len();
         let done = self
@@ -171,7 +171,10 @@ impl Plan {
                     Value::String(text) => text.clone(),
                     other => other.to_string(),
                 };
-                out.push_str(&format!("   Result: {}\n", clip(&result, RESULT_CHARS)));
+                out.push_str(&format!(
+                    "   Result: {}\n",
+                    crate::parse::snippet(&result, RESULT_CHARS)
+                ));
             }
             if let Some(error) = &step.error {
                 out.push_str(&format!("   Error: {error}\n"));
@@ -311,14 +314,6 @@ fn argument_text(value: &Value) -> String {
     match StepRef::reference_in(value).map(StepRef::parse) {
         Some(Ok(reference)) => format!("{reference} (from the output of {})", reference.step),
         _ => value.to_string(),
-    }
-}
-
-/// `text` cut to at most `max` characters, with `…` when cut.
-fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
     }
 }
 
@@ -746,7 +741,7 @@ mod tests {
             },
         );
         fetch.status = StepStatus::Completed;
-        fetch.result = Some(json!({"summary": "x".repeat(400)}));
+        fetch.result = Some(json!(format!("first\n{}", "x".repeat(400))));
         let mut arguments = Map::new();
         arguments.insert("body".into(), json!({"$ref": "s1.output.summary"}));
         arguments.insert("cc".into(), json!({"$ref": "not a reference"}));
@@ -803,8 +798,9 @@ mod tests {
         }
         // A plain-text step (OpenManus) says all in its title: nothing under it.
         assert!(text.ends_with("4. [ ] Pack\n"), "{text}");
-        // A long result is cut, on a character boundary.
+        // A long result is shown on one line, cut.
         let result = text.lines().find(|l| l.starts_with("   Result: ")).unwrap();
+        assert!(result.starts_with("   Result: first xx"), "{result}");
         assert_eq!(
             result.chars().count(),
             "   Result: ".len() + RESULT_CHARS + 1

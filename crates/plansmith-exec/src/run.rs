@@ -671,14 +671,21 @@ impl<'a> Ctx<'a> {
     /// The plan was deleted while it ran: stops the running steps (their tasks are dropped)
     /// and records nothing, there is nowhere to.
     async fn gone(&mut self) -> ExecError {
-        self.running.abort_all();
-        while self.running.join_next().await.is_some() {}
-        if let Ok(mut ids) = self.running_ids.lock() {
-            ids.clear();
-        }
+        self.stop_running().await;
         ExecError::Deleted {
             id: self.plan_id.clone(),
         }
+    }
+
+    /// Stops this process's running steps (their tasks are dropped: a command tool's process
+    /// is killed) and returns their ids.
+    async fn stop_running(&mut self) -> Vec<String> {
+        self.running.abort_all();
+        while self.running.join_next().await.is_some() {}
+        self.running_ids
+            .lock()
+            .map(|mut ids| ids.drain().collect())
+            .unwrap_or_default()
     }
 
     fn others_active(&self) -> bool {
@@ -1436,13 +1443,7 @@ impl<'a> Ctx<'a> {
     /// Ends the run: stops what runs, marks what is left, writes the summary and the state.
     async fn finish(&mut self) -> Result<RunReport, ExecError> {
         if self.abort.is_some() || self.stall.is_some() {
-            self.running.abort_all();
-            while self.running.join_next().await.is_some() {}
-            let running: Vec<String> = self
-                .running_ids
-                .lock()
-                .map(|s| s.iter().cloned().collect())
-                .unwrap_or_default();
+            let running = self.stop_running().await;
             let why = self
                 .stall
                 .clone()
@@ -1473,9 +1474,6 @@ impl<'a> Ctx<'a> {
                         )
                         .await?;
                 }
-            }
-            if let Ok(mut ids) = self.running_ids.lock() {
-                ids.clear();
             }
             self.refresh().await?;
             let open: Vec<String> = self

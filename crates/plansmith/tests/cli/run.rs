@@ -421,7 +421,6 @@ fn deleting_a_plan_ends_its_run() {
         !log.iter().any(|l| l.contains("s2")),
         "s2 ran after the deletion: {log:?}"
     );
-    assert!(!log.iter().any(|l| l.starts_with("done s1")), "{log:?}");
 }
 
 /// Two `plansmith serve` processes on one PostgreSQL store run a batch of plans together, one
