@@ -260,12 +260,17 @@ async fn run_command(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // Its own process group, so that stopping the call stops whatever the command started
+    // (`sh tool.sh` runs its work in children of the shell), not the shell alone.
+    #[cfg(unix)]
+    cmd.process_group(0);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
     let mut child = cmd
         .spawn()
         .map_err(|err| InvokeError::permanent(format!("cannot start `{program}`: {err}")))?;
+    let group = GroupGuard::new(child.id());
     let input = serde_json::to_vec(body).map_err(|err| InvokeError::permanent(err.to_string()))?;
     let mut stdin = child.stdin.take();
     let mut stdout = child.stdout.take();
@@ -287,12 +292,16 @@ async fn run_command(
         );
         (out, err, status)
     };
+    // On a timeout `group` kills the command's processes as it is dropped; so it does when
+    // this call is dropped (the step was stopped, the run aborted, the plan deleted).
     let (out, err, status) = tokio::time::timeout(timeout, work).await.map_err(|_| {
         InvokeError::transient(format!(
             "`{program}` timed out after {} ms",
             timeout.as_millis()
         ))
     })?;
+    // The command ended by itself: what it left running on purpose stays.
+    group.disarm();
     let status = status.map_err(|err| InvokeError::transient(format!("`{program}`: {err}")))?;
     let out = out?;
     let err = err?;
@@ -312,6 +321,42 @@ async fn run_command(
         )));
     }
     Ok(parse_output(&out))
+}
+
+/// Kills a command's process group (the command and every process it started that did not
+/// leave the group) when dropped before [`GroupGuard::disarm`]: when the call ended before
+/// the command did. The command's own process is also killed by tokio's `kill_on_drop`, but
+/// that signal does not reach its children.
+struct GroupGuard {
+    /// The group's id (the command's pid, as it leads its group); `None` once disarmed.
+    #[cfg_attr(not(unix), allow(dead_code))]
+    group: Option<u32>,
+}
+
+impl GroupGuard {
+    fn new(pid: Option<u32>) -> GroupGuard {
+        GroupGuard { group: pid }
+    }
+
+    fn disarm(mut self) {
+        self.group = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(group) = self.group.and_then(|id| i32::try_from(id).ok()) {
+            use nix::sys::signal::{Signal, killpg};
+            // Fails only when no process of the group is left (ESRCH): nothing to do then.
+            // The group's id cannot be reused while any of its processes lives.
+            if let Err(err) = killpg(nix::unistd::Pid::from_raw(group), Signal::SIGKILL)
+                && err != nix::errno::Errno::ESRCH
+            {
+                tracing::warn!("cannot stop the processes of command group {group}: {err}");
+            }
+        }
+    }
 }
 
 async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(

@@ -1463,16 +1463,34 @@ impl<'a> Ctx<'a> {
                         ),
                         rerun: false,
                     };
-                    self.ex
+                    let error = format!("stopped: {why}");
+                    let recorded = self
+                        .ex
                         .store
                         .exec_finish(
                             &self.plan_id,
                             &claim,
                             &self.ex.config.node,
-                            &StepEnd::Skipped(format!("stopped: {why}")),
+                            &StepEnd::Skipped(error.clone()),
                             "stopped",
                         )
                         .await?;
+                    // The document and the watchers learn it too: the step no longer shows
+                    // as running on the review page and in `plans show`.
+                    if recorded {
+                        self.sync.step(
+                            &id,
+                            ExecStatus::Skipped,
+                            None,
+                            Some(error.clone()),
+                            "stopped",
+                        );
+                        self.emit(ExecEvent::StepEnded {
+                            step_id: id.clone(),
+                            status: ExecStatus::Skipped,
+                            reason: error,
+                        });
+                    }
                 }
             }
             self.refresh().await?;

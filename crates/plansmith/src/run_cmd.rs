@@ -5,7 +5,9 @@
 //! the summary and replanning use `--model` when one is given. Exit codes: 0 completed, 1
 //! failed / aborted / stalled, 2 bad input, 4 no such plan, 5 a run of the plan is already in
 //! progress (use `--resume`) or the plan's review state forbids running it, 10 waiting for a
-//! person's decision (approve with `plansmith plans decide`, then `--resume`).
+//! person's decision (approve with `plansmith plans decide`, then `--resume`), 130 / 143
+//! stopped by Ctrl-C / SIGTERM (the run is stopped as `plansmith plans stop` stops it; a second
+//! signal quits at once).
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -153,10 +155,38 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
             .with_planner(Arc::new(Planner::new(catalog, model.clone())))
             .with_summary_model(model);
     }
-    let result = if args.resume {
-        executor.resume(&plan_id).await
-    } else {
-        executor.run(&plan_id).await
+    let mut signals = Interrupts::install().map_err(CliError::failed)?;
+    let run = async {
+        if args.resume {
+            executor.resume(&plan_id).await
+        } else {
+            executor.run(&plan_id).await
+        }
+    };
+    let mut run = std::pin::pin!(run);
+    let mut interrupted = None;
+    let result = tokio::select! {
+        result = &mut run => result,
+        signal = signals.next() => {
+            interrupted = Some(signal);
+            progress.line("", format!(
+                "plansmith run: {}: stopping the run (its running steps and their processes \
+                 are stopped, nothing else starts); signal again to quit at once",
+                signal.name()
+            ));
+            if let Err(err) = store.request_stop(&plan_id, signal.name(), "cli").await {
+                progress.clear();
+                eprintln!("plansmith run: cannot record the stop: {err}");
+                return Ok(quit_at_once(&plan_id, signal));
+            }
+            tokio::select! {
+                result = &mut run => result,
+                again = signals.next() => {
+                    progress.clear();
+                    return Ok(quit_at_once(&plan_id, again));
+                }
+            }
+        }
     };
     progress.clear();
     let report = result.map_err(exec_error)?;
@@ -166,11 +196,82 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     } else {
         print_report(&report);
     }
+    if let Some(signal) = interrupted {
+        eprintln!(
+            "plansmith run: stopped ({}); `plansmith run {plan_id}` starts a new run of the \
+             steps left (completed ones keep their results)",
+            signal.name()
+        );
+        return Ok(signal.exit_code());
+    }
     Ok(match report.state {
         RunState::Completed => EXIT_OK,
         RunState::Waiting | RunState::Running => EXIT_NEEDS_INPUT,
         RunState::Failed | RunState::Aborted | RunState::Stalled => EXIT_FAILED,
     })
+}
+
+/// The signals that stop `plansmith run`: SIGINT (Ctrl-C) and SIGTERM (what service managers
+/// and `kill` send). Handled, not left to kill the process, because a command tool runs in its
+/// own process group (so that stopping it stops what it started) and no longer gets the
+/// terminal's Ctrl-C: the run stops it.
+struct Interrupts {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+/// Which stop signal arrived.
+#[derive(Debug, Clone, Copy)]
+enum Interrupt {
+    Interrupt,
+    Terminate,
+}
+
+impl Interrupt {
+    fn name(self) -> &'static str {
+        match self {
+            Interrupt::Interrupt => "interrupted (Ctrl-C)",
+            Interrupt::Terminate => "terminated (SIGTERM)",
+        }
+    }
+
+    /// 128 + the signal's number, as a shell reports a process the signal ended.
+    fn exit_code(self) -> u8 {
+        match self {
+            Interrupt::Interrupt => 130,
+            Interrupt::Terminate => 143,
+        }
+    }
+}
+
+impl Interrupts {
+    fn install() -> anyhow::Result<Interrupts> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Interrupts {
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+        })
+    }
+
+    /// The next signal.
+    async fn next(&mut self) -> Interrupt {
+        tokio::select! {
+            _ = self.interrupt.recv() => Interrupt::Interrupt,
+            _ = self.terminate.recv() => Interrupt::Terminate,
+        }
+    }
+}
+
+/// A second signal: `plansmith run` returns without waiting for the run to record its end.
+/// The running steps' processes are killed as the runtime drops their calls; the run stays
+/// in progress in the store, and `--resume` continues it once its leases expire.
+fn quit_at_once(plan_id: &str, signal: Interrupt) -> u8 {
+    eprintln!(
+        "plansmith run: quit ({}): the running steps' processes were killed, the run was left \
+         in progress; `plansmith run {plan_id} --resume` continues it once their leases expire",
+        signal.name()
+    );
+    signal.exit_code()
 }
 
 fn exec_error(err: ExecError) -> CliError {

@@ -11,6 +11,9 @@ mod scheduler;
 /// Failure policies: retry, skip, abort, ask, the OpenManus bounded-retry scenario.
 mod policies;
 
+/// Command tools: a call that ends early (timeout, stop) leaves none of its processes behind.
+mod commands;
+
 /// Approval gates through the feedback path.
 mod gates;
 

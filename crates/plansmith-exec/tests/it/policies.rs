@@ -246,6 +246,21 @@ async fn a_stop_request_stops_a_running_run() {
     );
     assert_eq!(report.steps[1].status, ExecStatus::Skipped);
     assert_eq!(report.steps[1].attempts, 0);
+    // The plan's document says so too (it used to show s1 running for good).
+    let stored = env.store.get("stop").await.unwrap();
+    assert_eq!(
+        stored.plan.steps[0].status,
+        plansmith_core::StepStatus::Skipped
+    );
+    assert!(
+        stored.plan.steps[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("stopped: stopped by ann"),
+        "{:?}",
+        stored.plan.steps[0]
+    );
     // Over: nothing left to stop; a new run starts without the old request.
     let over = env.store.request_stop("stop", "", "me").await;
     assert!(

@@ -37,14 +37,34 @@ fn stored_id(stderr: &str) -> String {
 
 /// Waits (at most 30 s) until `append.sh` logged the start of `step`.
 fn wait_for_start(effects: &Path, step: &str) {
+    wait_for_line(effects, &format!("start {step} "));
+}
+
+/// Waits (at most 30 s) until a line of `path` starts with `prefix`.
+fn wait_for_line(path: &Path, prefix: &str) {
     let began = Instant::now();
-    let start = format!("start {step} ");
-    while !lines(effects).iter().any(|l| l.starts_with(&start)) {
+    while !lines(path).iter().any(|l| l.starts_with(prefix)) {
         assert!(
             began.elapsed() < Duration::from_secs(30),
-            "{step} never started"
+            "no line starting with `{prefix}` in {}",
+            path.display()
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How `child` exited; kills it and fails with `why` when it runs for 15 s more.
+fn exits_within_15s(child: &mut std::process::Child, why: &str) -> std::process::ExitStatus {
+    let began = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if began.elapsed() > Duration::from_secs(15) {
+            child.kill().unwrap();
+            panic!("{why}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -285,9 +305,10 @@ impl SideEffects {
     }
 }
 
-/// The process is killed (SIGKILL, with its tool) while step 2 runs; `--resume` finishes the
-/// plan: step 1 (completed) is not repeated, step 2 is re-run with the same idempotency key
-/// and its effect happens once.
+/// The process is killed (SIGKILL) while step 2 runs. Its tool, in a process group of its own,
+/// lives on and finishes (nothing can stop it once the CLI is gone, as after a crash); then
+/// `--resume` finishes the plan: step 1 (completed) is not repeated, step 2 is re-run with the
+/// same idempotency key, and its effect happened once.
 #[test]
 fn resume_after_sigkill_does_not_repeat_completed_steps() {
     let SideEffects {
@@ -324,7 +345,7 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
         .spawn()
         .unwrap();
     wait_for_start(&effects, "s2");
-    // SIGKILL the whole process group: the CLI and the running tool.
+    // SIGKILL the CLI's process group: the running tool is not in it.
     let pgid = format!("-{}", child.id());
     let killed = Command::new("kill")
         .args(["-KILL", "--", &pgid])
@@ -334,6 +355,7 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
     let status = child.wait().unwrap();
     assert!(!status.success());
     let id = stored_id(&std::fs::read_to_string(&stderr_path).unwrap());
+    wait_for_line(&effects, "done s2 ");
 
     let output = plansmith(&[
         "run",
@@ -397,17 +419,7 @@ fn deleting_a_plan_ends_its_run() {
     wait_for_start(&effects, "s1");
     let id = stored_id(&std::fs::read_to_string(&stderr_path).unwrap());
     assert_exit(&plansmith(&["plans", "delete", &id, "--store", &store]), 0);
-    let deleted = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if deleted.elapsed() > Duration::from_secs(15) {
-            child.kill().unwrap();
-            panic!("the run went on after its plan was deleted");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exits_within_15s(&mut child, "the run went on after its plan was deleted");
     assert_eq!(status.code(), Some(4));
     let stderr = std::fs::read_to_string(&stderr_path).unwrap();
     assert!(
@@ -421,6 +433,108 @@ fn deleting_a_plan_ends_its_run() {
         !log.iter().any(|l| l.contains("s2")),
         "s2 ran after the deletion: {log:?}"
     );
+}
+
+/// Whether the process runs (a zombie, killed and waiting for its parent, does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X'))
+    })
+}
+
+/// Ctrl-C stops a run as `plans stop` does. The signal goes to the CLI alone (a terminal sends
+/// it to the CLI's process group, and the tools run in groups of their own); the run stops
+/// the running tool and the process that tool started, starts nothing else, ends `aborted`,
+/// and the CLI exits 130. A new run then runs only what is left.
+#[test]
+#[cfg(target_os = "linux")]
+fn ctrl_c_stops_the_run_and_what_its_tools_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let effects = dir.path().join("effects");
+    let pidfile = dir.path().join("child");
+    let commands = dir.path().join("commands.json");
+    let write_commands = |secs: &str| {
+        write(
+            &commands,
+            &serde_json::json!({"tools": {
+                "append": tool("append.sh", &[effects.to_str().unwrap()]),
+                "spawn": tool("spawn.sh", &[pidfile.to_str().unwrap(), secs])
+            }}),
+        );
+    };
+    write_commands("60");
+    let plan = dir.path().join("plan.json");
+    write(
+        &plan,
+        &serde_json::json!({"title": "interrupted", "steps": [
+            {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
+            {"id": "s2", "type": "tool", "title": "long", "name": "spawn", "arguments": {}, "depends_on": ["s1"]},
+            {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
+        ]}),
+    );
+    let (commands, plan) = (commands.to_str().unwrap(), plan.to_str().unwrap());
+    let stderr_path = dir.path().join("stderr");
+    let stdout_path = dir.path().join("stdout");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["run", plan, "--store", &store, "--commands", commands])
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .stdout(std::fs::File::create(&stdout_path).unwrap())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for_line(&pidfile, "");
+    let grandchild: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(grandchild));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = exits_within_15s(&mut child, "the run went on after Ctrl-C");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted (Ctrl-C): stopping the run"),
+        "{stderr}"
+    );
+    assert!(stdout.contains(": aborted ·"), "{stdout}");
+    assert!(
+        stdout.contains("Reason: stopped by cli: interrupted (Ctrl-C)"),
+        "{stdout}"
+    );
+    // Before, a terminal's Ctrl-C reached the tool's group; a SIGINT to the CLI alone left
+    // the tool and its child running.
+    let began = Instant::now();
+    while alive(grandchild) {
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "the tool's child {grandchild} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !lines(&effects).iter().any(|l| l.starts_with("start s3 ")),
+        "s3 started after the stop"
+    );
+
+    // A new run: s1 (completed) is kept, s2 and s3 run.
+    write_commands("0");
+    let id = stored_id(&stderr);
+    let again = plansmith(&["run", &id, "--store", &store, "--commands", commands]);
+    assert_exit(&again, 0);
+    let log = lines(&effects);
+    let count = |prefix: &str| log.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(count("start s1 "), 1, "completed s1 ran again: {log:?}");
+    assert_eq!(count("done s3 "), 1, "{log:?}");
 }
 
 /// Two `plansmith serve` processes on one PostgreSQL store run a batch of plans together, one
