@@ -19,6 +19,8 @@ use plansmith_exec::{ExecError, ExecEvent, Executor};
 use plansmith_store::{ExecStatus, RunState, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -28,7 +30,13 @@ use crate::events::{EventBus, PlanBusEvent};
 #[derive(Clone)]
 pub struct Runner {
     executor: Executor,
+    /// The plans whose runs this process takes part in; after [`Runner::shut_down`], those it
+    /// left in progress.
     active: Arc<Mutex<HashSet<String>>>,
+    /// The runs' tasks and the worker, waited for by [`Runner::shut_down`].
+    tasks: TaskTracker,
+    /// Cancelled by [`Runner::shut_down`]: the runs and the worker stop, no run starts.
+    stopping: CancellationToken,
 }
 
 impl std::fmt::Debug for Runner {
@@ -55,11 +63,17 @@ impl Runner {
         Runner {
             executor,
             active: Arc::default(),
+            tasks: TaskTracker::new(),
+            stopping: CancellationToken::new(),
         }
     }
 
-    /// Takes part in the plan's run on a background task, unless this process already does.
+    /// Takes part in the plan's run on a background task, unless this process already does
+    /// or is shutting down.
     pub fn spawn_join(&self, plan_id: &str, resume: bool) {
+        if self.stopping.is_cancelled() {
+            return;
+        }
         let Ok(mut active) = self.active.lock() else {
             return;
         };
@@ -68,11 +82,18 @@ impl Runner {
         }
         let runner = self.clone();
         let plan_id = plan_id.to_owned();
-        tokio::spawn(async move {
-            let result = if resume {
-                runner.executor.resume(&plan_id).await.map(Some)
-            } else {
-                runner.executor.join(&plan_id).await
+        self.tasks.spawn(async move {
+            let run = async {
+                if resume {
+                    runner.executor.resume(&plan_id).await.map(Some)
+                } else {
+                    runner.executor.join(&plan_id).await
+                }
+            };
+            let result = tokio::select! {
+                result = run => result,
+                // Left in progress: it stays in `active` for `shut_down` to report.
+                () = runner.stopping.cancelled() => return,
             };
             if let Err(err) = result {
                 tracing::warn!("run of plan {plan_id}: {err}");
@@ -81,6 +102,26 @@ impl Runner {
                 active.remove(&plan_id);
             }
         });
+    }
+
+    /// Stops taking part in runs, for a process that shuts down: the worker stops, no run
+    /// starts here any more, and each run this process takes part in is left where it
+    /// stands. Its running steps here are dropped (a command tool's processes are killed)
+    /// and the run stays in progress in the store: a serve process on the store carries it
+    /// on once those steps' leases expire, re-running them with the same idempotency keys
+    /// (this one, when it starts again: its worker joins the running runs). Returns the
+    /// plans whose runs were left, once every task has ended, so that the store can close.
+    pub async fn shut_down(&self) -> Vec<String> {
+        self.stopping.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        let mut left: Vec<String> = self
+            .active
+            .lock()
+            .map(|active| active.iter().cloned().collect())
+            .unwrap_or_default();
+        left.sort();
+        left
     }
 }
 
@@ -114,28 +155,39 @@ fn publish(bus: &EventBus, plan_id: &str, event: &ExecEvent) {
 /// started on another process, or left by a process that died, is carried on here; and
 /// resumes the runs paused for people once someone decided (through this server, another
 /// one, or `plansmith plans decide`), so nobody has to send `{"resume": true}`.
+/// It ends with [`Runner::shut_down`].
 pub fn spawn_worker(runner: Runner, every: Duration) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            match runner.executor.store().exec_active_runs(100).await {
-                Ok(runs) => {
-                    for run in runs {
-                        runner.spawn_join(&run.plan_id, false);
-                    }
-                }
-                Err(err) => tracing::warn!("worker: listing runs: {err}"),
-            }
-            match runner.executor.store().exec_decided_runs(100).await {
-                Ok(runs) => {
-                    for run in runs {
-                        runner.spawn_join(&run.plan_id, true);
-                    }
-                }
-                Err(err) => tracing::warn!("worker: listing paused runs: {err}"),
-            }
-            tokio::time::sleep(every).await;
+    let stopping = runner.stopping.clone();
+    let tasks = runner.tasks.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            () = work(runner, every) => {}
+            () = stopping.cancelled() => {}
         }
     })
+}
+
+/// The worker's rounds (see [`spawn_worker`]).
+async fn work(runner: Runner, every: Duration) {
+    loop {
+        match runner.executor.store().exec_active_runs(100).await {
+            Ok(runs) => {
+                for run in runs {
+                    runner.spawn_join(&run.plan_id, false);
+                }
+            }
+            Err(err) => tracing::warn!("worker: listing runs: {err}"),
+        }
+        match runner.executor.store().exec_decided_runs(100).await {
+            Ok(runs) => {
+                for run in runs {
+                    runner.spawn_join(&run.plan_id, true);
+                }
+            }
+            Err(err) => tracing::warn!("worker: listing paused runs: {err}"),
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// Body of `POST /v1/plans/{id}/run`.

@@ -304,6 +304,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
         }
         let signals = stop_signals().map_err(CliError::failed)?;
         let store = state.store.clone();
+        let runner = state.runner.clone();
         let mut first = signals.clone();
         let mut second = signals;
         let stopped = plansmith_server::serve(listener, state, async move {
@@ -314,6 +315,20 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             );
             // MCP clients' open streams end, as the plans' event streams do.
             mcp_sessions.close();
+            // Runs do not end with the requests (a step may take minutes): they are left in
+            // progress, before the store closes under them.
+            if let Some(runner) = runner {
+                let left = runner.shut_down().await;
+                if !left.is_empty() {
+                    eprintln!(
+                        "plansmith serve: left {} run(s) in progress ({}): their running steps \
+                         here were stopped; a server on this store carries them on once those \
+                         steps' leases expire (this one, when it starts again)",
+                        left.len(),
+                        left.join(", ")
+                    );
+                }
+            }
         });
         let outcome = tokio::select! {
             served = stopped => served.context("the server failed").map_err(CliError::failed)?,

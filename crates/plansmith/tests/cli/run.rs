@@ -444,6 +444,68 @@ fn alive(pid: u32) -> bool {
     })
 }
 
+/// The pid `spawn.sh` wrote to `path` (its child's), once written.
+fn pid_in(path: &Path) -> u32 {
+    wait_for_line(path, "");
+    let pid = std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid), "{pid} is not running");
+    pid
+}
+
+/// Fails unless the process is gone within 3 s.
+fn assert_ends(pid: u32) {
+    let began = Instant::now();
+    while alive(pid) {
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "the tool's child {pid} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A fresh directory with a commands file of `append` (logs to `effects`: see `append.sh`) and
+/// `spawn` (`spawn.sh`: writes its child's pid to `pidfile`; the child sleeps).
+struct Spawning {
+    dir: tempfile::TempDir,
+    effects: std::path::PathBuf,
+    pidfile: std::path::PathBuf,
+    commands: std::path::PathBuf,
+}
+
+impl Spawning {
+    /// `spawn`'s child sleeps `secs` seconds.
+    fn new(secs: &str) -> Spawning {
+        let dir = tempfile::tempdir().unwrap();
+        let effects = dir.path().join("effects");
+        let pidfile = dir.path().join("child");
+        let commands = dir.path().join("commands.json");
+        let setup = Spawning {
+            dir,
+            effects,
+            pidfile,
+            commands,
+        };
+        setup.sleep(secs);
+        setup
+    }
+
+    /// (Re)writes the commands file: `spawn`'s child sleeps `secs` seconds.
+    fn sleep(&self, secs: &str) {
+        write(
+            &self.commands,
+            &serde_json::json!({"tools": {
+                "append": tool("append.sh", &[self.effects.to_str().unwrap()]),
+                "spawn": tool("spawn.sh", &[self.pidfile.to_str().unwrap(), secs])
+            }}),
+        );
+    }
+}
+
 /// Ctrl-C stops a run as `plans stop` does. The signal goes to the CLI alone (a terminal sends
 /// it to the CLI's process group, and the tools run in groups of their own); the run stops
 /// the running tool and the process that tool started, starts nothing else, ends `aborted`,
@@ -451,21 +513,9 @@ fn alive(pid: u32) -> bool {
 #[test]
 #[cfg(target_os = "linux")]
 fn ctrl_c_stops_the_run_and_what_its_tools_started() {
-    let dir = tempfile::tempdir().unwrap();
+    let setup = Spawning::new("60");
+    let (dir, effects, pidfile) = (&setup.dir, &setup.effects, &setup.pidfile);
     let store = format!("sqlite:{}", dir.path().join("plans.db").display());
-    let effects = dir.path().join("effects");
-    let pidfile = dir.path().join("child");
-    let commands = dir.path().join("commands.json");
-    let write_commands = |secs: &str| {
-        write(
-            &commands,
-            &serde_json::json!({"tools": {
-                "append": tool("append.sh", &[effects.to_str().unwrap()]),
-                "spawn": tool("spawn.sh", &[pidfile.to_str().unwrap(), secs])
-            }}),
-        );
-    };
-    write_commands("60");
     let plan = dir.path().join("plan.json");
     write(
         &plan,
@@ -475,7 +525,7 @@ fn ctrl_c_stops_the_run_and_what_its_tools_started() {
             {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
         ]}),
     );
-    let (commands, plan) = (commands.to_str().unwrap(), plan.to_str().unwrap());
+    let (commands, plan) = (setup.commands.to_str().unwrap(), plan.to_str().unwrap());
     let stderr_path = dir.path().join("stderr");
     let stdout_path = dir.path().join("stdout");
     let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
@@ -486,13 +536,7 @@ fn ctrl_c_stops_the_run_and_what_its_tools_started() {
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .spawn()
         .unwrap();
-    wait_for_line(&pidfile, "");
-    let grandchild: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(alive(grandchild));
+    let grandchild = pid_in(pidfile);
     let sent = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -513,25 +557,18 @@ fn ctrl_c_stops_the_run_and_what_its_tools_started() {
     );
     // Before, a terminal's Ctrl-C reached the tool's group; a SIGINT to the CLI alone left
     // the tool and its child running.
-    let began = Instant::now();
-    while alive(grandchild) {
-        assert!(
-            began.elapsed() < Duration::from_secs(3),
-            "the tool's child {grandchild} still runs"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_ends(grandchild);
     assert!(
-        !lines(&effects).iter().any(|l| l.starts_with("start s3 ")),
+        !lines(effects).iter().any(|l| l.starts_with("start s3 ")),
         "s3 started after the stop"
     );
 
     // A new run: s1 (completed) is kept, s2 and s3 run.
-    write_commands("0");
+    setup.sleep("0");
     let id = stored_id(&stderr);
     let again = plansmith(&["run", &id, "--store", &store, "--commands", commands]);
     assert_exit(&again, 0);
-    let log = lines(&effects);
+    let log = lines(effects);
     let count = |prefix: &str| log.iter().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("start s1 "), 1, "completed s1 ran again: {log:?}");
     assert_eq!(count("done s3 "), 1, "{log:?}");
@@ -638,6 +675,52 @@ fn http(
     )
 }
 
+/// Plans `query` over HTTP (accepted at once) and starts its run; the plan's id. `log()` goes
+/// with a failure.
+fn plan_and_run(addr: &str, query: &str, log: impl Fn() -> String) -> String {
+    let (status, created) = http(
+        addr,
+        "POST",
+        "/v1/plans",
+        &serde_json::json!({"query": query, "auto_accept": true}),
+    );
+    assert_eq!(status, 201, "{created}\n{}", log());
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let (status, started) = http(
+        addr,
+        "POST",
+        &format!("/v1/plans/{id}/run"),
+        &serde_json::json!({}),
+    );
+    assert_eq!(status, 202, "{started}\n{}", log());
+    id
+}
+
+/// The plan as stored once its last run completed (at most 60 s); fails, with `log()`, when
+/// the run ends otherwise or does not end.
+fn completed_plan(addr: &str, id: &str, log: impl Fn() -> String) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, stored) = http(
+            addr,
+            "GET",
+            &format!("/v1/plans/{id}"),
+            &serde_json::json!({}),
+        );
+        let state = &stored["plan"]["metadata"]["last_run"]["state"];
+        if state == "completed" {
+            return stored;
+        }
+        assert!(
+            state.is_null() || state == "running",
+            "run ended {state}: {stored}\n{}",
+            log()
+        );
+        assert!(Instant::now() < deadline, "the run did not end:\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `plansmith serve --mcp`: a plan made over HTTP runs its tool on the real `time` MCP server
 /// through `POST /v1/plans/{id}/run` (no `--commands`: MCP alone turns execution on).
 #[test]
@@ -685,49 +768,124 @@ fn serve_runs_plans_on_mcp_servers() {
             assert!(Instant::now() < deadline, "serve did not start:\n{}", log());
             std::thread::sleep(Duration::from_millis(100));
         }
-        let (status, created) = http(
-            &addr,
-            "POST",
-            "/v1/plans",
-            &serde_json::json!({"query": "What time is it in Paris?", "auto_accept": true}),
+        let id = plan_and_run(&addr, "What time is it in Paris?", log);
+        let stored = completed_plan(&addr, &id, log);
+        assert_eq!(
+            stored["plan"]["steps"][0]["result"]["timezone"], "Europe/Paris",
+            "{stored}"
         );
-        assert_eq!(status, 201, "{created}\n{}", log());
-        let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
-        let (status, started) = http(
-            &addr,
-            "POST",
-            &format!("/v1/plans/{id}/run"),
-            &serde_json::json!({}),
-        );
-        assert_eq!(status, 202, "{started}\n{}", log());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (_, stored) = http(
-                &addr,
-                "GET",
-                &format!("/v1/plans/{id}"),
-                &serde_json::json!({}),
-            );
-            let state = &stored["plan"]["metadata"]["last_run"]["state"];
-            if state == "completed" {
-                assert_eq!(
-                    stored["plan"]["steps"][0]["result"]["timezone"], "Europe/Paris",
-                    "{stored}"
-                );
-                break;
-            }
-            assert!(
-                state.is_null() || state == "running",
-                "run ended {state}: {stored}\n{}",
-                log()
-            );
-            assert!(Instant::now() < deadline, "the run did not end:\n{}", log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }));
     let _ = child.kill();
     let _ = child.wait();
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// SIGTERM to `plansmith serve` while it runs a plan: the server stops at once (it does not
+/// wait out a step that takes a minute, and the step's tool and what the tool started are
+/// killed), says which runs it left in progress, and does not trip over its own closed store.
+/// Started again on the same store, its worker carries the run on to the end.
+#[test]
+#[cfg(target_os = "linux")]
+fn stopping_serve_leaves_its_runs_for_the_next_start() {
+    let setup = Spawning::new("60");
+    let (dir, effects, pidfile) = (&setup.dir, &setup.effects, &setup.pidfile);
+    let tools = dir.path().join("tools.json");
+    let any = serde_json::json!({"type": "object"});
+    write(
+        &tools,
+        &serde_json::json!({"tools": [
+            {"name": "spawn", "description": "Works for a while.", "inputSchema": any},
+            {"name": "append", "description": "Notes it down.", "inputSchema": any}
+        ]}),
+    );
+    let plan = serde_json::json!({"thought": "Work, then note it.", "title": "Long work",
+    "steps": [
+        {"id": "s1", "type": "tool", "title": "Work", "name": "spawn", "arguments": {}},
+        {"id": "s2", "type": "tool", "title": "Note", "name": "append", "arguments": {},
+         "depends_on": ["s1"]}
+    ]});
+    let replies = dir.path().join("replies.json");
+    write(
+        &replies,
+        &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [plan.to_string()]}),
+    );
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let addr = format!("127.0.0.1:{}", crate::free_port());
+    let log_path = dir.path().join("serve.log");
+    let start = |log: &Path| {
+        let child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+            .args([
+                "serve",
+                "--addr",
+                &addr,
+                "--lease-secs",
+                "1",
+                "--store",
+                &store,
+            ])
+            .arg("--commands")
+            .arg(&setup.commands)
+            .arg("--tools")
+            .arg(&tools)
+            .arg("--model")
+            .arg(format!("scripted:{}", replies.display()))
+            .env_remove("PLANSMITH_MODEL")
+            .env_remove("PLANSMITH_TOKENS")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "serve did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Reaped(child)
+    };
+    let mut first = start(&log_path);
+    let id = plan_and_run(&addr, "Do the long work", || {
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    });
+    let grandchild = pid_in(pidfile);
+    let sent = Command::new("kill")
+        .args(["-TERM", &first.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = exits_within_15s(&mut first.0, "serve went on after SIGTERM");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        log.contains(&format!("left 1 run(s) in progress ({id})")),
+        "{log}"
+    );
+    // It used to go on running the plan until the store closed under it.
+    assert!(!log.contains("closed pool"), "{log}");
+    assert_ends(grandchild);
+
+    // Started again, its worker finds the run and ends it.
+    setup.sleep("0");
+    let _second = start(&dir.path().join("serve2.log"));
+    completed_plan(&addr, &id, || {
+        std::fs::read_to_string(dir.path().join("serve2.log")).unwrap_or_default()
+    });
+    assert_eq!(
+        lines(effects)
+            .iter()
+            .filter(|l| l.starts_with("done s2 "))
+            .count(),
+        1
+    );
+}
+
+/// A child process killed when dropped: a failing test leaves no server behind.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
