@@ -174,10 +174,14 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
                  are stopped, nothing else starts); signal again to quit at once",
                 signal.name()
             ));
-            if let Err(err) = store.request_stop(&plan_id, signal.name(), "cli").await {
-                progress.clear();
-                eprintln!("plansmith run: cannot record the stop: {err}");
-                return Ok(quit_at_once(&plan_id, signal));
+            match store.request_stop(&plan_id, signal.name(), "cli").await {
+                // The run ended meanwhile: its end is on its way.
+                Ok(_) | Err(StoreError::NotRunning { .. }) => {}
+                Err(err) => {
+                    progress.clear();
+                    eprintln!("plansmith run: cannot record the stop: {err}");
+                    return Ok(quit_at_once(&plan_id, signal));
+                }
             }
             tokio::select! {
                 result = &mut run => result,
@@ -196,7 +200,8 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     } else {
         print_report(&report);
     }
-    if let Some(signal) = interrupted {
+    // The run may have ended by itself as the signal came: then it was not stopped.
+    if let Some(signal) = interrupted.filter(|_| report.state == RunState::Aborted) {
         eprintln!(
             "plansmith run: stopped ({}); `plansmith run {plan_id}` starts a new run of the \
              steps left (completed ones keep their results)",
