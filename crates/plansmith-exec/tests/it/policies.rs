@@ -202,7 +202,8 @@ async fn a_stop_request_stops_a_running_run() {
         ("slow", script("sleep.sh", &["5"])),
         ("ok", script("items.sh", &[])),
     ]);
-    let executor = Executor::new(env.store.clone(), tools, config("n"));
+    let seen = Seen::default();
+    let executor = seen.attach(Executor::new(env.store.clone(), tools, config("n")));
     let run = tokio::spawn({
         let executor = executor.clone();
         async move { executor.run("stop").await }
@@ -246,7 +247,21 @@ async fn a_stop_request_stops_a_running_run() {
     );
     assert_eq!(report.steps[1].status, ExecStatus::Skipped);
     assert_eq!(report.steps[1].attempts, 0);
-    // The plan's document says so too (it used to show s1 running for good).
+    // Watchers (the review page's `step_status`) and the plan's document learn it too: both
+    // used to show s1 running for good.
+    let ended: Vec<String> = seen
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|event| match event {
+            plansmith_exec::ExecEvent::StepEnded {
+                step_id, status, ..
+            } => Some(format!("{step_id} {}", status.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, ["s1 skipped", "s2 skipped"]);
     let stored = env.store.get("stop").await.unwrap();
     assert_eq!(
         stored.plan.steps[0].status,
