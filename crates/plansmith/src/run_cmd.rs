@@ -175,7 +175,8 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
                 signal.name()
             ));
             match store.request_stop(&plan_id, signal.name(), "cli").await {
-                // The run ended meanwhile: its end is on its way.
+                // Not running: it ended meanwhile (its end is on its way), or it has not
+                // started yet (it will run; a second signal quits).
                 Ok(_) | Err(StoreError::NotRunning { .. }) => {}
                 Err(err) => {
                     progress.clear();
