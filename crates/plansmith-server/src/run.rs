@@ -106,11 +106,14 @@ impl Runner {
 
     /// Stops taking part in runs, for a process that shuts down: the worker stops, no run
     /// starts here any more, and each run this process takes part in is left where it
-    /// stands. Its running steps here are dropped (a command tool's processes are killed)
-    /// and the run stays in progress in the store: a serve process on the store carries it
-    /// on once those steps' leases expire, re-running them with the same idempotency keys
-    /// (this one, when it starts again: its worker joins the running runs). Returns the
-    /// plans whose runs were left, once every task has ended, so that the store can close.
+    /// stands. Its running steps here are dropped (a command tool's processes are killed),
+    /// their leases given up ([`PlanStore::exec_release`]), and the run stays in progress in
+    /// the store: another serve process on the store carries it on at once, re-running those
+    /// steps with the same idempotency keys (this one, when it starts again: its worker joins
+    /// the running runs). Returns the plans whose runs were left, once every task has ended,
+    /// so that the store can close.
+    ///
+    /// [`PlanStore::exec_release`]: plansmith_store::PlanStore::exec_release
     pub async fn shut_down(&self) -> Vec<String> {
         self.stopping.cancel();
         self.tasks.close();
@@ -121,6 +124,13 @@ impl Runner {
             .map(|active| active.iter().cloned().collect())
             .unwrap_or_default();
         left.sort();
+        let node = &self.executor.config().node;
+        for plan_id in &left {
+            // Not fatal: the leases then run out by themselves.
+            if let Err(err) = self.executor.store().exec_release(plan_id, node).await {
+                tracing::warn!("run of plan {plan_id}: cannot give its leases up: {err}");
+            }
+        }
         left
     }
 }

@@ -837,6 +837,43 @@ impl PlanStore {
         Ok(updated.rows_affected() > 0)
     }
 
+    /// Gives up `node`'s leases on the plan's run, for a node that stops taking part in it
+    /// cleanly (a server shutting down, `plansmith run` quit by a second signal) after it
+    /// dropped its running steps: another node may take those steps over at once (re-run with
+    /// the same idempotency keys) instead of when the leases would have run out, and the
+    /// run-level lease is released. Returns the steps whose leases it gave up. A renewal
+    /// already under way when this runs only brings back the lease it renews: the takeover
+    /// then waits for that lease, as it would have without this.
+    pub async fn exec_release(&self, plan_id: &str, node: &str) -> Result<Vec<String>> {
+        let at = timestamp(now());
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query(
+            "UPDATE exec_steps SET lease_until = $1, updated_at = $1
+             WHERE plan_id = $2 AND lease_owner = $3 AND status = 'running'
+             RETURNING step_id",
+        )
+        .bind(at)
+        .bind(plan_id.to_owned())
+        .bind(node.to_owned())
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE exec_runs SET run_lease_owner = NULL, run_lease_until = NULL
+             WHERE plan_id = $1 AND run_lease_owner = $2",
+        )
+        .bind(plan_id.to_owned())
+        .bind(node.to_owned())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut steps = rows
+            .iter()
+            .map(|row| row.try_get::<String, _>(0))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        steps.sort();
+        Ok(steps)
+    }
+
     /// Releases the run-level lease held by `node`.
     pub async fn exec_release_run(&self, plan_id: &str, node: &str) -> Result<()> {
         sqlx::query(

@@ -145,6 +145,7 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     config.approve_all = args.approve_all;
     config.require_approval = args.require_approval.clone();
 
+    let node = config.node.clone();
     let progress = Progress::new();
     let observer = progress.clone();
     let mut executor = Executor::new(store.clone(), invokers, config)
@@ -163,7 +164,8 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
             executor.run(&plan_id).await
         }
     };
-    let mut run = std::pin::pin!(run);
+    // Boxed so that a second signal can drop it (and its running steps) before the leases go.
+    let mut run = Box::pin(run);
     let mut interrupted = None;
     let result = tokio::select! {
         result = &mut run => result,
@@ -181,14 +183,16 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
                 Err(err) => {
                     progress.clear();
                     eprintln!("plansmith run: cannot record the stop: {err}");
-                    return Ok(quit_at_once(&plan_id, signal));
+                    drop(run);
+                    return Ok(quit_at_once(&store, &plan_id, &node, signal).await);
                 }
             }
             tokio::select! {
                 result = &mut run => result,
                 again = signals.next() => {
                     progress.clear();
-                    return Ok(quit_at_once(&plan_id, again));
+                    drop(run);
+                    return Ok(quit_at_once(&store, &plan_id, &node, again).await);
                 }
             }
         }
@@ -268,13 +272,18 @@ impl Interrupts {
     }
 }
 
-/// A second signal: `plansmith run` returns without waiting for the run to record its end.
-/// The running steps' processes are killed as the runtime drops their calls; the run stays
-/// in progress in the store, and `--resume` continues it once its leases expire.
-fn quit_at_once(plan_id: &str, signal: Interrupt) -> u8 {
+/// A second signal, the run already dropped: `plansmith run` returns without waiting for
+/// the run to record its end. The running steps' processes are killed as the runtime drops
+/// their calls; their leases are given up, and the run stays in progress in the store, for
+/// `--resume` to continue at once.
+async fn quit_at_once(store: &PlanStore, plan_id: &str, node: &str, signal: Interrupt) -> u8 {
+    let when = match store.exec_release(plan_id, node).await {
+        Ok(_) => "",
+        Err(_) => " once their leases expire",
+    };
     eprintln!(
         "plansmith run: quit ({}): the running steps' processes were killed, the run was left \
-         in progress; `plansmith run {plan_id} --resume` continues it once their leases expire",
+         in progress; `plansmith run {plan_id} --resume` continues it{when}",
         signal.name()
     );
     signal.exit_code()

@@ -322,8 +322,8 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 if !left.is_empty() {
                     eprintln!(
                         "plansmith serve: left {} run(s) in progress ({}): their running steps \
-                         here were stopped; a server on this store carries them on once those \
-                         steps' leases expire (this one, when it starts again)",
+                         here were stopped and their leases given up; a server on this store \
+                         carries them on (this one, when it starts again)",
                         left.len(),
                         left.join(", ")
                     );

@@ -342,3 +342,44 @@ async fn run_lease_is_exclusive(db: TestDb) {
     assert!(store.exec_claim_run("l", "a", lease).await.unwrap());
 }
 both_backends!(run_lease_is_exclusive, super::run_lease_is_exclusive);
+
+/// A node that stops cleanly gives its leases up: another takes its running steps over at
+/// once, as re-runs with the same keys, and the run-level lease is free.
+async fn released_leases_are_taken_over_at_once(db: TestDb) {
+    let store = &db.store;
+    stored_plan(&db, "g", 3).await;
+    store
+        .exec_start("g", 1, &seeds(&["s1", "s2", "s3"]), "a")
+        .await
+        .unwrap();
+    let ids: Vec<String> = ["s1", "s2", "s3"].iter().map(|s| s.to_string()).collect();
+    let lease = Duration::from_secs(60);
+    let claims = store.exec_claim("g", 1, &ids, "a", lease, 2).await.unwrap();
+    assert_eq!(claims.len(), 2);
+    assert!(store.exec_claim_run("g", "a", lease).await.unwrap());
+    // Only a's running steps are given up, and only by a.
+    assert_eq!(
+        store.exec_release("g", "b").await.unwrap(),
+        Vec::<String>::new()
+    );
+    let taken = store.exec_claim("g", 1, &ids, "b", lease, 8).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0].step_id, "s3");
+    assert_eq!(store.exec_release("g", "a").await.unwrap(), ["s1", "s2"]);
+    let taken = store.exec_claim("g", 1, &ids, "b", lease, 8).await.unwrap();
+    let keys: Vec<(&str, bool)> = taken
+        .iter()
+        .map(|c| (c.idempotency_key.as_str(), c.rerun))
+        .collect();
+    assert_eq!(keys, [("g:1:s1:1", true), ("g:1:s2:1", true)]);
+    assert!(store.exec_claim_run("g", "b", lease).await.unwrap());
+    // a holds nothing now.
+    assert_eq!(
+        store.exec_release("g", "a").await.unwrap(),
+        Vec::<String>::new()
+    );
+}
+both_backends!(
+    released_leases_are_taken_over_at_once,
+    super::released_leases_are_taken_over_at_once
+);

@@ -785,7 +785,8 @@ fn serve_runs_plans_on_mcp_servers() {
 /// SIGTERM to `plansmith serve` while it runs a plan: the server stops at once (it does not
 /// wait out a step that takes a minute, and the step's tool and what the tool started are
 /// killed), says which runs it left in progress, and does not trip over its own closed store.
-/// Started again on the same store, its worker carries the run on to the end.
+/// Started again on the same store, its worker carries the run on to the end at once: the
+/// leases (120 s) were given up, not left to run out.
 #[test]
 #[cfg(target_os = "linux")]
 fn stopping_serve_leaves_its_runs_for_the_next_start() {
@@ -821,7 +822,7 @@ fn stopping_serve_leaves_its_runs_for_the_next_start() {
                 "--addr",
                 &addr,
                 "--lease-secs",
-                "1",
+                "120",
                 "--store",
                 &store,
             ])
