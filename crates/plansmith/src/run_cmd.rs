@@ -26,7 +26,7 @@ use plansmith_exec::{
     CommandInvoker, CommandMap, ExecConfig, ExecError, ExecEvent, Executor, Invokers, OnFailure,
     RunReport, TaskInvoker,
 };
-use plansmith_store::{ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
+use plansmith_store::{ExecRun, ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
 
 use crate::plans_cmd::{EXIT_CONFLICT, EXIT_NOT_FOUND, open, store_error};
 use crate::{CliError, EXIT_FAILED, EXIT_NEEDS_INPUT, EXIT_OK};
@@ -167,32 +167,48 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     // Boxed so that a second signal can drop it (and its running steps) before the leases go.
     let mut run = Box::pin(run);
     let mut interrupted = None;
-    let result = tokio::select! {
-        result = &mut run => result,
-        signal = signals.next() => {
-            interrupted = Some(signal);
-            progress.line("", format!(
-                "plansmith run: {}: stopping the run (its running steps and their processes \
-                 are stopped, nothing else starts); signal again to quit at once",
-                signal.name()
-            ));
-            match store.request_stop(&plan_id, signal.name(), "cli").await {
-                // Not running: it ended meanwhile (its end is on its way), or it has not
-                // started yet (it will run; a second signal quits).
-                Ok(_) | Err(StoreError::NotRunning { .. }) => {}
-                Err(err) => {
+    // The first signal's stop, recorded while the run goes on: a slow or dead store must not
+    // hold up the run, nor a second signal.
+    let mut stop: Option<futures::future::BoxFuture<'static, Result<ExecRun, StoreError>>> = None;
+    let result = loop {
+        tokio::select! {
+            result = &mut run => break result,
+            signal = signals.next() => {
+                if interrupted.is_some() {
                     progress.clear();
-                    eprintln!("plansmith run: cannot record the stop: {err}");
                     drop(run);
                     return Ok(quit_at_once(&store, &plan_id, &node, signal).await);
                 }
+                interrupted = Some(signal);
+                progress.line("", format!(
+                    "plansmith run: {}: stopping the run (its running steps and their processes \
+                     are stopped, nothing else starts); signal again to quit at once",
+                    signal.name()
+                ));
+                let store = store.clone();
+                let plan_id = plan_id.clone();
+                stop = Some(Box::pin(async move {
+                    store.request_stop(&plan_id, signal.name(), "cli").await
+                }));
             }
-            tokio::select! {
-                result = &mut run => result,
-                again = signals.next() => {
-                    progress.clear();
-                    drop(run);
-                    return Ok(quit_at_once(&store, &plan_id, &node, again).await);
+            stopped = async {
+                match stop.as_mut() {
+                    Some(stopping) => stopping.await.err(),
+                    None => None,
+                }
+            }, if stop.is_some() => {
+                stop = None;
+                match stopped {
+                    // Not running: it ended meanwhile (its end is on its way), or it has not
+                    // started yet (it will run; a second signal quits).
+                    None | Some(StoreError::NotRunning { .. }) => {}
+                    Some(err) => {
+                        progress.clear();
+                        eprintln!("plansmith run: cannot record the stop: {err}");
+                        drop(run);
+                        let signal = interrupted.unwrap_or(Interrupt::Interrupt);
+                        return Ok(quit_at_once(&store, &plan_id, &node, signal).await);
+                    }
                 }
             }
         }
@@ -277,9 +293,12 @@ impl Interrupts {
 /// their calls; their leases are given up, and the run stays in progress in the store, for
 /// `--resume` to continue at once.
 async fn quit_at_once(store: &PlanStore, plan_id: &str, node: &str, signal: Interrupt) -> u8 {
-    let when = match store.exec_release(plan_id, node).await {
-        Ok(_) => "",
-        Err(_) => " once their leases expire",
+    // At once: a store that does not answer within a second keeps the leases until they expire.
+    let released =
+        tokio::time::timeout(Duration::from_secs(1), store.exec_release(plan_id, node)).await;
+    let when = match released {
+        Ok(Ok(_)) => "",
+        _ => " once their leases expire",
     };
     eprintln!(
         "plansmith run: quit ({}): the running steps' processes were killed, the run was left \

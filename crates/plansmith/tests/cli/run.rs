@@ -675,6 +675,123 @@ fn http(
     )
 }
 
+/// A second Ctrl-C quits at once, even when the store does not answer (here another process
+/// holds SQLite's write lock, so the first Ctrl-C's stop cannot be recorded): the tool and
+/// its child are killed, the run stays in progress, and `--resume` finishes it later.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_second_ctrl_c_quits_at_once_even_with_the_store_stuck() {
+    let setup = Spawning::new("60");
+    let (dir, effects, pidfile) = (&setup.dir, &setup.effects, &setup.pidfile);
+    let db = dir.path().join("plans.db");
+    let store = format!("sqlite:{}", db.display());
+    let plan = dir.path().join("plan.json");
+    write(
+        &plan,
+        &serde_json::json!({"title": "stuck", "steps": [
+            {"id": "s1", "type": "tool", "title": "long", "name": "spawn", "arguments": {}},
+            {"id": "s2", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s1"]}
+        ]}),
+    );
+    let (commands, plan) = (setup.commands.to_str().unwrap(), plan.to_str().unwrap());
+    let stderr_path = dir.path().join("stderr");
+    let mut child = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_plansmith"))
+            .args(["run", plan, "--store", &store, "--commands", commands])
+            .args(["--lease-secs", "1"])
+            .current_dir(root())
+            .env_remove("PLANSMITH_MODEL")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let grandchild = pid_in(pidfile);
+    // Another process takes the store's write lock and keeps it.
+    let mut locker = Reaped(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3, sys, time\n\
+                 c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                 c.execute('BEGIN EXCLUSIVE')\n\
+                 print('locked', flush=True)\n\
+                 time.sleep(120)",
+            ])
+            .arg(&db)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut locked = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(locker.0.stdout.take().unwrap()),
+        &mut locked,
+    )
+    .unwrap();
+    assert_eq!(locked.trim(), "locked");
+    let interrupt = || {
+        let sent = Command::new("kill")
+            .args(["-INT", &child.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    };
+    interrupt();
+    wait_for_line(
+        &stderr_path,
+        "plansmith run: interrupted (Ctrl-C): stopping the run",
+    );
+    interrupt();
+    let began = Instant::now();
+    let status = exits_within_15s(&mut child.0, "a second Ctrl-C did not quit");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    // The stop waits up to SQLite's busy timeout (10 s) for the lock; the quit does not.
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "quitting took {:?}: {stderr}",
+        began.elapsed()
+    );
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("plansmith run: quit (interrupted (Ctrl-C))"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("continues it once their leases expire"),
+        "{stderr}"
+    );
+    assert_ends(grandchild);
+    drop(locker);
+
+    setup.sleep("0");
+    let id = stored_id(&stderr);
+    let resumed = plansmith(&[
+        "run",
+        &id,
+        "--resume",
+        "--store",
+        &store,
+        "--commands",
+        commands,
+        "--lease-secs",
+        "1",
+    ]);
+    assert_exit(&resumed, 0);
+    assert!(
+        text(&resumed.stderr).contains("(re-run after a lost lease)"),
+        "{}",
+        text(&resumed.stderr)
+    );
+    assert_eq!(
+        lines(effects)
+            .iter()
+            .filter(|l| l.starts_with("done s2 "))
+            .count(),
+        1
+    );
+}
+
 /// Plans `query` over HTTP (accepted at once) and starts its run; the plan's id. `log()` goes
 /// with a failure.
 fn plan_and_run(addr: &str, query: &str, log: impl Fn() -> String) -> String {
