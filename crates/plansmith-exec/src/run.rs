@@ -1064,10 +1064,24 @@ impl<'a> Ctx<'a> {
             StepEnd::Skipped(_) => "skipped by policy".to_owned(),
             StepEnd::Blocked(_) => "failed: decide retry, skip or abort".to_owned(),
         };
+        self.record_end(&claim, end, note, event).await
+    }
+
+    /// Records how this node's attempt ended (fenced by its lease), then tells the view, the
+    /// document and the observers (`event`). A write refused because the plan was deleted
+    /// meanwhile ends the run ([`ExecError::Deleted`]); one refused because another node took
+    /// the step over is only logged.
+    async fn record_end(
+        &mut self,
+        claim: &Claim,
+        end: StepEnd,
+        note: String,
+        event: ExecEvent,
+    ) -> Result<(), ExecError> {
         let held = self
             .ex
             .store
-            .exec_finish(&self.plan_id, &claim, &self.ex.config.node, &end, &note)
+            .exec_finish(&self.plan_id, claim, &self.ex.config.node, &end, &note)
             .await?;
         if !held {
             // Its row is gone with the plan when the plan was deleted while the step ran.
@@ -1463,34 +1477,16 @@ impl<'a> Ctx<'a> {
                         ),
                         rerun: false,
                     };
+                    // Recorded as any attempt's end, so the document and the watchers
+                    // learn it too (the step no longer shows as running).
                     let error = format!("stopped: {why}");
-                    let recorded = self
-                        .ex
-                        .store
-                        .exec_finish(
-                            &self.plan_id,
-                            &claim,
-                            &self.ex.config.node,
-                            &StepEnd::Skipped(error.clone()),
-                            "stopped",
-                        )
+                    let event = ExecEvent::StepEnded {
+                        step_id: id.clone(),
+                        status: ExecStatus::Skipped,
+                        reason: error.clone(),
+                    };
+                    self.record_end(&claim, StepEnd::Skipped(error), "stopped".into(), event)
                         .await?;
-                    // The document and the watchers learn it too: the step no longer shows
-                    // as running on the review page and in `plans show`.
-                    if recorded {
-                        self.sync.step(
-                            &id,
-                            ExecStatus::Skipped,
-                            None,
-                            Some(error.clone()),
-                            "stopped",
-                        );
-                        self.emit(ExecEvent::StepEnded {
-                            step_id: id.clone(),
-                            status: ExecStatus::Skipped,
-                            reason: error,
-                        });
-                    }
                 }
             }
             self.refresh().await?;

@@ -845,27 +845,18 @@ impl PlanStore {
     /// already under way when this runs only brings back the lease it renews: the takeover
     /// then waits for that lease, as it would have without this.
     pub async fn exec_release(&self, plan_id: &str, node: &str) -> Result<Vec<String>> {
-        let at = timestamp(now());
-        let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
             "UPDATE exec_steps SET lease_until = $1, updated_at = $1
              WHERE plan_id = $2 AND lease_owner = $3 AND status = 'running'
              RETURNING step_id",
         )
-        .bind(at)
+        .bind(timestamp(now()))
         .bind(plan_id.to_owned())
         .bind(node.to_owned())
-        .fetch_all(&mut *tx)
+        .fetch_all(&self.pool)
         .await?;
-        sqlx::query(
-            "UPDATE exec_runs SET run_lease_owner = NULL, run_lease_until = NULL
-             WHERE plan_id = $1 AND run_lease_owner = $2",
-        )
-        .bind(plan_id.to_owned())
-        .bind(node.to_owned())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        // Each release stands alone: no transaction needed between the two.
+        self.exec_release_run(plan_id, node).await?;
         let mut steps = rows
             .iter()
             .map(|row| row.try_get::<String, _>(0))

@@ -41,6 +41,7 @@ mod plan_progress;
 mod plans_cmd;
 mod run_cmd;
 mod serve_cmd;
+mod signals;
 mod templates_cmd;
 mod tools_cmd;
 mod validate_cmd;

@@ -29,6 +29,7 @@ use plansmith_exec::{
 use plansmith_store::{ExecRun, ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
 
 use crate::plans_cmd::{EXIT_CONFLICT, EXIT_NOT_FOUND, open, store_error};
+use crate::signals::{Interrupt, Interrupts};
 use crate::{CliError, EXIT_FAILED, EXIT_NEEDS_INPUT, EXIT_OK};
 
 /// `plansmith run` arguments.
@@ -235,57 +236,6 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         RunState::Waiting | RunState::Running => EXIT_NEEDS_INPUT,
         RunState::Failed | RunState::Aborted | RunState::Stalled => EXIT_FAILED,
     })
-}
-
-/// The signals that stop `plansmith run`: SIGINT (Ctrl-C) and SIGTERM (what service managers
-/// and `kill` send). Handled, not left to kill the process, because a command tool runs in its
-/// own process group (so that stopping it stops what it started) and no longer gets the
-/// terminal's Ctrl-C: the run stops it.
-struct Interrupts {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-}
-
-/// Which stop signal arrived.
-#[derive(Debug, Clone, Copy)]
-enum Interrupt {
-    Interrupt,
-    Terminate,
-}
-
-impl Interrupt {
-    fn name(self) -> &'static str {
-        match self {
-            Interrupt::Interrupt => "interrupted (Ctrl-C)",
-            Interrupt::Terminate => "terminated (SIGTERM)",
-        }
-    }
-
-    /// 128 + the signal's number, as a shell reports a process the signal ended.
-    fn exit_code(self) -> u8 {
-        match self {
-            Interrupt::Interrupt => 130,
-            Interrupt::Terminate => 143,
-        }
-    }
-}
-
-impl Interrupts {
-    fn install() -> anyhow::Result<Interrupts> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Interrupts {
-            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-        })
-    }
-
-    /// The next signal.
-    async fn next(&mut self) -> Interrupt {
-        tokio::select! {
-            _ = self.interrupt.recv() => Interrupt::Interrupt,
-            _ = self.terminate.recv() => Interrupt::Terminate,
-        }
-    }
 }
 
 /// A second signal, the run already dropped: `plansmith run` returns without waiting for

@@ -356,16 +356,11 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
 /// arrived: the first shuts the server down gracefully, a second stops it at once. Once these
 /// handlers are installed the signals no longer kill the process by themselves.
 fn stop_signals() -> anyhow::Result<tokio::sync::watch::Receiver<u32>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut signals = crate::signals::Interrupts::install()?;
     let (count, counted) = tokio::sync::watch::channel(0u32);
     tokio::spawn(async move {
         loop {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
+            signals.next().await;
             count.send_modify(|count| *count += 1);
         }
     });

@@ -266,12 +266,15 @@ fn plans_stop_ends_a_paused_run() {
     );
 }
 
-/// A store, a commands file with `append` and `append_slow` (sleeps `slow_secs` first; both
-/// log to `effects`: see `append.sh`) and a plan file of `steps`, in a fresh directory.
+/// A store, a commands file and a plan file of `steps`, in a fresh directory. The tools:
+/// `append` and `append_slow` (sleeps `slow_secs` first; both log to `effects`: see
+/// `append.sh`), and `spawn` (`spawn.sh`: does its work in a child, which sleeps `slow_secs`
+/// and whose pid goes to `pidfile`).
 struct SideEffects {
     dir: tempfile::TempDir,
     store: String,
     effects: std::path::PathBuf,
+    pidfile: std::path::PathBuf,
     commands: String,
     plan: String,
 }
@@ -279,29 +282,54 @@ struct SideEffects {
 impl SideEffects {
     fn new(slow_secs: &str, steps: serde_json::Value) -> SideEffects {
         let dir = tempfile::tempdir().unwrap();
-        let store = format!("sqlite:{}", dir.path().join("plans.db").display());
-        let effects = dir.path().join("effects");
-        let commands = dir.path().join("commands.json");
-        let file = effects.to_str().unwrap();
-        write(
-            &commands,
-            &serde_json::json!({"tools": {
-                "append": tool("append.sh", &[file]),
-                "append_slow": tool("append.sh", &[file, slow_secs])
-            }}),
-        );
         let plan = dir.path().join("plan.json");
         write(
             &plan,
             &serde_json::json!({"title": "side effects", "steps": steps}),
         );
-        SideEffects {
-            store,
-            effects,
-            commands: commands.display().to_string(),
+        let fixture = SideEffects {
+            store: format!("sqlite:{}", dir.path().join("plans.db").display()),
+            effects: dir.path().join("effects"),
+            pidfile: dir.path().join("child"),
+            commands: dir.path().join("commands.json").display().to_string(),
             plan: plan.display().to_string(),
             dir,
-        }
+        };
+        fixture.slow(slow_secs);
+        fixture
+    }
+
+    /// `plansmith run PLAN --store … --commands …` and `extra`, with its stdout and stderr in
+    /// files ([`SideEffects::output`]); not started, so that a test can set more.
+    fn run(&self, extra: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
+        command
+            .args(["run", &self.plan, "--store", &self.store])
+            .args(["--commands", &self.commands])
+            .args(extra)
+            .current_dir(root())
+            .env_remove("PLANSMITH_MODEL")
+            .stdout(std::fs::File::create(self.dir.path().join("stdout")).unwrap())
+            .stderr(std::fs::File::create(self.dir.path().join("stderr")).unwrap());
+        command
+    }
+
+    /// What the process of [`SideEffects::run`] wrote to `name` (`stdout` or `stderr`) so far.
+    fn output(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap()
+    }
+
+    /// (Re)writes the commands file: the slow tools take `secs` seconds.
+    fn slow(&self, secs: &str) {
+        let effects = self.effects.to_str().unwrap();
+        write(
+            Path::new(&self.commands),
+            &serde_json::json!({"tools": {
+                "append": tool("append.sh", &[effects]),
+                "append_slow": tool("append.sh", &[effects, secs]),
+                "spawn": tool("spawn.sh", &[self.pidfile.to_str().unwrap(), secs])
+            }}),
+        );
     }
 }
 
@@ -311,13 +339,7 @@ impl SideEffects {
 /// same idempotency key, and its effect happened once.
 #[test]
 fn resume_after_sigkill_does_not_repeat_completed_steps() {
-    let SideEffects {
-        dir,
-        store,
-        effects,
-        commands,
-        plan,
-    } = SideEffects::new(
+    let fixture = SideEffects::new(
         "3",
         serde_json::json!([
             {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
@@ -325,26 +347,12 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
             {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
         ]),
     );
-    let stderr_path = dir.path().join("stderr");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args([
-            "run",
-            &plan,
-            "--store",
-            &store,
-            "--commands",
-            &commands,
-            "--lease-secs",
-            "1",
-        ])
-        .current_dir(root())
-        .env_remove("PLANSMITH_MODEL")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
+    let mut child = fixture
+        .run(&["--lease-secs", "1"])
         .process_group(0)
         .spawn()
         .unwrap();
-    wait_for_start(&effects, "s2");
+    wait_for_start(&fixture.effects, "s2");
     // SIGKILL the CLI's process group: the running tool is not in it.
     let pgid = format!("-{}", child.id());
     let killed = Command::new("kill")
@@ -354,17 +362,17 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
     assert!(killed.success());
     let status = child.wait().unwrap();
     assert!(!status.success());
-    let id = stored_id(&std::fs::read_to_string(&stderr_path).unwrap());
-    wait_for_line(&effects, "done s2 ");
+    let id = stored_id(&fixture.output("stderr"));
+    wait_for_line(&fixture.effects, "done s2 ");
 
     let output = plansmith(&[
         "run",
         &id,
         "--resume",
         "--store",
-        &store,
+        &fixture.store,
         "--commands",
-        &commands,
+        &fixture.commands,
         "--lease-secs",
         "1",
     ]);
@@ -372,7 +380,7 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
     let stderr = text(&output.stderr);
     assert!(stderr.contains("resuming plan"), "{stderr}");
     assert!(stderr.contains("(re-run after a lost lease)"), "{stderr}");
-    let log = lines(&effects);
+    let log = lines(&fixture.effects);
     let count = |prefix: &str| log.iter().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("start s1 "), 1, "completed s1 ran again: {log:?}");
     assert_eq!(count("done s1 "), 1, "{log:?}");
@@ -394,41 +402,30 @@ fn resume_after_sigkill_does_not_repeat_completed_steps() {
 /// minutes for a run that was gone).
 #[test]
 fn deleting_a_plan_ends_its_run() {
-    let SideEffects {
-        dir,
-        store,
-        effects,
-        commands,
-        plan,
-    } = SideEffects::new(
+    let fixture = SideEffects::new(
         "20",
         serde_json::json!([
             {"id": "s1", "type": "tool", "title": "slow", "name": "append_slow", "arguments": {}},
             {"id": "s2", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s1"]}
         ]),
     );
-    let stderr_path = dir.path().join("stderr");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args(["run", &plan, "--store", &store, "--commands", &commands])
-        .current_dir(root())
-        .env_remove("PLANSMITH_MODEL")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .unwrap();
-    wait_for_start(&effects, "s1");
-    let id = stored_id(&std::fs::read_to_string(&stderr_path).unwrap());
-    assert_exit(&plansmith(&["plans", "delete", &id, "--store", &store]), 0);
+    let mut child = fixture.run(&[]).spawn().unwrap();
+    wait_for_start(&fixture.effects, "s1");
+    let id = stored_id(&fixture.output("stderr"));
+    assert_exit(
+        &plansmith(&["plans", "delete", &id, "--store", &fixture.store]),
+        0,
+    );
     let status = exits_within_15s(&mut child, "the run went on after its plan was deleted");
     assert_eq!(status.code(), Some(4));
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    let stderr = fixture.output("stderr");
     assert!(
         stderr.contains(&format!(
             "plan `{id}` was deleted while it ran: its running steps were stopped and nothing else was started"
         )),
         "{stderr}"
     );
-    let log = lines(&effects);
+    let log = lines(&fixture.effects);
     assert!(
         !log.iter().any(|l| l.contains("s2")),
         "s2 ran after the deletion: {log:?}"
@@ -468,44 +465,6 @@ fn assert_ends(pid: u32) {
     }
 }
 
-/// A fresh directory with a commands file of `append` (logs to `effects`: see `append.sh`) and
-/// `spawn` (`spawn.sh`: writes its child's pid to `pidfile`; the child sleeps).
-struct Spawning {
-    dir: tempfile::TempDir,
-    effects: std::path::PathBuf,
-    pidfile: std::path::PathBuf,
-    commands: std::path::PathBuf,
-}
-
-impl Spawning {
-    /// `spawn`'s child sleeps `secs` seconds.
-    fn new(secs: &str) -> Spawning {
-        let dir = tempfile::tempdir().unwrap();
-        let effects = dir.path().join("effects");
-        let pidfile = dir.path().join("child");
-        let commands = dir.path().join("commands.json");
-        let setup = Spawning {
-            dir,
-            effects,
-            pidfile,
-            commands,
-        };
-        setup.sleep(secs);
-        setup
-    }
-
-    /// (Re)writes the commands file: `spawn`'s child sleeps `secs` seconds.
-    fn sleep(&self, secs: &str) {
-        write(
-            &self.commands,
-            &serde_json::json!({"tools": {
-                "append": tool("append.sh", &[self.effects.to_str().unwrap()]),
-                "spawn": tool("spawn.sh", &[self.pidfile.to_str().unwrap(), secs])
-            }}),
-        );
-    }
-}
-
 /// Ctrl-C stops a run as `plans stop` does. The signal goes to the CLI alone (a terminal sends
 /// it to the CLI's process group, and the tools run in groups of their own); the run stops
 /// the running tool and the process that tool started, starts nothing else, ends `aborted`,
@@ -513,38 +472,25 @@ impl Spawning {
 #[test]
 #[cfg(target_os = "linux")]
 fn ctrl_c_stops_the_run_and_what_its_tools_started() {
-    let setup = Spawning::new("60");
-    let (dir, effects, pidfile) = (&setup.dir, &setup.effects, &setup.pidfile);
-    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
-    let plan = dir.path().join("plan.json");
-    write(
-        &plan,
-        &serde_json::json!({"title": "interrupted", "steps": [
+    let setup = SideEffects::new(
+        "60",
+        serde_json::json!([
             {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
             {"id": "s2", "type": "tool", "title": "long", "name": "spawn", "arguments": {}, "depends_on": ["s1"]},
             {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
-        ]}),
+        ]),
     );
-    let (commands, plan) = (setup.commands.to_str().unwrap(), plan.to_str().unwrap());
-    let stderr_path = dir.path().join("stderr");
-    let stdout_path = dir.path().join("stdout");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args(["run", plan, "--store", &store, "--commands", commands])
-        .current_dir(root())
-        .env_remove("PLANSMITH_MODEL")
-        .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .unwrap();
-    let grandchild = pid_in(pidfile);
+    let (store, effects) = (setup.store.as_str(), &setup.effects);
+    let commands = setup.commands.as_str();
+    let mut child = setup.run(&[]).spawn().unwrap();
+    let grandchild = pid_in(&setup.pidfile);
     let sent = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(sent.success());
     let status = exits_within_15s(&mut child, "the run went on after Ctrl-C");
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
-    let stdout = std::fs::read_to_string(&stdout_path).unwrap();
+    let (stderr, stdout) = (setup.output("stderr"), setup.output("stdout"));
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(
         stderr.contains("interrupted (Ctrl-C): stopping the run"),
@@ -564,9 +510,9 @@ fn ctrl_c_stops_the_run_and_what_its_tools_started() {
     );
 
     // A new run: s1 (completed) is kept, s2 and s3 run.
-    setup.sleep("0");
+    setup.slow("0");
     let id = stored_id(&stderr);
-    let again = plansmith(&["run", &id, "--store", &store, "--commands", commands]);
+    let again = plansmith(&["run", &id, "--store", store, "--commands", commands]);
     assert_exit(&again, 0);
     let log = lines(effects);
     let count = |prefix: &str| log.iter().filter(|l| l.starts_with(prefix)).count();
@@ -681,32 +627,19 @@ fn http(
 #[test]
 #[cfg(target_os = "linux")]
 fn a_second_ctrl_c_quits_at_once_even_with_the_store_stuck() {
-    let setup = Spawning::new("60");
-    let (dir, effects, pidfile) = (&setup.dir, &setup.effects, &setup.pidfile);
-    let db = dir.path().join("plans.db");
-    let store = format!("sqlite:{}", db.display());
-    let plan = dir.path().join("plan.json");
-    write(
-        &plan,
-        &serde_json::json!({"title": "stuck", "steps": [
+    let setup = SideEffects::new(
+        "60",
+        serde_json::json!([
             {"id": "s1", "type": "tool", "title": "long", "name": "spawn", "arguments": {}},
             {"id": "s2", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s1"]}
-        ]}),
+        ]),
     );
-    let (commands, plan) = (setup.commands.to_str().unwrap(), plan.to_str().unwrap());
+    let (dir, store, effects) = (&setup.dir, setup.store.as_str(), &setup.effects);
+    let commands = setup.commands.as_str();
+    let db = dir.path().join("plans.db");
     let stderr_path = dir.path().join("stderr");
-    let mut child = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_plansmith"))
-            .args(["run", plan, "--store", &store, "--commands", commands])
-            .args(["--lease-secs", "1"])
-            .current_dir(root())
-            .env_remove("PLANSMITH_MODEL")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr_path).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let grandchild = pid_in(pidfile);
+    let mut child = Reaped(setup.run(&["--lease-secs", "1"]).spawn().unwrap());
+    let grandchild = pid_in(&setup.pidfile);
     // Another process takes the store's write lock and keeps it.
     let mut locker = Reaped(
         Command::new("python3")
@@ -764,14 +697,14 @@ fn a_second_ctrl_c_quits_at_once_even_with_the_store_stuck() {
     assert_ends(grandchild);
     drop(locker);
 
-    setup.sleep("0");
+    setup.slow("0");
     let id = stored_id(&stderr);
     let resumed = plansmith(&[
         "run",
         &id,
         "--resume",
         "--store",
-        &store,
+        store,
         "--commands",
         commands,
         "--lease-secs",
@@ -907,8 +840,13 @@ fn serve_runs_plans_on_mcp_servers() {
 #[test]
 #[cfg(target_os = "linux")]
 fn stopping_serve_leaves_its_runs_for_the_next_start() {
-    let setup = Spawning::new("60");
-    let (dir, effects, pidfile) = (&setup.dir, &setup.effects, &setup.pidfile);
+    let steps = serde_json::json!([
+        {"id": "s1", "type": "tool", "title": "Work", "name": "spawn", "arguments": {}},
+        {"id": "s2", "type": "tool", "title": "Note", "name": "append", "arguments": {},
+         "depends_on": ["s1"]}
+    ]);
+    let setup = SideEffects::new("60", steps.clone());
+    let (dir, store, effects) = (&setup.dir, setup.store.as_str(), &setup.effects);
     let tools = dir.path().join("tools.json");
     let any = serde_json::json!({"type": "object"});
     write(
@@ -919,17 +857,12 @@ fn stopping_serve_leaves_its_runs_for_the_next_start() {
         ]}),
     );
     let plan = serde_json::json!({"thought": "Work, then note it.", "title": "Long work",
-    "steps": [
-        {"id": "s1", "type": "tool", "title": "Work", "name": "spawn", "arguments": {}},
-        {"id": "s2", "type": "tool", "title": "Note", "name": "append", "arguments": {},
-         "depends_on": ["s1"]}
-    ]});
+                                  "steps": steps});
     let replies = dir.path().join("replies.json");
     write(
         &replies,
         &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [plan.to_string()]}),
     );
-    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
     let addr = format!("127.0.0.1:{}", crate::free_port());
     let log_path = dir.path().join("serve.log");
     let start = |log: &Path| {
@@ -941,7 +874,7 @@ fn stopping_serve_leaves_its_runs_for_the_next_start() {
                 "--lease-secs",
                 "120",
                 "--store",
-                &store,
+                store,
             ])
             .arg("--commands")
             .arg(&setup.commands)
@@ -966,7 +899,7 @@ fn stopping_serve_leaves_its_runs_for_the_next_start() {
     let id = plan_and_run(&addr, "Do the long work", || {
         std::fs::read_to_string(&log_path).unwrap_or_default()
     });
-    let grandchild = pid_in(pidfile);
+    let grandchild = pid_in(&setup.pidfile);
     let sent = Command::new("kill")
         .args(["-TERM", &first.0.id().to_string()])
         .status()
@@ -984,7 +917,7 @@ fn stopping_serve_leaves_its_runs_for_the_next_start() {
     assert_ends(grandchild);
 
     // Started again, its worker finds the run and ends it.
-    setup.sleep("0");
+    setup.slow("0");
     let _second = start(&dir.path().join("serve2.log"));
     completed_plan(&addr, &id, || {
         std::fs::read_to_string(dir.path().join("serve2.log")).unwrap_or_default()
