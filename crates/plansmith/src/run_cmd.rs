@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -149,9 +150,16 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     let node = config.node.clone();
     let progress = Progress::new();
     let observer = progress.clone();
+    // Whether the run has recorded its start (its first event comes after): a stop refused as
+    // "not running" before that waits for the start; after it, the run ended meanwhile.
+    let started = Arc::new(AtomicBool::new(false));
+    let seen = started.clone();
     let mut executor = Executor::new(store.clone(), invokers, config)
         .with_catalog(catalog.clone())
-        .with_observer(Arc::new(move |_plan, event| observer.show(event)));
+        .with_observer(Arc::new(move |_plan, event| {
+            seen.store(true, Ordering::Release);
+            observer.show(event);
+        }));
     if let Some(model) = model {
         executor = executor
             .with_planner(Arc::new(Planner::new(catalog, model.clone())))
@@ -168,9 +176,10 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     // Boxed so that a second signal can drop it (and its running steps) before the leases go.
     let mut run = Box::pin(run);
     let mut interrupted = None;
+    let mut deferred = false;
     // The first signal's stop, recorded while the run goes on: a slow or dead store must not
-    // hold up the run, nor a second signal.
-    let mut stop: Option<futures::future::BoxFuture<'static, Result<ExecRun, StoreError>>> = None;
+    // hold up the run, nor a second signal. With whether the run had started when it was asked.
+    let mut stop: Option<StopRequest> = None;
     let result = loop {
         tokio::select! {
             result = &mut run => break result,
@@ -186,24 +195,34 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
                      are stopped, nothing else starts); signal again to quit at once",
                     signal.name()
                 ));
-                let store = store.clone();
-                let plan_id = plan_id.clone();
-                stop = Some(Box::pin(async move {
-                    store.request_stop(&plan_id, signal.name(), "cli").await
-                }));
+                stop = Some(request_stop(&store, &plan_id, signal, &started, Duration::ZERO));
             }
             stopped = async {
                 match stop.as_mut() {
-                    Some(stopping) => stopping.await.err(),
-                    None => None,
+                    Some(stopping) => (stopping.started, stopping.request.as_mut().await.err()),
+                    None => (true, None),
                 }
             }, if stop.is_some() => {
                 stop = None;
                 match stopped {
-                    // Not running: it ended meanwhile (its end is on its way), or it has not
-                    // started yet (it will run; a second signal quits).
-                    None | Some(StoreError::NotRunning { .. }) => {}
-                    Some(err) => {
+                    (_, None) => {}
+                    // Not running, although the run had started: it ended meanwhile (its end
+                    // is on its way).
+                    (true, Some(StoreError::NotRunning { .. })) => {}
+                    // Not running yet (its start waits for the store, say): asked again until
+                    // it runs, so the stop lands as soon as it starts.
+                    (false, Some(StoreError::NotRunning { .. })) => {
+                        if !deferred {
+                            deferred = true;
+                            progress.line("", "plansmith run: the run has not started yet; it is \
+                                stopped as soon as it starts".to_owned());
+                        }
+                        let signal = interrupted.unwrap_or(Interrupt::Interrupt);
+                        stop = Some(request_stop(
+                            &store, &plan_id, signal, &started, Duration::from_millis(100),
+                        ));
+                    }
+                    (_, Some(err)) => {
                         progress.clear();
                         eprintln!("plansmith run: cannot record the stop: {err}");
                         drop(run);
@@ -236,6 +255,34 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         RunState::Waiting | RunState::Running => EXIT_NEEDS_INPUT,
         RunState::Failed | RunState::Aborted | RunState::Stalled => EXIT_FAILED,
     })
+}
+
+/// A stop being recorded: the store's answer to come, and whether the run had started when
+/// it was asked (see `started` in [`run_async`]).
+struct StopRequest {
+    request: futures::future::BoxFuture<'static, Result<ExecRun, StoreError>>,
+    started: bool,
+}
+
+/// Asks the store to stop the plan's run, after `delay`.
+fn request_stop(
+    store: &PlanStore,
+    plan_id: &str,
+    signal: Interrupt,
+    started: &AtomicBool,
+    delay: Duration,
+) -> StopRequest {
+    // Read before the store is asked: a run that starts meanwhile is then asked again.
+    let started = started.load(Ordering::Acquire);
+    let store = store.clone();
+    let plan_id = plan_id.to_owned();
+    StopRequest {
+        request: Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            store.request_stop(&plan_id, signal.name(), "cli").await
+        }),
+        started,
+    }
 }
 
 /// A second signal, the run already dropped: `plansmith run` returns without waiting for

@@ -640,29 +640,7 @@ fn a_second_ctrl_c_quits_at_once_even_with_the_store_stuck() {
     let stderr_path = dir.path().join("stderr");
     let mut child = Reaped(setup.run(&["--lease-secs", "1"]).spawn().unwrap());
     let grandchild = pid_in(&setup.pidfile);
-    // Another process takes the store's write lock and keeps it.
-    let mut locker = Reaped(
-        Command::new("python3")
-            .args([
-                "-c",
-                "import sqlite3, sys, time\n\
-                 c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
-                 c.execute('BEGIN EXCLUSIVE')\n\
-                 print('locked', flush=True)\n\
-                 time.sleep(120)",
-            ])
-            .arg(&db)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut locked = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(locker.0.stdout.take().unwrap()),
-        &mut locked,
-    )
-    .unwrap();
-    assert_eq!(locked.trim(), "locked");
+    let locker = hold_write_lock(&db);
     let interrupt = || {
         let sent = Command::new("kill")
             .args(["-INT", &child.0.id().to_string()])
@@ -723,6 +701,113 @@ fn a_second_ctrl_c_quits_at_once_even_with_the_store_stuck() {
             .count(),
         1
     );
+}
+
+/// Another process that takes the SQLite store's write lock and keeps it until dropped
+/// (readers go on: the store is in WAL mode).
+fn hold_write_lock(db: &Path) -> Reaped {
+    let mut locker = Reaped(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3, sys, time\n\
+                 c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                 c.execute('BEGIN EXCLUSIVE')\n\
+                 print('locked', flush=True)\n\
+                 time.sleep(120)",
+            ])
+            .arg(db)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut locked = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(locker.0.stdout.take().unwrap()),
+        &mut locked,
+    )
+    .unwrap();
+    assert_eq!(locked.trim(), "locked");
+    locker
+}
+
+/// A Ctrl-C that comes before the run has recorded its start (here the start waits for
+/// another process's write lock) stops the run as soon as it starts. Before, the stop was
+/// refused as "not running" and the run went on.
+#[test]
+#[cfg(target_os = "linux")]
+fn ctrl_c_before_the_run_starts_stops_it_when_it_starts() {
+    let mut setup = SideEffects::new(
+        "60",
+        serde_json::json!([
+            {"id": "s1", "type": "tool", "title": "long", "name": "spawn", "arguments": {}},
+            {"id": "s2", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s1"]}
+        ]),
+    );
+    // A stored plan whose last run ended (paused at a gate, then stopped), so that the next
+    // `run` records a new start.
+    let gated = setup.run(&["--require-approval", "s1"]).status().unwrap();
+    assert_eq!(gated.code(), Some(10), "{}", setup.output("stderr"));
+    let id = stored_id(&setup.output("stderr"));
+    let store = setup.store.clone();
+    assert_exit(&plansmith(&["plans", "stop", &id, "--store", &store]), 0);
+    setup.plan = id;
+    let ended = setup
+        .run(&["--resume", "--require-approval", "s1"])
+        .status()
+        .unwrap();
+    assert_eq!(ended.code(), Some(1), "{}", setup.output("stdout"));
+
+    let locker = hold_write_lock(&setup.dir.path().join("plans.db"));
+    let mut child = Reaped(setup.run(&[]).spawn().unwrap());
+    // Its Ctrl-C handler is in place: from here the CLI waits for the lock to record the start.
+    let pid = child.0.id();
+    let began = Instant::now();
+    while !catches_sigint(pid) {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "no SIGINT handler"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let stderr_path = setup.dir.path().join("stderr");
+    wait_for_line(
+        &stderr_path,
+        "plansmith run: the run has not started yet; it is stopped as soon as it starts",
+    );
+    drop(locker);
+    let status = exits_within_15s(&mut child.0, "the run went on after Ctrl-C");
+    let (stderr, stdout) = (setup.output("stderr"), setup.output("stdout"));
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stdout.contains("Reason: stopped by cli: interrupted (Ctrl-C)"),
+        "{stdout}"
+    );
+    if let Ok(pid) = std::fs::read_to_string(&setup.pidfile) {
+        assert_ends(pid.trim().parse().unwrap());
+    }
+    assert!(
+        !lines(&setup.effects)
+            .iter()
+            .any(|l| l.starts_with("start s2 ")),
+        "s2 started after the stop"
+    );
+}
+
+/// Whether process `pid` has a handler for SIGINT (`SigCgt` in its status).
+fn catches_sigint(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (2 - 1)) != 0)
 }
 
 /// Plans `query` over HTTP (accepted at once) and starts its run; the plan's id. `log()` goes
