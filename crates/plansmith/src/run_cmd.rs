@@ -413,14 +413,20 @@ impl Progress {
             .unwrap_or_default()
     }
 
+    /// A line that stays (the step `id`'s spinner, if any, gives way to it). On a terminal
+    /// it goes above the spinners: a finished spinner kept in their place was erased by the
+    /// next line printed, so a step's end could vanish from the screen.
     fn line(&self, id: &str, text: String) {
         let bar = self.running.lock().ok().and_then(|mut r| r.remove(id));
-        match (&self.bars, bar) {
-            (Some(_), Some(bar)) => bar.finish_with_message(text),
-            (Some(bars), None) => {
+        match &self.bars {
+            Some(bars) => {
+                if let Some(bar) = bar {
+                    bar.finish_and_clear();
+                    bars.remove(&bar);
+                }
                 let _ = bars.println(text);
             }
-            (None, _) => eprintln!("{text}"),
+            None => eprintln!("{text}"),
         }
     }
 

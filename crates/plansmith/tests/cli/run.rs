@@ -799,6 +799,70 @@ fn ctrl_c_before_the_run_starts_stops_it_when_it_starts() {
     );
 }
 
+/// On a terminal (a pseudo-terminal here): the steps show as spinners, and the terminal's
+/// Ctrl-C (the `^C` key, which the terminal sends to the CLI's foreground process group, not
+/// to the tools' own groups) stops the run and what its tool started; the spinners give way
+/// to the report.
+#[test]
+#[cfg(target_os = "linux")]
+fn on_a_terminal_the_steps_spin_and_ctrl_c_stops_the_run() {
+    let setup = SideEffects::new(
+        "60",
+        serde_json::json!([
+            {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
+            {"id": "s2", "type": "tool", "title": "long one", "name": "spawn", "arguments": {}, "depends_on": ["s1"]},
+            {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
+        ]),
+    );
+    let command = setup.run(&[]);
+    let mut argv = vec![command.get_program().to_owned()];
+    argv.extend(command.get_args().map(ToOwned::to_owned));
+    // Runs the CLI on a pseudo-terminal; types Ctrl-C once the tool's child runs.
+    let terminal = Command::new("python3")
+        .arg(root().join("crates/plansmith/tests/cli/terminal.py"))
+        .arg(&setup.pidfile)
+        .args(&argv)
+        .current_dir(root())
+        .env("TERM", "xterm")
+        .env_remove("PLANSMITH_MODEL")
+        .output()
+        .unwrap();
+    let shown = text(&terminal.stdout);
+    let (code, screen) = shown.split_once('\n').unwrap_or((&shown, ""));
+    assert_eq!(code.trim(), "130", "{screen}\n{}", text(&terminal.stderr));
+    for expected in [
+        "[s2] long one — attempt 1",
+        "stopping the run",
+        ": aborted ·",
+        "Reason: stopped by cli: interrupted (Ctrl-C)",
+    ] {
+        assert!(screen.contains(expected), "no `{expected}` in {screen}");
+    }
+    // The spinners drew over their own lines (a terminal's erase-line escape)…
+    assert!(screen.contains("\u{1b}[2K"), "no spinner drawn: {screen}");
+    // …and nothing erased the steps' last lines: before, a finished spinner stayed in the
+    // spinners' place, and the next line printed erased it (s2's end vanished from the screen).
+    let after_last_erase = screen.rsplit("\u{1b}[2K").next().unwrap_or("");
+    for kept in [
+        "- [s2] long one skipped: stopped",
+        "- [s3] last skipped: not run",
+    ] {
+        assert!(
+            after_last_erase.contains(kept),
+            "`{kept}` erased: {screen:?}"
+        );
+    }
+    // The tool's child (it sleeps 60 s) is gone.
+    let grandchild = std::fs::read_to_string(&setup.pidfile).unwrap();
+    assert_ends(grandchild.trim().parse().unwrap());
+    assert!(
+        !lines(&setup.effects)
+            .iter()
+            .any(|l| l.starts_with("start s3 ")),
+        "s3 started after the stop"
+    );
+}
+
 /// Whether process `pid` has a handler for SIGINT (`SigCgt` in its status).
 fn catches_sigint(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
