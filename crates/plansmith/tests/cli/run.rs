@@ -1089,3 +1089,72 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+/// The README's offline example: `examples/plans/weather-email.json` run through
+/// `examples/commands.json` (stand-in tools in `examples/tools/`). The mail's body is the
+/// weather step's summary (a `$ref`), and the outbox gets the mail once, also when the call
+/// comes again with the same idempotency key (a retry, a re-run after a crash).
+#[test]
+fn the_example_commands_run_the_example_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let outbox = dir.path().join("outbox.jsonl");
+    let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args([
+            "run",
+            "examples/plans/weather-email.json",
+            "--store",
+            &store,
+        ])
+        .args([
+            "--commands",
+            "examples/commands.json",
+            "--tools",
+            "examples/tools.json",
+        ])
+        .current_dir(root())
+        .env("PLANSMITH_OUTBOX", &outbox)
+        .env_remove("PLANSMITH_MODEL")
+        .output()
+        .unwrap();
+    assert_exit(&output, 0);
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains(": completed · 3/3 step(s) completed"),
+        "{stdout}"
+    );
+    let mails = lines(&outbox);
+    assert_eq!(mails.len(), 1, "{mails:?}");
+    let mail: serde_json::Value = serde_json::from_str(&mails[0]).unwrap();
+    assert_eq!(mail["to"], "bob@example.com");
+    assert_eq!(
+        mail["body"],
+        "No forecast for Paris: examples/tools/get_weather.py is an offline stand-in that calls \
+         no weather service."
+    );
+    assert!(
+        mail["idempotency_key"]
+            .as_str()
+            .is_some_and(|key| key.ends_with(":s2:1")),
+        "{mail}"
+    );
+    let again = |key: &str| {
+        let mut call = Command::new("python3")
+            .arg("examples/tools/send_email.py")
+            .current_dir(root())
+            .env("PLANSMITH_OUTBOX", &outbox)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = serde_json::json!({"tool": "send_email", "idempotency_key": key,
+            "arguments": {"to": "bob@example.com", "subject": "s", "body": "b"}});
+        std::io::Write::write_all(call.stdin.as_mut().unwrap(), input.to_string().as_bytes())
+            .unwrap();
+        assert!(call.wait_with_output().unwrap().status.success());
+    };
+    again(mail["idempotency_key"].as_str().unwrap());
+    assert_eq!(lines(&outbox).len(), 1, "the same key sent the mail twice");
+    again("another key");
+    assert_eq!(lines(&outbox).len(), 2);
+}
