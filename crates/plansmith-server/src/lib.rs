@@ -10,7 +10,8 @@
 //! - Tenancy: with API tokens configured ([`ServerConfig::tokens`]) each request needs
 //!   `Authorization: Bearer TOKEN`, the token names an owner, and an owner sees only its own
 //!   plans (others' answer `not_found`). With no tokens the server is single-user and
-//!   [`ServerConfig::check_bind`] refuses any address but loopback.
+//!   [`ServerConfig::check_bind`] refuses any address but loopback. Pages on other origins
+//!   may call the API only when their origin is listed ([`ServerConfig::cors_origins`]).
 //! - Events: [`events::EventBus`] has one broadcast channel per plan; other crates publish
 //!   into it through [`AppState::bus`].
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -54,6 +55,10 @@ pub struct ServerConfig {
     /// `GET /v1/plans` counts at most this many matching plans for `total` (unless the request
     /// asks for `exact_total`): a page then costs the same however many plans the store holds.
     pub list_total_cap: u64,
+    /// Origins (`scheme://host[:port]`, as a browser sends them) whose pages may call the API
+    /// across origins (CORS), with their bearer token; `*` for any. Empty (the default): no
+    /// cross-origin calls, which the review page (served from here) does not need.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -64,6 +69,7 @@ impl Default for ServerConfig {
             rate_limit_per_sec: 0,
             request_timeout: Duration::from_secs(120),
             list_total_cap: plansmith_store::store::DEFAULT_TOTAL_CAP,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -77,6 +83,16 @@ pub enum ConfigError {
         "refusing to listen on {0} without API tokens: set tokens (PLANSMITH_TOKENS=token:owner,…) or listen on loopback"
     )]
     OpenWithoutTokens(SocketAddr),
+    /// A CORS origin a browser could never send.
+    #[error(
+        "CORS origin `{origin}` {why}; an origin is scheme://host[:port], e.g. http://localhost:3000, or *"
+    )]
+    BadOrigin {
+        /// The origin as configured.
+        origin: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 impl ServerConfig {
@@ -87,6 +103,44 @@ impl ServerConfig {
         }
         Ok(())
     }
+
+    /// [`ServerConfig::check_bind`], and that each CORS origin is one a browser can send (a
+    /// trailing slash or a path, the usual slip, would never match and fail silently).
+    pub fn check(&self, addr: SocketAddr) -> Result<(), ConfigError> {
+        self.check_bind(addr)?;
+        for origin in &self.cors_origins {
+            if let Some(why) = origin_problem(origin) {
+                return Err(ConfigError::BadOrigin {
+                    origin: origin.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What keeps `origin` from matching a browser's `Origin` header, if anything.
+fn origin_problem(origin: &str) -> Option<&'static str> {
+    if origin == "*" {
+        return None;
+    }
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return Some("has no scheme");
+    };
+    if !matches!(scheme, "http" | "https") {
+        return Some("is not http or https");
+    }
+    if rest.is_empty() {
+        return Some("has no host");
+    }
+    if rest.contains('/') {
+        return Some("has a path (or a trailing slash)");
+    }
+    if axum::http::HeaderValue::from_str(origin).is_err() || rest.contains(char::is_whitespace) {
+        return Some("has characters a header cannot hold");
+    }
+    None
 }
 
 /// Everything the handlers share. Cheap to clone.

@@ -64,15 +64,55 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
 
 pub(crate) fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
+    let cors = cors(&state.config.cors_origins);
     let (router, _spec) = api().split_for_parts();
-    state
+    let router = state
         .base_router()
         .merge(router)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
-        .with_state(state)
+        .with_state(state);
+    match cors {
+        // Outermost: a preflight is answered before the token check and the rate limit (it
+        // carries no token), and error answers carry the headers too, so that the calling
+        // page can read them.
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// The CORS layer for `origins` (see [`crate::ServerConfig::cors_origins`]); `None` when
+/// there are none. Bearer tokens, not cookies: no credentials mode.
+fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        // Checked at start (`ServerConfig::check`); one that cannot be a header never matches.
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| header::HeaderValue::from_str(o).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([
+                axum::http::Method::GET,
+                axum::http::Method::POST,
+                axum::http::Method::PATCH,
+                axum::http::Method::DELETE,
+            ])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::ACCEPT])
+            .expose_headers([header::RETRY_AFTER])
+            .max_age(Duration::from_secs(3600)),
+    )
 }
 
 // ------------------------------------------------------------------ extractors and middleware

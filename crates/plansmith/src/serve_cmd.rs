@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// Request timeout in seconds (env PLANSMITH_TIMEOUT_SECS).
     #[arg(long)]
     timeout_secs: Option<u64>,
+    /// An origin (`scheme://host[:port]`, or `*`) whose pages may call the API from a browser
+    /// (CORS); repeatable (env PLANSMITH_CORS_ORIGINS, comma-separated).
+    #[arg(long = "cors-origin")]
+    cors_origins: Vec<String>,
     #[command(flatten)]
     exec: ExecServeArgs,
 }
@@ -92,6 +96,8 @@ struct Layer {
     rate_limit: Option<u32>,
     max_body_bytes: Option<usize>,
     timeout_secs: Option<u64>,
+    /// Origins whose pages may call the API (CORS).
+    cors_origins: Option<Vec<String>>,
 }
 
 impl Layer {
@@ -108,6 +114,7 @@ impl Layer {
             rate_limit: over.rate_limit.or(self.rate_limit),
             max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
             timeout_secs: over.timeout_secs.or(self.timeout_secs),
+            cors_origins: over.cors_origins.or(self.cors_origins),
         }
     }
 
@@ -141,6 +148,13 @@ impl Layer {
                 env("PLANSMITH_MAX_BODY_BYTES"),
             )?,
             timeout_secs: env_number("PLANSMITH_TIMEOUT_SECS", env("PLANSMITH_TIMEOUT_SECS"))?,
+            cors_origins: env("PLANSMITH_CORS_ORIGINS").map(|text| {
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|o| !o.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }),
         })
     }
 }
@@ -166,6 +180,7 @@ fn settings(
         rate_limit: args.rate_limit,
         max_body_bytes: args.max_body_bytes,
         timeout_secs: args.timeout_secs,
+        cors_origins: (!args.cors_origins.is_empty()).then(|| args.cors_origins.clone()),
     };
     Ok(defaults.then(file).then(Layer::from_env(env)?).then(flags))
 }
@@ -212,9 +227,10 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             .timeout_secs
             .map(Duration::from_secs)
             .unwrap_or(defaults.request_timeout),
+        cors_origins: layer.cors_origins.clone().unwrap_or_default(),
         ..defaults
     };
-    config.check_bind(addr).map_err(CliError::input)?;
+    config.check(addr).map_err(CliError::input)?;
     let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
     let model = crate::model::load(layer.model.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -249,6 +265,12 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             eprintln!(
                 "plansmith serve: listening on http://{local} ({} API tokens)",
                 config.tokens.len()
+            );
+        }
+        if !config.cors_origins.is_empty() {
+            eprintln!(
+                "plansmith serve: pages from {} may call the API (CORS)",
+                config.cors_origins.join(", ")
             );
         }
         let tokens = config.tokens.clone();
@@ -382,6 +404,7 @@ mod tests {
             rate_limit: None,
             max_body_bytes: None,
             timeout_secs: None,
+            cors_origins: Vec::new(),
             exec: ExecServeArgs::default(),
         }
     }
@@ -390,7 +413,8 @@ mod tests {
     fn defaults_then_file_then_env_then_flags() {
         let file = crate::config::parse(
             "store = \"sqlite:/top.db\"\n[server]\naddr = \"127.0.0.1:9000\"\n\
-             store = \"sqlite:/f.db\"\nrate_limit = 5\ntimeout_secs = 7\n",
+             store = \"sqlite:/f.db\"\nrate_limit = 5\ntimeout_secs = 7\n\
+             cors_origins = [\"http://file:3000\"]\n",
         )
         .unwrap();
         let file = file_layer(&file).unwrap();
@@ -398,6 +422,7 @@ mod tests {
             "PLANSMITH_STORE" => Some("sqlite:/env.db".into()),
             "PLANSMITH_RATE_LIMIT" => Some("9".into()),
             "PLANSMITH_TOKENS" => Some("t1:alice, t2:bob".into()),
+            "PLANSMITH_CORS_ORIGINS" => Some("http://a:1, https://b".into()),
             _ => None,
         };
         let mut flags = args();
@@ -415,6 +440,21 @@ mod tests {
         );
         assert_eq!(layer.rate_limit, Some(11), "flag over env");
         assert_eq!(layer.timeout_secs, Some(7));
+        assert_eq!(
+            layer.cors_origins.as_deref(),
+            Some(&["http://a:1".to_owned(), "https://b".to_owned()][..]),
+            "env over file"
+        );
+        let mut cors_flag = args();
+        cors_flag.cors_origins = vec!["http://flag".into()];
+        let layer = settings(&cors_flag, file.clone(), &env).unwrap();
+        assert_eq!(layer.cors_origins, Some(vec!["http://flag".to_owned()]));
+        assert_eq!(
+            settings(&args(), file.clone(), &|_: &str| None)
+                .unwrap()
+                .cors_origins,
+            Some(vec!["http://file:3000".to_owned()])
+        );
         let tokens = layer.tokens.unwrap();
         assert_eq!(tokens.get("t2").map(String::as_str), Some("bob"));
         let none = |_: &str| None;

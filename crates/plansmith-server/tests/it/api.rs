@@ -912,6 +912,149 @@ fn no_tokens_means_loopback_only() {
     );
 }
 
+/// A page on a listed origin calls the API with its token (CORS): the preflight is answered
+/// without a token and without spending the rate limit, the answers (errors too) carry the
+/// origin, and a page on another origin gets no permission.
+#[tokio::test]
+async fn listed_origins_may_call_the_api_from_a_browser() {
+    let app = "http://app.example:3000";
+    let mut config = tokens(&[("ta", "alice")]);
+    config.cors_origins = vec![app.to_owned()];
+    config.rate_limit_per_sec = 1;
+    let s = start(reply("weather-email.json", 3), config).await;
+    let allowed = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let preflight = |origin: &'static str| {
+        s.client
+            .request(Method::OPTIONS, format!("{}/v1/plans", s.base))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type",
+            )
+            .send()
+    };
+    // Several preflights, over a rate limit of one request per second: none is refused.
+    for _ in 0..3 {
+        let answer = preflight(app).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(allowed(&answer).as_deref(), Some(app));
+        let headers = answer.headers();
+        let list = |name: &str| headers[name].to_str().unwrap().to_ascii_lowercase();
+        assert!(list("access-control-allow-methods").contains("post"));
+        assert!(list("access-control-allow-headers").contains("authorization"));
+        assert_eq!(list("access-control-max-age"), "3600");
+    }
+    let created = s
+        .client
+        .post(format!("{}/v1/plans", s.base))
+        .header("origin", app)
+        .bearer_auth("ta")
+        .header("content-type", "application/json")
+        .body(weather().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed(&created).as_deref(), Some(app));
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    // An error answer carries it too: the page can read why.
+    let refused = s
+        .client
+        .get(format!("{}/v1/plans", s.base))
+        .header("origin", app)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(allowed(&refused).as_deref(), Some(app));
+    let exposed = refused.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("retry-after"), "{exposed}");
+    // Another origin: no permission (the browser then keeps the answer from the page).
+    let other = preflight("http://elsewhere.example").await.unwrap();
+    assert_eq!(allowed(&other), None);
+}
+
+/// Without origins configured (the default) nothing is allowed across origins: no CORS
+/// headers, and a preflight is an unknown method. With `*`, any origin.
+#[tokio::test]
+async fn no_cross_origin_calls_unless_configured() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let preflight = s
+        .client
+        .request(Method::OPTIONS, format!("{}/v1/plans", s.base))
+        .header("origin", "http://app.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 405);
+    assert!(
+        preflight
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+    let get = s
+        .client
+        .get(format!("{}/healthz", s.base))
+        .header("origin", "http://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert!(get.headers().get("access-control-allow-origin").is_none());
+
+    let any = ServerConfig {
+        cors_origins: vec!["*".to_owned()],
+        ..ServerConfig::default()
+    };
+    let s = start(reply("weather-email.json", 1), any).await;
+    let get = s
+        .client
+        .get(format!("{}/healthz", s.base))
+        .header("origin", "http://anything.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.headers()["access-control-allow-origin"], "*");
+}
+
+/// An origin a browser could never send is refused at start, with what is wrong.
+#[test]
+fn cors_origins_are_checked_at_start() {
+    let addr = "127.0.0.1:8080".parse().unwrap();
+    let with = |origin: &str| ServerConfig {
+        cors_origins: vec![origin.to_owned()],
+        ..ServerConfig::default()
+    };
+    for good in ["*", "http://localhost:3000", "https://app.example.com"] {
+        assert!(with(good).check(addr).is_ok(), "{good}");
+    }
+    for (bad, why) in [
+        ("http://localhost:3000/", "has a path (or a trailing slash)"),
+        ("localhost:3000", "has no scheme"),
+        ("ftp://files.example", "is not http or https"),
+        ("https://", "has no host"),
+    ] {
+        let err = with(bad).check(addr).unwrap_err().to_string();
+        assert!(err.contains(why), "{bad}: {err}");
+        assert!(err.contains("e.g. http://localhost:3000"), "{err}");
+    }
+    // `check` includes the loopback rule.
+    assert!(
+        ServerConfig::default()
+            .check("0.0.0.0:8080".parse().unwrap())
+            .is_err()
+    );
+}
+
 /// A reader that falls further behind than the bus holds (256 events) gets the plan as it is
 /// now in a new `snapshot`, then the events still held, in order.
 #[tokio::test]
