@@ -109,8 +109,20 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
                 axum::http::Method::PATCH,
                 axum::http::Method::DELETE,
             ])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::ACCEPT])
-            .expose_headers([header::RETRY_AFTER])
+            // The MCP endpoint's own headers too (streamable HTTP: the session, the protocol
+            // version, resuming a stream), for a browser-based MCP client.
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::ACCEPT,
+                header::HeaderName::from_static("mcp-session-id"),
+                header::HeaderName::from_static("mcp-protocol-version"),
+                header::HeaderName::from_static("last-event-id"),
+            ])
+            .expose_headers([
+                header::RETRY_AFTER,
+                header::HeaderName::from_static("mcp-session-id"),
+            ])
             .max_age(Duration::from_secs(3600)),
     )
 }

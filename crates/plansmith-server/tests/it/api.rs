@@ -977,6 +977,28 @@ async fn listed_origins_may_call_the_api_from_a_browser() {
         .unwrap()
         .to_ascii_lowercase();
     assert!(exposed.contains("retry-after"), "{exposed}");
+    // A browser-based MCP client on the page may use `/mcp` (streamable HTTP's headers).
+    let mcp = s
+        .client
+        .request(Method::OPTIONS, format!("{}/mcp", s.base))
+        .header("origin", app)
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type, mcp-session-id, mcp-protocol-version, last-event-id",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mcp.status(), 200);
+    let allowed_headers = mcp.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    for name in ["mcp-session-id", "mcp-protocol-version", "last-event-id"] {
+        assert!(allowed_headers.contains(name), "{allowed_headers}");
+    }
+    assert!(exposed.contains("mcp-session-id"), "{exposed}");
     // Another origin: no permission (the browser then keeps the answer from the page).
     let other = preflight("http://elsewhere.example").await.unwrap();
     assert_eq!(allowed(&other), None);

@@ -101,6 +101,21 @@ fn http_request(
     headers: &str,
     body: &str,
 ) -> std::io::Result<(u16, String)> {
+    let response = http_exchange(addr, line, headers, body)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// [`http_request`]'s request; the whole response as received (status line, headers, body).
+fn http_exchange(addr: &str, line: &str, headers: &str, body: &str) -> std::io::Result<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
@@ -112,16 +127,7 @@ fn http_request(
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(response)
 }
 
 /// For stand-in servers: reads one HTTP request from `stream` (headers, then a

@@ -38,6 +38,11 @@ fn serve(store: &Path, tokens: Option<&str>) -> Serve {
 
 /// [`serve`] over the store named by `store` (`sqlite:…`, `postgres://…`).
 fn serve_on(store: &str, tokens: Option<&str>) -> Serve {
+    serve_with(store, tokens, &[])
+}
+
+/// [`serve_on`] with more environment variables.
+fn serve_with(store: &str, tokens: Option<&str>, env: &[(&str, &str)]) -> Serve {
     let addr = format!("127.0.0.1:{}", free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
     command
@@ -56,6 +61,7 @@ fn serve_on(store: &str, tokens: Option<&str>) -> Serve {
     if let Some(tokens) = tokens {
         command.env("PLANSMITH_TOKENS", tokens);
     }
+    command.envs(env.iter().copied());
     let serve = Serve {
         child: command.spawn().unwrap(),
         addr,
@@ -267,4 +273,56 @@ fn readyz_follows_the_store() {
     );
     let (status, _) = get(&server.addr, "/healthz", None).unwrap();
     assert_eq!(status, 200, "liveness does not depend on the store");
+}
+
+/// CORS through the real binary (`PLANSMITH_CORS_ORIGINS`): a page on a listed origin reaches
+/// the API and the MCP endpoint (an MCP client in the browser: the session id is readable),
+/// a page on another origin does not.
+#[test]
+fn pages_on_listed_origins_reach_the_api_and_mcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let serve = serve_with(
+        &store,
+        None,
+        &[(
+            "PLANSMITH_CORS_ORIGINS",
+            "http://app.example, http://other.example:3000",
+        )],
+    );
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"page","version":"1"}}}"#;
+    let response = crate::http_exchange(
+        &serve.addr,
+        "POST /mcp",
+        "origin: http://app.example\r\naccept: application/json, text/event-stream\r\n",
+        initialize,
+    )
+    .unwrap();
+    let head = response
+        .split("\r\n\r\n")
+        .next()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{response}");
+    assert!(head.contains("\r\nmcp-session-id: "), "{head}");
+    assert!(
+        head.contains("\r\naccess-control-allow-origin: http://app.example\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.lines().any(
+            |l| l.starts_with("access-control-expose-headers:") && l.contains("mcp-session-id")
+        ),
+        "{head}"
+    );
+    let other = crate::http_exchange(
+        &serve.addr,
+        "GET /v1/plans",
+        "origin: http://elsewhere.example\r\n",
+        "",
+    )
+    .unwrap();
+    let head = other.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{other}");
+    assert!(!head.contains("access-control-allow-origin"), "{head}");
 }
