@@ -28,7 +28,9 @@ pub(crate) fn base() -> OpenApi {
         .description(Some(
             "A planning engine for LLM agents as an HTTP service: plan a request, review it \
              (accept, reject, edit, answer questions), mark steps, follow live events. Every error \
-             is `{code, message, details}` (see the `ErrorBody` schema for the codes).",
+             is `{code, message, details}` (see the `ErrorBody` schema for the codes). Every \
+             answer carries `x-request-id`: the request's own (1 to 128 letters, digits, `.`, \
+             `_`, `:`, `-`) or a new one; the server's access log names requests by it.",
         ))
         .build();
     info.license = Some(utoipa::openapi::License::new(env!("CARGO_PKG_LICENSE")));

@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
+use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -121,6 +122,7 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
             ])
             .expose_headers([
                 header::RETRY_AFTER,
+                X_REQUEST_ID,
                 header::HeaderName::from_static("mcp-session-id"),
             ])
             .max_age(Duration::from_secs(3600)),
@@ -368,13 +370,60 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
+    let request_id = request_id(req.headers());
+    let method = req.method().clone();
     // One bucket per owner; requests without a valid token share one (they are refused
     // later anyway, but must not get unlimited tries).
     let key = match state.owner_of(req.headers()) {
         Ok(owner) => owner.unwrap_or_default(),
         Err(()) => "\u{0}unauthenticated".to_owned(),
     };
-    let response = if let Err(retry_after) = state.admit(&key) {
+    let mut response = admitted(&state, &key, req, next)
+        .instrument(tracing::info_span!("request", id = %request_id))
+        .await;
+    let status = response.status().as_u16();
+    let seconds = started.elapsed().as_secs_f64();
+    state.metrics.record_http(&route, status, seconds);
+    tracing::info!(
+        target: "plansmith::http",
+        request_id = %request_id,
+        method = %method,
+        route = %route,
+        status,
+        ms = %format_args!("{:.2}", seconds * 1000.0),
+        owner = %match key.trim_start_matches('\u{0}') {
+            "" => "-",
+            owner => owner,
+        },
+        "answered"
+    );
+    if let Ok(value) = header::HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(X_REQUEST_ID, value);
+    }
+    response
+}
+
+/// The header that names a request, in the answer and in the access log.
+const X_REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
+
+/// The caller's `x-request-id` when it is one a log can carry as is (1 to 128 letters, digits,
+/// `.`, `_`, `:` or `-`: a proxy's or a client's trace id), else a new one (a UUIDv7).
+fn request_id(headers: &header::HeaderMap) -> String {
+    headers
+        .get(&X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| {
+            (1..=128).contains(&id.len())
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        })
+        .map_or_else(|| uuid::Uuid::now_v7().simple().to_string(), str::to_owned)
+}
+
+/// The request through the rate limit and the timeout.
+async fn admitted(state: &AppState, key: &str, req: Request, next: Next) -> Response {
+    if let Err(retry_after) = state.admit(key) {
         let mut response = ApiError::new(
             "rate_limited",
             format!("too many requests; retry in {retry_after} s"),
@@ -384,26 +433,19 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, header::HeaderValue::from(retry_after));
-        response
-    } else {
-        match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
-            Ok(response) => response,
-            Err(_) => ApiError::new(
-                "timeout",
-                format!(
-                    "no answer within {} s",
-                    state.config.request_timeout.as_secs_f64()
-                ),
-            )
-            .into_response(),
-        }
-    };
-    state.metrics.record_http(
-        &route,
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
-    response
+        return response;
+    }
+    match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            "timeout",
+            format!(
+                "no answer within {} s",
+                state.config.request_timeout.as_secs_f64()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 async fn not_found() -> ApiError {

@@ -977,6 +977,7 @@ async fn listed_origins_may_call_the_api_from_a_browser() {
         .unwrap()
         .to_ascii_lowercase();
     assert!(exposed.contains("retry-after"), "{exposed}");
+    assert!(exposed.contains("x-request-id"), "{exposed}");
     // A browser-based MCP client on the page may use `/mcp` (streamable HTTP's headers).
     let mcp = s
         .client
@@ -1002,6 +1003,47 @@ async fn listed_origins_may_call_the_api_from_a_browser() {
     // Another origin: no permission (the browser then keeps the answer from the page).
     let other = preflight("http://elsewhere.example").await.unwrap();
     assert_eq!(allowed(&other), None);
+}
+
+/// Every answer names its request in `x-request-id` (errors and refusals too): the caller's
+/// own id when a log can carry it as is, else a new one, different each time.
+#[tokio::test]
+async fn every_answer_names_its_request() {
+    let config = ServerConfig {
+        rate_limit_per_sec: 1,
+        ..ServerConfig::default()
+    };
+    let limited = start(reply("weather-email.json", 1), config).await;
+    let open = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let fresh = |id: &str| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    let (status, first) = named(&limited, "/healthz", None).await;
+    assert_eq!(status, 200);
+    assert!(fresh(&first), "{first}");
+    // Over the rate limit (one a second): refused, and named all the same.
+    let (status, second) = named(&limited, "/healthz", None).await;
+    assert_eq!(status, 429);
+    assert!(fresh(&second) && second != first, "{second} after {first}");
+    let (status, echoed) = named(&open, "/v1/plans/nope", Some("trace-42.a_b:c")).await;
+    assert_eq!(status, 404);
+    assert_eq!(echoed, "trace-42.a_b:c");
+    for unusable in ["has space", &"x".repeat(129), "quote\""] {
+        let (_, id) = named(&open, "/healthz", Some(unusable)).await;
+        assert!(fresh(&id), "{unusable} gave {id}");
+    }
+}
+
+/// `GET path` with `x-request-id: id`: the status and the answer's `x-request-id`.
+async fn named(s: &crate::Server, path: &str, id: Option<&str>) -> (u16, String) {
+    let mut request = s.client.get(format!("{}{path}", s.base));
+    if let Some(id) = id {
+        request = request.header("x-request-id", id);
+    }
+    let answer = request.send().await.unwrap();
+    let id = answer.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (answer.status().as_u16(), id)
 }
 
 /// Without origins configured (the default) nothing is allowed across origins: no CORS

@@ -38,11 +38,16 @@ fn serve(store: &Path, tokens: Option<&str>) -> Serve {
 
 /// [`serve`] over the store named by `store` (`sqlite:…`, `postgres://…`).
 fn serve_on(store: &str, tokens: Option<&str>) -> Serve {
-    serve_with(store, tokens, &[])
+    serve_with(store, tokens, &[], None)
 }
 
-/// [`serve_on`] with more environment variables.
-fn serve_with(store: &str, tokens: Option<&str>, env: &[(&str, &str)]) -> Serve {
+/// [`serve_on`] with more environment variables, and its stderr in `log` if given.
+fn serve_with(
+    store: &str,
+    tokens: Option<&str>,
+    env: &[(&str, &str)],
+    log: Option<&Path>,
+) -> Serve {
     let addr = format!("127.0.0.1:{}", free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
     command
@@ -62,6 +67,9 @@ fn serve_with(store: &str, tokens: Option<&str>, env: &[(&str, &str)]) -> Serve 
         command.env("PLANSMITH_TOKENS", tokens);
     }
     command.envs(env.iter().copied());
+    if let Some(log) = log {
+        command.stderr(std::fs::File::create(log).unwrap());
+    }
     let serve = Serve {
         child: command.spawn().unwrap(),
         addr,
@@ -289,6 +297,7 @@ fn pages_on_listed_origins_reach_the_api_and_mcp() {
             "PLANSMITH_CORS_ORIGINS",
             "http://app.example, http://other.example:3000",
         )],
+        None,
     );
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"page","version":"1"}}}"#;
     let response = crate::http_exchange(
@@ -325,4 +334,56 @@ fn pages_on_listed_origins_reach_the_api_and_mcp() {
     let head = other.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 200"), "{other}");
     assert!(!head.contains("access-control-allow-origin"), "{head}");
+}
+
+/// The access log (`PLANSMITH_LOG=plansmith::http=info`): one line per answered request, named
+/// by the request's id (the caller's, here), with the route, status, time and owner (never the
+/// token).
+#[test]
+fn the_access_log_names_each_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let log = dir.path().join("stderr");
+    let serve = serve_with(
+        &store,
+        Some("secret-token:alice"),
+        &[("PLANSMITH_LOG", "plansmith::http=info")],
+        Some(&log),
+    );
+    let response = crate::http_exchange(
+        &serve.addr,
+        "POST /v1/plans",
+        "authorization: Bearer secret-token\r\nx-request-id: trace-42\r\n",
+        r#"{"query": "Email Bob the weather in Paris"}"#,
+    )
+    .unwrap();
+    assert!(response.starts_with("HTTP/1.1 201"), "{response}");
+    assert!(
+        response
+            .to_ascii_lowercase()
+            .contains("\r\nx-request-id: trace-42\r\n"),
+        "{response}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(line) = text.lines().find(|l| l.contains("request_id=trace-42")) {
+            break line.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no access log line: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for part in [
+        "method=POST",
+        "route=/v1/plans",
+        "status=201",
+        "owner=alice",
+        "answered",
+    ] {
+        assert!(line.contains(part), "no `{part}` in {line}");
+    }
+    assert!(line.contains(" ms="), "{line}");
+    assert!(!line.contains("secret-token"), "{line}");
+    // Plain text in a file (colours are for a terminal).
+    assert!(!line.contains('\u{1b}'), "{line:?}");
 }
