@@ -390,7 +390,7 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
         method = %method,
         route = %route,
         status,
-        ms = %format_args!("{:.2}", seconds * 1000.0),
+        ms = (seconds * 100_000.0).round() / 100.0,
         owner = %match key.trim_start_matches('\u{0}') {
             "" => "-",
             owner => owner,

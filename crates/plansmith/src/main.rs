@@ -217,17 +217,40 @@ struct RetrievalArgs {
     top: usize,
 }
 
+/// Logs on stderr: `PLANSMITH_LOG` filters (any `tracing` filter, default `warn`);
+/// `PLANSMITH_LOG_FORMAT` is `text` (the default; colours only on a terminal: a log file or
+/// journald got the escape codes) or `json` (one object per line, for a log shipper).
+fn init_logs() -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PLANSMITH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match std::env::var("PLANSMITH_LOG_FORMAT").ok().as_deref() {
+        None | Some("" | "text") => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        Some("json") => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        Some(other) => {
+            return Err(format!(
+                "PLANSMITH_LOG_FORMAT is `{other}`; it is `text` (the default) or `json`"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PLANSMITH_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: a log file or journald got the escape codes.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if let Err(message) = init_logs() {
+        eprintln!("plansmith: {message}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let result = match config::init(cli.config.as_deref()) {
         Err(err) => Err(err),
         Ok(()) => dispatch(cli.command),

@@ -341,15 +341,62 @@ fn pages_on_listed_origins_reach_the_api_and_mcp() {
 /// token).
 #[test]
 fn the_access_log_names_each_request() {
+    let line = access_log_line(&[]);
+    for part in [
+        "method=POST",
+        "route=/v1/plans",
+        "status=201",
+        "owner=alice",
+        "answered",
+    ] {
+        assert!(line.contains(part), "no `{part}` in {line}");
+    }
+    assert!(line.contains(" ms="), "{line}");
+    assert!(!line.contains("secret-token"), "{line}");
+    // Plain text in a file (colours are for a terminal).
+    assert!(!line.contains('\u{1b}'), "{line:?}");
+}
+
+/// `PLANSMITH_LOG_FORMAT=json`: the same line as one JSON object, for a log shipper; an
+/// unknown format is refused at start.
+#[test]
+fn the_access_log_in_json() {
+    let line = access_log_line(&[("PLANSMITH_LOG_FORMAT", "json")]);
+    let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(entry["level"], "INFO", "{entry}");
+    assert_eq!(entry["target"], "plansmith::http", "{entry}");
+    assert_eq!(entry["message"], "answered", "{entry}");
+    assert_eq!(entry["request_id"], "trace-42", "{entry}");
+    assert_eq!(entry["method"], "POST", "{entry}");
+    assert_eq!(entry["route"], "/v1/plans", "{entry}");
+    assert_eq!(entry["status"], 201, "{entry}");
+    assert_eq!(entry["owner"], "alice", "{entry}");
+    assert!(entry["ms"].as_f64().is_some_and(|ms| ms > 0.0), "{entry}");
+    assert!(entry["timestamp"].is_string(), "{entry}");
+    assert!(!line.contains("secret-token"), "{line}");
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["serve", "--addr", "127.0.0.1:1"])
+        .env("PLANSMITH_LOG_FORMAT", "xml")
+        .output()
+        .unwrap();
+    crate::assert_exit(&bad, 2);
+    assert!(
+        crate::text(&bad.stderr).contains("PLANSMITH_LOG_FORMAT is `xml`; it is `text`"),
+        "{}",
+        crate::text(&bad.stderr)
+    );
+}
+
+/// Starts `serve` with tokens, the access log on and `env`, plans once with
+/// `x-request-id: trace-42` (checking it comes back), and gives that request's log line.
+fn access_log_line(env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("plans.db").display());
     let log = dir.path().join("stderr");
-    let serve = serve_with(
-        &store,
-        Some("secret-token:alice"),
-        &[("PLANSMITH_LOG", "plansmith::http=info")],
-        Some(&log),
-    );
+    let mut env = env.to_vec();
+    env.push(("PLANSMITH_LOG", "plansmith::http=info"));
+    let serve = serve_with(&store, Some("secret-token:alice"), &env, Some(&log));
     let response = crate::http_exchange(
         &serve.addr,
         "POST /v1/plans",
@@ -365,25 +412,12 @@ fn the_access_log_names_each_request() {
         "{response}"
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    let line = loop {
+    loop {
         let text = std::fs::read_to_string(&log).unwrap();
-        if let Some(line) = text.lines().find(|l| l.contains("request_id=trace-42")) {
-            break line.to_owned();
+        if let Some(line) = text.lines().find(|l| l.contains("trace-42")) {
+            return line.to_owned();
         }
         assert!(Instant::now() < deadline, "no access log line: {text}");
         std::thread::sleep(Duration::from_millis(50));
-    };
-    for part in [
-        "method=POST",
-        "route=/v1/plans",
-        "status=201",
-        "owner=alice",
-        "answered",
-    ] {
-        assert!(line.contains(part), "no `{part}` in {line}");
     }
-    assert!(line.contains(" ms="), "{line}");
-    assert!(!line.contains("secret-token"), "{line}");
-    // Plain text in a file (colours are for a terminal).
-    assert!(!line.contains('\u{1b}'), "{line:?}");
 }
