@@ -199,34 +199,35 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
             }
             stopped = async {
                 match stop.as_mut() {
-                    Some(stopping) => (stopping.started, stopping.request.as_mut().await.err()),
-                    None => (true, None),
+                    Some(stopping) => {
+                        let answer = stopping.request.as_mut().await.err();
+                        (stopping.started, stopping.signal, answer)
+                    }
+                    None => (true, Interrupt::Interrupt, None),
                 }
             }, if stop.is_some() => {
                 stop = None;
                 match stopped {
-                    (_, None) => {}
+                    (_, _, None) => {}
                     // Not running, although the run had started: it ended meanwhile (its end
                     // is on its way).
-                    (true, Some(StoreError::NotRunning { .. })) => {}
+                    (true, _, Some(StoreError::NotRunning { .. })) => {}
                     // Not running yet (its start waits for the store, say): asked again until
                     // it runs, so the stop lands as soon as it starts.
-                    (false, Some(StoreError::NotRunning { .. })) => {
+                    (false, signal, Some(StoreError::NotRunning { .. })) => {
                         if !deferred {
                             deferred = true;
                             progress.line("", "plansmith run: the run has not started yet; it is \
                                 stopped as soon as it starts".to_owned());
                         }
-                        let signal = interrupted.unwrap_or(Interrupt::Interrupt);
                         stop = Some(request_stop(
                             &store, &plan_id, signal, &started, Duration::from_millis(100),
                         ));
                     }
-                    (_, Some(err)) => {
+                    (_, signal, Some(err)) => {
                         progress.clear();
                         eprintln!("plansmith run: cannot record the stop: {err}");
                         drop(run);
-                        let signal = interrupted.unwrap_or(Interrupt::Interrupt);
                         return Ok(quit_at_once(&store, &plan_id, &node, signal).await);
                     }
                 }
@@ -257,11 +258,12 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     })
 }
 
-/// A stop being recorded: the store's answer to come, and whether the run had started when
-/// it was asked (see `started` in [`run_async`]).
+/// A stop being recorded: the store's answer to come, whether the run had started when it
+/// was asked (see `started` in [`run_async`]), and the signal that asked.
 struct StopRequest {
     request: futures::future::BoxFuture<'static, Result<ExecRun, StoreError>>,
     started: bool,
+    signal: Interrupt,
 }
 
 /// Asks the store to stop the plan's run, after `delay`.
@@ -282,6 +284,7 @@ fn request_stop(
             store.request_stop(&plan_id, signal.name(), "cli").await
         }),
         started,
+        signal,
     }
 }
 

@@ -299,6 +299,19 @@ impl SideEffects {
         fixture
     }
 
+    /// s1 `append` ("first"), then s2 `spawn` ("long": its child sleeps 60 s), then s3
+    /// `append` ("last"): a run to stop while s2 runs.
+    fn first_long_last() -> SideEffects {
+        SideEffects::new(
+            "60",
+            serde_json::json!([
+                {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
+                {"id": "s2", "type": "tool", "title": "long", "name": "spawn", "arguments": {}, "depends_on": ["s1"]},
+                {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
+            ]),
+        )
+    }
+
     /// `plansmith run PLAN --store … --commands …` and `extra`, with its stdout and stderr in
     /// files ([`SideEffects::output`]); not started, so that a test can set more.
     fn run(&self, extra: &[&str]) -> Command {
@@ -472,23 +485,12 @@ fn assert_ends(pid: u32) {
 #[test]
 #[cfg(target_os = "linux")]
 fn ctrl_c_stops_the_run_and_what_its_tools_started() {
-    let setup = SideEffects::new(
-        "60",
-        serde_json::json!([
-            {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
-            {"id": "s2", "type": "tool", "title": "long", "name": "spawn", "arguments": {}, "depends_on": ["s1"]},
-            {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
-        ]),
-    );
+    let setup = SideEffects::first_long_last();
     let (store, effects) = (setup.store.as_str(), &setup.effects);
     let commands = setup.commands.as_str();
     let mut child = setup.run(&[]).spawn().unwrap();
     let grandchild = pid_in(&setup.pidfile);
-    let sent = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    send("-INT", child.id());
     let status = exits_within_15s(&mut child, "the run went on after Ctrl-C");
     let (stderr, stdout) = (setup.output("stderr"), setup.output("stdout"));
     assert_eq!(status.code(), Some(130), "{stderr}");
@@ -641,13 +643,7 @@ fn a_second_ctrl_c_quits_at_once_even_with_the_store_stuck() {
     let mut child = Reaped(setup.run(&["--lease-secs", "1"]).spawn().unwrap());
     let grandchild = pid_in(&setup.pidfile);
     let locker = hold_write_lock(&db);
-    let interrupt = || {
-        let sent = Command::new("kill")
-            .args(["-INT", &child.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-    };
+    let interrupt = || send("-INT", child.0.id());
     interrupt();
     wait_for_line(
         &stderr_path,
@@ -770,11 +766,7 @@ fn ctrl_c_before_the_run_starts_stops_it_when_it_starts() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let sent = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    send("-INT", pid);
     let stderr_path = setup.dir.path().join("stderr");
     wait_for_line(
         &stderr_path,
@@ -806,14 +798,7 @@ fn ctrl_c_before_the_run_starts_stops_it_when_it_starts() {
 #[test]
 #[cfg(target_os = "linux")]
 fn on_a_terminal_the_steps_spin_and_ctrl_c_stops_the_run() {
-    let setup = SideEffects::new(
-        "60",
-        serde_json::json!([
-            {"id": "s1", "type": "tool", "title": "first", "name": "append", "arguments": {}},
-            {"id": "s2", "type": "tool", "title": "long one", "name": "spawn", "arguments": {}, "depends_on": ["s1"]},
-            {"id": "s3", "type": "tool", "title": "last", "name": "append", "arguments": {}, "depends_on": ["s2"]}
-        ]),
-    );
+    let setup = SideEffects::first_long_last();
     let command = setup.run(&[]);
     let mut argv = vec![command.get_program().to_owned()];
     argv.extend(command.get_args().map(ToOwned::to_owned));
@@ -831,7 +816,7 @@ fn on_a_terminal_the_steps_spin_and_ctrl_c_stops_the_run() {
     let (code, screen) = shown.split_once('\n').unwrap_or((&shown, ""));
     assert_eq!(code.trim(), "130", "{screen}\n{}", text(&terminal.stderr));
     for expected in [
-        "[s2] long one — attempt 1",
+        "[s2] long — attempt 1",
         "stopping the run",
         ": aborted ·",
         "Reason: stopped by cli: interrupted (Ctrl-C)",
@@ -844,7 +829,7 @@ fn on_a_terminal_the_steps_spin_and_ctrl_c_stops_the_run() {
     // spinners' place, and the next line printed erased it (s2's end vanished from the screen).
     let after_last_erase = screen.rsplit("\u{1b}[2K").next().unwrap_or("");
     for kept in [
-        "- [s2] long one skipped: stopped",
+        "- [s2] long skipped: stopped",
         "- [s3] last skipped: not run",
     ] {
         assert!(
@@ -861,6 +846,15 @@ fn on_a_terminal_the_steps_spin_and_ctrl_c_stops_the_run() {
             .any(|l| l.starts_with("start s3 ")),
         "s3 started after the stop"
     );
+}
+
+/// Sends `signal` (`-INT`, `-TERM`) to process `pid` alone.
+fn send(signal: &str, pid: u32) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {signal} {pid}");
 }
 
 /// Whether process `pid` has a handler for SIGINT (`SigCgt` in its status).
@@ -1049,11 +1043,7 @@ fn stopping_serve_leaves_its_runs_for_the_next_start() {
         std::fs::read_to_string(&log_path).unwrap_or_default()
     });
     let grandchild = pid_in(&setup.pidfile);
-    let sent = Command::new("kill")
-        .args(["-TERM", &first.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    send("-TERM", first.0.id());
     let status = exits_within_15s(&mut first.0, "serve went on after SIGTERM");
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert_eq!(status.code(), Some(0), "{log}");
