@@ -16,6 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use plansmith_core::{Catalog, CatalogProblem};
+use process_wrap::tokio::CommandWrap;
+#[cfg(unix)]
+use process_wrap::tokio::ProcessGroup;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
@@ -212,6 +215,15 @@ impl McpTools {
         }
     }
 
+    /// Closes every server's connection as MCP asks (stdin closed, then `SIGTERM`, then a kill,
+    /// each after a grace period; an HTTP session is ended), and waits for that, bounded by
+    /// [`CLOSE_TIMEOUT`] per server. Dropping the tools without it also ends the servers, but
+    /// only if the runtime outlives the drop: a program should close before it exits.
+    /// A call still in flight loses its connection.
+    pub async fn close(&self) {
+        futures::future::join_all(self.connections.values().map(|c| c.close())).await;
+    }
+
     /// Where the catalog tool `name` lives.
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.routes.get(name)
@@ -288,10 +300,17 @@ fn is_dead(client: &Client) -> bool {
 /// Lines of a server's stderr kept for error messages.
 const STDERR_LINES: usize = 12;
 
+/// Longest [`McpTools::close`] waits for one server (rmcp gives a stdio server 3 s to exit
+/// after its stdin closed, and 3 s more after `SIGTERM`).
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(8);
+
 /// One server: its spec, the live client (if any) and the tail of its stderr.
+///
+/// The lock guards connecting, not calling: a call clones the client out and runs without it,
+/// so calls to one server run at the same time (MCP requests are multiplexed by id).
 struct Connection {
     spec: ServerSpec,
-    client: tokio::sync::Mutex<Option<Client>>,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
@@ -338,6 +357,13 @@ impl Connection {
                     if let Some(cwd) = cwd {
                         cmd.current_dir(cwd);
                     }
+                    let mut cmd = CommandWrap::from(cmd);
+                    // Its own process group: a terminal's Ctrl-C (SIGINT to the foreground
+                    // group) reaches plansmith, which stops the calls and then closes the
+                    // server; the server dying under a call in flight would fail the call.
+                    // rmcp's SIGTERM and kill then reach whatever the server started too.
+                    #[cfg(unix)]
+                    cmd.wrap(ProcessGroup::leader());
                     let (transport, stderr) = TokioChildProcess::builder(cmd)
                         .stderr(Stdio::piped())
                         .spawn()
@@ -421,22 +447,42 @@ impl Connection {
     }
 
     /// The live client, connecting (again) if there is none or it has closed.
-    async fn ensure<'a>(
-        &self,
-        slot: &'a mut Option<Client>,
-        options: &ClientOptions,
-    ) -> Result<&'a Client, McpError> {
-        if slot.as_ref().is_some_and(is_dead) {
+    async fn ensure(&self, options: &ClientOptions) -> Result<Arc<Client>, McpError> {
+        let mut slot = self.client.lock().await;
+        if let Some(client) = slot.as_ref() {
+            if !is_dead(client) {
+                return Ok(Arc::clone(client));
+            }
             tracing::info!(server = %self.name(), "connection closed; reconnecting");
             *slot = None;
         }
-        if slot.is_none() {
-            *slot = Some(self.open(options).await?);
+        let client = Arc::new(self.open(options).await?);
+        *slot = Some(Arc::clone(&client));
+        Ok(client)
+    }
+
+    /// Forgets `client` if it is still the live one (it died: the next call reconnects).
+    async fn forget(&self, client: &Arc<Client>) {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_some_and(|live| Arc::ptr_eq(live, client)) {
+            *slot = None;
         }
-        slot.as_ref().ok_or_else(|| McpError::Protocol {
-            server: self.name().to_owned(),
-            message: "no connection".into(),
-        })
+    }
+
+    /// Closes the connection (see [`McpTools::close`]).
+    async fn close(&self) {
+        let Some(client) = self.client.lock().await.take() else {
+            return;
+        };
+        match Arc::try_unwrap(client) {
+            Ok(mut client) => {
+                if !matches!(client.close_with_timeout(CLOSE_TIMEOUT).await, Ok(Some(_))) {
+                    tracing::warn!(server = %self.name(), "the server did not close in time");
+                }
+            }
+            // A call is in flight: end the session under it, without waiting.
+            Err(shared) => shared.cancellation_token().cancel(),
+        }
     }
 
     /// `tools/list`, every page (bounded), as JSON documents (`name`, `inputSchema`, …).
@@ -444,8 +490,7 @@ impl Connection {
         &self,
         options: &ClientOptions,
     ) -> Result<(Vec<Value>, Vec<ServerProblem>), McpError> {
-        let mut slot = self.client.lock().await;
-        let client = self.ensure(&mut slot, options).await?;
+        let client = self.ensure(options).await?;
         let mut tools = Vec::new();
         let mut problems = Vec::new();
         let mut cursor: Option<String> = None;
@@ -503,8 +548,7 @@ impl Connection {
         arguments: Map<String, Value>,
         options: &ClientOptions,
     ) -> Result<ToolOutput, McpError> {
-        let mut slot = self.client.lock().await;
-        let client = self.ensure(&mut slot, options).await?;
+        let client = self.ensure(options).await?;
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         let outcome = tokio::time::timeout(options.call_timeout, client.call_tool(params)).await;
         let result = match outcome {
@@ -516,9 +560,9 @@ impl Connection {
                 });
             }
             Ok(Err(err)) => {
-                if is_dead(client) {
+                if is_dead(&client) {
                     // Reconnected on the next call; this one may have run, so it is not repeated.
-                    *slot = None;
+                    self.forget(&client).await;
                 }
                 return Err(self.service_error(&format!("tools/call `{tool}`"), err));
             }

@@ -86,8 +86,8 @@ pub fn import(path: &Path) -> Result<Import, CliError> {
             .routes()
             .map(|(name, route)| (name.to_owned(), route.clone()))
             .collect();
-        // Dropped here, inside the runtime: the servers' stdin closes and they exit.
-        drop(imported.tools);
+        // Planning needs the descriptions, not the servers.
+        imported.tools.close().await;
         Import {
             catalog: imported.catalog,
             problems: imported.problems,

@@ -122,6 +122,7 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         invokers.tools = Some(Arc::new(CommandInvoker::new(map.tools)));
         invokers.agents = Some(Arc::new(CommandInvoker::new(map.agents)));
     }
+    let servers = mcp.clone();
     if let Some(tools) = mcp {
         let fallback = invokers.tools.take();
         invokers.tools = Some(Arc::new(plansmith_exec::mcp::McpInvoker::new(
@@ -235,6 +236,11 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         }
     };
     progress.clear();
+    // The MCP servers are closed as MCP asks before the command ends (a quit at once above
+    // leaves them to the end of their stdin instead).
+    if let Some(servers) = servers {
+        servers.close().await;
+    }
     let report = result.map_err(exec_error)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(CliError::failed)?;

@@ -295,6 +295,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             tokens,
         );
         let mcp_sessions = mcp.clone();
+        let servers = mcp_tools.clone();
         let mut state = state.with_mcp(mcp);
         if args.exec.commands.is_some() || mcp_tools.is_some() {
             let mut invokers = plansmith_exec::Invokers {
@@ -366,6 +367,11 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 "plansmith serve: requests still running after {} s were dropped",
                 after.as_secs()
             );
+        }
+        // The MCP servers whose tools the runs called, closed as MCP asks (the runs were left
+        // above, their calls stopped).
+        if let Some(servers) = servers {
+            servers.close().await;
         }
         // SQLite checkpoints its WAL as the last connection closes.
         store.close().await;

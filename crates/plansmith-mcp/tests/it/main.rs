@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod faults;
+mod in_flight;
 mod real_servers;
 mod serve;
 

@@ -848,6 +848,84 @@ fn on_a_terminal_the_steps_spin_and_ctrl_c_stops_the_run() {
     );
 }
 
+/// Ctrl-C at a terminal while a step waits on an MCP server's tool (a real stdio server on the
+/// official Python SDK, `slow_server.py`). The terminal signals the CLI's process group; the
+/// server has a group of its own, so it lives on: the CLI cancels the call
+/// (`notifications/cancelled`, the server logs it), the step ends stopped (not failed with "the
+/// server closed the connection", as when the server died of the same Ctrl-C), nothing else
+/// starts, and the CLI closes the server before it exits.
+#[test]
+#[cfg(target_os = "linux")]
+fn on_a_terminal_ctrl_c_cancels_an_mcp_call_and_closes_its_server() {
+    let test = "on_a_terminal_ctrl_c_cancels_an_mcp_call_and_closes_its_server";
+    let Some(python) = mcp_server(test, "PLANSMITH_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let servers = dir.path().join("servers.json");
+    write(
+        &servers,
+        &serde_json::json!({"mcpServers": {"slow": {
+            "command": python,
+            "args": [root().join("crates/plansmith-mcp/tests/fixtures/slow_server.py")],
+            "env": {"SLOW_SERVER_LOG": log},
+        }}}),
+    );
+    let plan = dir.path().join("plan.json");
+    write(
+        &plan,
+        &serde_json::json!({"title": "wait, then wait", "steps": [
+            {"id": "s1", "type": "tool", "title": "long wait", "name": "wait",
+             "arguments": {"seconds": 60, "tag": "s1"}},
+            {"id": "s2", "type": "tool", "title": "short wait", "name": "wait",
+             "arguments": {"seconds": 0, "tag": "s2"}, "depends_on": ["s1"]}
+        ]}),
+    );
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    // Ctrl-C is typed once the server's log has its first line: s1's call has started.
+    let terminal = Command::new("python3")
+        .arg(root().join("crates/plansmith/tests/cli/terminal.py"))
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["run", plan.to_str().unwrap(), "--store", &store])
+        .args(["--mcp", servers.to_str().unwrap()])
+        .current_dir(root())
+        .env("TERM", "xterm")
+        .env_remove("PLANSMITH_MODEL")
+        .output()
+        .unwrap();
+    let shown = text(&terminal.stdout);
+    let (code, screen) = shown.split_once('\n').unwrap_or((&shown, ""));
+    let server_log = lines(&log);
+    assert_eq!(code.trim(), "130", "{screen}\n{}", text(&terminal.stderr));
+    for expected in [
+        "- [s1] long wait skipped: stopped",
+        "- [s2] short wait skipped: not run",
+        "Reason: stopped by cli: interrupted (Ctrl-C)",
+    ] {
+        assert!(screen.contains(expected), "no `{expected}` in {screen}");
+    }
+    for unexpected in ["closed the connection", "failed", "retry"] {
+        assert!(!screen.contains(unexpected), "`{unexpected}` in {screen}");
+    }
+    // The server heard the cancellation, then was closed (it logs its exit), and is gone.
+    let pid: u32 = server_log[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        server_log.iter().any(|l| l == "cancelled s1"),
+        "{server_log:?}"
+    );
+    assert!(
+        server_log.iter().any(|l| *l == format!("exit {pid}")),
+        "{server_log:?}"
+    );
+    assert!(
+        !server_log.iter().any(|l| l.starts_with("started s2")),
+        "{server_log:?}"
+    );
+    assert_ends(pid);
+}
+
 /// Sends `signal` (`-INT`, `-TERM`) to process `pid` alone.
 fn send(signal: &str, pid: u32) {
     let sent = Command::new("kill")
