@@ -20,8 +20,11 @@ use process_wrap::tokio::CommandWrap;
 #[cfg(unix)]
 use process_wrap::tokio::ProcessGroup;
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
-use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
+    PaginatedRequestParams, RequestId, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde::Serialize;
@@ -39,8 +42,11 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// One `tools/list` page.
     pub list_timeout: Duration,
-    /// One `tools/call`.
+    /// One `tools/call` with neither its answer nor a progress notification (a server's
+    /// `call_timeout_secs` overrides it).
     pub call_timeout: Duration,
+    /// One `tools/call` in all, progress or not (a server's `max_call_secs` overrides it).
+    pub max_call: Duration,
     /// Most `tools/list` pages read from one server (a server that keeps handing out cursors
     /// is cut off there, with a problem).
     pub max_pages: usize,
@@ -52,6 +58,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(20),
             list_timeout: Duration::from_secs(10),
             call_timeout: Duration::from_secs(60),
+            max_call: Duration::from_secs(3600),
             max_pages: 100,
         }
     }
@@ -549,24 +556,61 @@ impl Connection {
         options: &ClientOptions,
     ) -> Result<ToolOutput, McpError> {
         let client = self.ensure(options).await?;
+        let operation = format!("tools/call `{tool}`");
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-        let outcome = tokio::time::timeout(options.call_timeout, client.call_tool(params)).await;
-        let result = match outcome {
-            Err(_) => {
-                return Err(McpError::Timeout {
+        // Bounded by the time without an answer or a progress notification, and by a total.
+        // Past either, rmcp sends `notifications/cancelled`; given up by the caller (a step
+        // stopped), `Abandoned` does.
+        let bounds = PeerRequestOptions::with_timeout(
+            self.spec.call_timeout.unwrap_or(options.call_timeout),
+        )
+        .reset_timeout_on_progress()
+        .with_max_total_timeout(self.spec.max_call.unwrap_or(options.max_call));
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let answer = match client
+            .peer()
+            .send_request_with_option(request, bounds)
+            .await
+        {
+            Ok(handle) => {
+                let mut abandoned = Abandoned::new(client.peer(), handle.id.clone());
+                let answer = handle.await_response().await;
+                abandoned.disarm();
+                answer
+            }
+            Err(err) => Err(err),
+        };
+        let result = match answer {
+            Ok(ServerResult::CallToolResult(result)) => result,
+            Ok(ServerResult::InputRequiredResult(_)) => {
+                return Err(McpError::Protocol {
                     server: self.name().to_owned(),
-                    operation: format!("tools/call `{tool}`"),
-                    after: options.call_timeout,
+                    message: format!(
+                        "{operation}: the tool asked for input (elicitation or sampling), \
+                         which plansmith does not answer"
+                    ),
                 });
             }
-            Ok(Err(err)) => {
+            Ok(_) => {
+                return Err(McpError::Protocol {
+                    server: self.name().to_owned(),
+                    message: format!("{operation}: the answer is not a tool result"),
+                });
+            }
+            Err(ServiceError::Timeout { timeout }) => {
+                return Err(McpError::Timeout {
+                    server: self.name().to_owned(),
+                    operation,
+                    after: timeout,
+                });
+            }
+            Err(err) => {
                 if is_dead(&client) {
                     // Reconnected on the next call; this one may have run, so it is not repeated.
                     self.forget(&client).await;
                 }
-                return Err(self.service_error(&format!("tools/call `{tool}`"), err));
+                return Err(self.service_error(&operation, err));
             }
-            Ok(Ok(result)) => result,
         };
         let content: Vec<Value> = result
             .content
@@ -600,6 +644,42 @@ impl Connection {
             server: self.name().to_owned(),
             message,
         }
+    }
+}
+
+/// Sends `notifications/cancelled` for a request dropped before its answer, unless disarmed
+/// (rmcp does the same for its own calls; a call with bounds goes through a lower-level API).
+struct Abandoned {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Abandoned {
+    fn new(peer: &Peer<RoleClient>, id: RequestId) -> Abandoned {
+        Abandoned {
+            peer: Some(peer.clone()),
+            id,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.peer = None;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let (Some(peer), Ok(runtime)) = (self.peer.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let id = self.id.clone();
+        runtime.spawn(async move {
+            let reason = Some("the caller gave up the call".to_owned());
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(Some(id), reason))
+                .await;
+        });
     }
 }
 

@@ -12,9 +12,16 @@
 //! A server is either spawned (`command`, optional `args`, `env`, `cwd`) and spoken to over
 //! stdio, or reached over streamable HTTP (`url`, optional `headers`). `disabled: true` skips a
 //! server. Unknown keys are ignored (other clients add their own, e.g. `type`, `autoApprove`).
+//!
+//! Two keys of plansmith's own bound a server's tool calls (seconds, any positive number):
+//! `call_timeout_secs`, how long a call may go with neither its answer nor a progress
+//! notification (default [`ClientOptions::call_timeout`](crate::ClientOptions), 60 s: a tool
+//! that reports progress may run longer), and `max_call_secs`, the most a call may take
+//! whatever it reports (default [`ClientOptions::max_call`](crate::ClientOptions), one hour).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -52,6 +59,11 @@ pub struct ServerSpec {
     pub name: String,
     /// How to reach it.
     pub transport: Transport,
+    /// Longest a tool call may go without an answer or a progress notification
+    /// (`call_timeout_secs`); `None`: the client's default.
+    pub call_timeout: Option<Duration>,
+    /// Longest a tool call may take in all (`max_call_secs`); `None`: the client's default.
+    pub max_call: Option<Duration>,
 }
 
 /// The servers of a configuration file, in file order.
@@ -74,6 +86,8 @@ struct RawServer {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     disabled: bool,
+    call_timeout_secs: Option<f64>,
+    max_call_secs: Option<f64>,
 }
 
 impl ServersConfig {
@@ -162,9 +176,25 @@ impl ServersConfig {
                     )));
                 }
             };
+            let seconds = |key: &str, value: Option<f64>| {
+                match value {
+                None => Ok(None),
+                Some(secs) => Duration::try_from_secs_f64(secs)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .map(Some)
+                    .ok_or_else(|| {
+                        config_error(format!(
+                            "server `{name}`: `{key}` must be a positive number of seconds, got {secs}"
+                        ))
+                    }),
+            }
+            };
             servers.push(ServerSpec {
                 name: name.clone(),
                 transport,
+                call_timeout: seconds("call_timeout_secs", raw.call_timeout_secs)?,
+                max_call: seconds("max_call_secs", raw.max_call_secs)?,
             });
         }
         Ok(ServersConfig { servers })
@@ -187,6 +217,8 @@ mod tests {
         .unwrap();
         assert_eq!(config.servers.len(), 2);
         assert_eq!(config.servers[0].name, "time");
+        assert_eq!(config.servers[0].call_timeout, None);
+        assert_eq!(config.servers[0].max_call, None);
         let Transport::Stdio { args, env, .. } = &config.servers[0].transport else {
             panic!("{config:?}")
         };
@@ -196,6 +228,19 @@ mod tests {
             &config.servers[1].transport,
             Transport::Http { url, headers } if url == "http://127.0.0.1:1/mcp" && headers.len() == 1
         ));
+    }
+
+    #[test]
+    fn call_bounds_per_server() {
+        let config = ServersConfig::from_json(&json!({"mcpServers": {
+            "slow": {"command": "x", "call_timeout_secs": 300, "max_call_secs": 0.5},
+        }}))
+        .unwrap();
+        assert_eq!(
+            config.servers[0].call_timeout,
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(config.servers[0].max_call, Some(Duration::from_millis(500)));
     }
 
     #[test]
@@ -214,6 +259,18 @@ mod tests {
                 "server `c`: url",
             ),
             (json!({"mcpServers": {"d": {"command": 3}}}), "server `d`:"),
+            (
+                json!({"mcpServers": {"e": {"command": "x", "call_timeout_secs": 0}}}),
+                "server `e`: `call_timeout_secs` must be a positive number of seconds, got 0",
+            ),
+            (
+                json!({"mcpServers": {"f": {"command": "x", "max_call_secs": -1}}}),
+                "server `f`: `max_call_secs` must be",
+            ),
+            (
+                json!({"mcpServers": {"g": {"command": "x", "max_call_secs": "1h"}}}),
+                "server `g`:",
+            ),
             (json!({"mcpServers": []}), "must be an object"),
             (json!([1]), "expected"),
         ] {

@@ -24,6 +24,7 @@ fn quick() -> ClientOptions {
         connect_timeout: Duration::from_secs(3),
         list_timeout: Duration::from_secs(3),
         call_timeout: Duration::from_secs(3),
+        max_call: Duration::from_secs(3),
         max_pages: 100,
     }
 }

@@ -1,7 +1,8 @@
 //! Calls in flight, against a real stdio server built on the official Python SDK
 //! (`tests/fixtures/slow_server.py`): calls to one server run at the same time, an abandoned
-//! call is cancelled on the server, the server runs in a process group of its own (a
-//! terminal's Ctrl-C reaches plansmith, not the server), and closing ends the servers.
+//! call is cancelled on the server, a call that reports progress outlives the call timeout
+//! (bounded by the total), the server runs in a process group of its own (a terminal's Ctrl-C
+//! reaches plansmith, not the server), and closing ends the servers.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,14 +12,17 @@ use serde_json::{Map, Value, json};
 
 use crate::installed;
 
-/// The slow server, logging to `log`; `None` (after a NOTE) without the Python SDK.
-fn slow_server(test: &str, log: &Path) -> Option<ServersConfig> {
+/// The slow server, logging to `log`, with `more` keys in its entry; `None` (after a NOTE)
+/// without the Python SDK.
+fn slow_server(test: &str, log: &Path, more: Value) -> Option<ServersConfig> {
     let python = installed("PLANSMITH_TEST_MCP_PYTHON", test)?;
     let script = crate::root().join("crates/plansmith-mcp/tests/fixtures/slow_server.py");
-    let config = ServersConfig::from_json(&json!({"mcpServers": {
-        "slow": {"command": python, "args": [script], "env": {"SLOW_SERVER_LOG": log}},
-    }}))
-    .unwrap();
+    let mut entry = json!({"command": python, "args": [script], "env": {"SLOW_SERVER_LOG": log}});
+    entry
+        .as_object_mut()
+        .unwrap()
+        .extend(more.as_object().cloned().unwrap_or_default());
+    let config = ServersConfig::from_json(&json!({"mcpServers": {"slow": entry}})).unwrap();
     Some(config)
 }
 
@@ -82,9 +86,13 @@ struct Setup {
 }
 
 fn setup(test: &str) -> Option<Setup> {
+    setup_with(test, Value::Null)
+}
+
+fn setup_with(test: &str, more: Value) -> Option<Setup> {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
-    let config = slow_server(test, &log)?;
+    let config = slow_server(test, &log, more)?;
     Some(Setup {
         _dir: dir,
         log,
@@ -192,4 +200,55 @@ async fn a_stdio_server_has_its_own_process_group_and_close_ends_it() {
     }
     assert!(!alive(pid), "the server outlived close");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_keeps_a_call_alive_up_to_its_total_bound() {
+    // 1 s without an answer or progress ends a call; 6 s ends it whatever it reports.
+    let Some(setup) = setup_with(
+        "progress_keeps_a_call_alive_up_to_its_total_bound",
+        json!({"call_timeout_secs": 1, "max_call_secs": 6}),
+    ) else {
+        return;
+    };
+    let imported = McpTools::connect(&setup.config, ClientOptions::default()).await;
+    assert!(imported.problems.is_empty(), "{:?}", imported.problems);
+    let tools = imported.tools;
+
+    // 3 s with progress every 0.2 s: past the call timeout, and answered.
+    let answer = tools
+        .call(
+            "wait",
+            args(json!({"seconds": 3, "tag": "reported", "progress_every": 0.2})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.text, "waited");
+
+    // 3 s in silence: the server's own 1 s bound ends it, and the server hears of it.
+    let err = tools
+        .call("wait", args(json!({"seconds": 3, "tag": "silent"})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, McpError::Timeout { after, .. } if *after == Duration::from_secs(1)),
+        "{err}"
+    );
+    wait_for(&setup.log, "cancelled silent");
+
+    // Progress forever: the total bound ends it.
+    let err = tools
+        .call(
+            "wait",
+            args(json!({"seconds": 60, "tag": "endless", "progress_every": 0.2})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, McpError::Timeout { after, .. } if *after == Duration::from_secs(6)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("within 6 s"), "{err}");
+    wait_for(&setup.log, "cancelled endless");
+    tools.close().await;
 }
