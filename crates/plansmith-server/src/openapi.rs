@@ -88,7 +88,105 @@ pub fn document() -> Value {
     let mut value = serde_json::to_value(&spec).unwrap_or(Value::Null);
     bound_unsigned(&mut value);
     plain_descriptions(&mut value);
+    closed_request_bodies(&mut value);
     value
+}
+
+/// An `allOf` of plain objects (a struct with a flattened struct) as one closed object: the
+/// members' properties and required names together, nothing else allowed. `None` when a member
+/// is anything else. (`unevaluatedProperties: false` on the `allOf` would close it too, but a
+/// member that fails, say for a missing `query`, then counts all its fields as unknown.)
+fn merged_all_of(document: &Value, schema: &Value) -> Option<serde_json::Map<String, Value>> {
+    let members = schema.get("allOf")?.as_array()?;
+    let mut properties = serde_json::Map::new();
+    let mut required: Vec<Value> = Vec::new();
+    for member in members {
+        let member = match member.get("$ref").and_then(Value::as_str) {
+            Some(reference) => document.pointer(reference.strip_prefix('#')?)?,
+            None => member,
+        };
+        let object = member.as_object()?;
+        let plain = object.get("type").and_then(Value::as_str) == Some("object")
+            && object.keys().all(|key| {
+                matches!(
+                    key.as_str(),
+                    "type" | "description" | "properties" | "required" | "additionalProperties"
+                )
+            });
+        if !plain {
+            return None;
+        }
+        if let Some(Value::Object(more)) = object.get("properties") {
+            properties.extend(more.clone());
+        }
+        if let Some(Value::Array(names)) = object.get("required") {
+            required.extend(names.iter().cloned());
+        }
+    }
+    let mut merged = serde_json::Map::new();
+    merged.insert("type".into(), Value::from("object"));
+    if let Some(description) = schema.get("description") {
+        merged.insert("description".into(), description.clone());
+    }
+    if !required.is_empty() {
+        merged.insert("required".into(), Value::Array(required));
+    }
+    merged.insert("properties".into(), Value::Object(properties));
+    merged.insert("additionalProperties".into(), Value::Bool(false));
+    Some(merged)
+}
+
+/// The names of the schemas of the JSON request bodies (`#/components/schemas/NAME`).
+fn request_body_schemas(document: &Value) -> Vec<String> {
+    let Some(paths) = document.get("paths").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = paths
+        .values()
+        .filter_map(Value::as_object)
+        .flat_map(|item| item.values())
+        .filter_map(|operation| {
+            operation
+                .pointer("/requestBody/content/application~1json/schema/$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("#/components/schemas/"))
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// A request body names every field it takes: a field it does not know (a misspelt
+/// `auto_acept`, silently ignored before) is refused with its name. utoipa closes a plain
+/// struct with `deny_unknown_fields`, but not a struct with a flattened part (written as
+/// `allOf`) nor the variants of a tagged enum (`oneOf`); both are closed here.
+fn closed_request_bodies(document: &mut Value) {
+    for name in request_body_schemas(document) {
+        let pointer = format!("/components/schemas/{name}");
+        let merged = document
+            .pointer(&pointer)
+            .and_then(|schema| merged_all_of(document, schema));
+        let Some(schema) = document
+            .pointer_mut(&pointer)
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        if let Some(merged) = merged {
+            *schema = merged;
+        }
+        if let Some(Value::Array(variants)) = schema.get_mut("oneOf") {
+            for variant in variants.iter_mut().filter_map(Value::as_object_mut) {
+                if variant.contains_key("properties") {
+                    variant
+                        .entry("additionalProperties")
+                        .or_insert(Value::Bool(false));
+                }
+            }
+        }
+    }
 }
 
 /// The document as JSON, built once.
@@ -106,22 +204,8 @@ pub(crate) fn body_validators() -> &'static HashMap<String, jsonschema::Validato
     VALIDATORS.get_or_init(|| {
         let document = document();
         let mut validators = HashMap::new();
-        let Some(paths) = document.get("paths").and_then(Value::as_object) else {
-            return validators;
-        };
-        let refs = paths
-            .values()
-            .filter_map(Value::as_object)
-            .flat_map(|item| item.values())
-            .filter_map(|operation| {
-                operation
-                    .pointer("/requestBody/content/application~1json/schema/$ref")
-                    .and_then(Value::as_str)
-            });
-        for reference in refs {
-            let Some(name) = reference.strip_prefix("#/components/schemas/") else {
-                continue;
-            };
+        for name in request_body_schemas(&document) {
+            let reference = format!("#/components/schemas/{name}");
             // The root carries the document's components so that every `$ref` inside resolves.
             let schema = serde_json::json!({
                 "$ref": reference,
@@ -129,7 +213,7 @@ pub(crate) fn body_validators() -> &'static HashMap<String, jsonschema::Validato
             });
             match jsonschema::validator_for(&schema) {
                 Ok(validator) => {
-                    validators.insert(name.to_owned(), validator);
+                    validators.insert(name, validator);
                 }
                 // A schema utoipa wrote that the validator cannot compile: the body is then
                 // only read by serde; the test `every_request_body_has_a_validator` catches it.
@@ -300,6 +384,8 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -354,5 +440,45 @@ mod tests {
         let create = &body_validators()["CreatePlan"];
         assert!(create.is_valid(&serde_json::json!({"query": "x", "options": {}})));
         assert!(!create.is_valid(&serde_json::json!({"query": "x", "options": []})));
+    }
+
+    #[test]
+    fn every_request_body_refuses_fields_it_does_not_know() {
+        let validators = body_validators();
+        let known = [
+            (
+                "CreatePlan",
+                json!({"query": "x", "auto_accept": true, "locale": "fr"}),
+            ),
+            ("ReviewFeedback", json!({"action": "reject", "text": "no"})),
+            ("StepUpdate", json!({"status": "completed"})),
+            ("RunRequest", json!({})),
+        ];
+        for (name, body) in known {
+            let validator = &validators[name];
+            assert!(validator.is_valid(&body), "{name}: {body}");
+            let mut with_typo = body.clone();
+            with_typo["auto_acept"] = json!(true);
+            let errors: Vec<String> = validator
+                .iter_errors(&with_typo)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(
+                errors.iter().any(|e| e.contains("auto_acept")),
+                "{name} took an unknown field: {errors:?}"
+            );
+        }
+        // Every body is closed one way or another.
+        let document = document();
+        for name in request_body_schemas(&document) {
+            let schema = &document["components"]["schemas"][&name];
+            let closed = schema["additionalProperties"] == json!(false)
+                || schema["oneOf"].as_array().is_some_and(|variants| {
+                    variants
+                        .iter()
+                        .all(|v| v["additionalProperties"] == json!(false))
+                });
+            assert!(closed, "{name} is open: {schema}");
+        }
     }
 }

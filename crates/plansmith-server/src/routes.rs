@@ -215,6 +215,21 @@ fn explain(err: &jsonschema::ValidationError<'_>) -> (String, String) {
                 format!("{} is not one of {}", err.instance(), options.join(", ")),
             );
         }
+        // "Additional / Unevaluated properties are not allowed" is the schema's jargon.
+        Kind::AdditionalProperties { unexpected } | Kind::UnevaluatedProperties { unexpected } => {
+            let names: Vec<String> = unexpected
+                .iter()
+                .map(|n| Value::from(n.as_str()).to_string())
+                .collect();
+            let noun = if names.len() == 1 { "field" } else { "fields" };
+            return (
+                here,
+                format!(
+                    "unknown {noun} {} (the body's schema is in /openapi.json)",
+                    names.join(", ")
+                ),
+            );
+        }
         _ => return (here, err.to_string()),
     };
     let fixed = |error: &jsonschema::ValidationError<'_>| match error.kind() {

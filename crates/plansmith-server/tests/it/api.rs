@@ -677,8 +677,13 @@ async fn error_table_at_the_edge() {
     assert_eq!(body["details"]["problems"].as_array().unwrap().len(), 3);
     assert_eq!(
         body["message"],
-        r#"invalid request body: "query" is a required property (2 more problems in `details.problems`)"#,
+        r#"invalid request body at `/options/max_steps`: -1 is less than the minimum of 0 (2 more problems in `details.problems`)"#,
         "{body}"
+    );
+    // A valid field is not counted as unknown because another one is wrong.
+    assert_eq!(
+        body["details"]["problems"][2]["message"],
+        r#""query" is a required property"#
     );
     // every code of the table maps to its status
     for (code, status) in plansmith_server::ERROR_TABLE {
@@ -746,6 +751,21 @@ async fn body_errors_name_what_would_do() {
             json!({"query": "x", "history": [{"role": "robot", "content": "hi"}]}),
             "/history/0/role",
             r#""robot" is not one of "system", "user", "assistant""#,
+        ),
+        // A misspelt field is refused by name (it was ignored: the plan waited for review).
+        (
+            Method::POST,
+            "/v1/plans",
+            json!({"query": "x", "auto_acept": true}),
+            "",
+            r#"unknown field "auto_acept" (the body's schema is in /openapi.json)"#,
+        ),
+        (
+            Method::POST,
+            &feedback,
+            json!({"action": "reject", "reason": "too long", "why": 1}),
+            "",
+            r#"unknown fields "reason", "why" (the body's schema is in /openapi.json)"#,
         ),
     ];
     for (method, path, body, at, message) in cases {
