@@ -36,6 +36,7 @@ mod mcp_cmd;
 mod model;
 #[cfg(feature = "local")]
 mod models_cmd;
+mod notice;
 mod plan_cmd;
 mod plan_progress;
 mod plans_cmd;
@@ -230,12 +231,14 @@ fn init_logs() -> Result<(), String> {
         None | Some("" | "text") => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
-        Some("json") => logs
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
+        Some("json") => {
+            notice::use_json();
+            logs.json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false)
+                .init();
+        }
         Some(other) => {
             return Err(format!(
                 "PLANSMITH_LOG_FORMAT is `{other}`; it is `text` (the default) or `json`"
@@ -264,7 +267,12 @@ fn main() -> ExitCode {
             if broken_pipe {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {error:#}");
+            notice::say(
+                tracing::Level::ERROR,
+                "plansmith",
+                "error",
+                &format!("{error:#}"),
+            );
             ExitCode::from(code)
         }
     }

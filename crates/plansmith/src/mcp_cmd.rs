@@ -108,7 +108,12 @@ pub fn extend(catalog: Catalog, mcp: Option<&Path>) -> Result<Catalog, CliError>
         ..
     } = import(path)?;
     for problem in &problems {
-        eprintln!("warning: {problem}");
+        crate::notice::say(
+            tracing::Level::WARN,
+            "plansmith::mcp",
+            "warning",
+            &problem.to_string(),
+        );
     }
     let tools: Vec<Tool> = catalog
         .tools()
@@ -128,7 +133,12 @@ pub async fn connect(catalog: Catalog, path: &Path) -> Result<(Catalog, McpTools
     let config = read_config(path)?;
     let imported = McpTools::connect(&config, ClientOptions::default()).await;
     for problem in &imported.problems {
-        eprintln!("warning: {problem}");
+        crate::notice::say(
+            tracing::Level::WARN,
+            "plansmith::mcp",
+            "warning",
+            &problem.to_string(),
+        );
     }
     let tools: Vec<Tool> = catalog
         .tools()

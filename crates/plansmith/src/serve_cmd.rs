@@ -16,6 +16,7 @@ use plansmith_core::Planner;
 use plansmith_mcp::PlansmithMcp;
 use plansmith_server::{AppState, ServerConfig};
 use serde::Deserialize;
+use tracing::Level;
 
 use crate::{CliError, EXIT_OK};
 
@@ -258,19 +259,26 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             .map_err(CliError::failed)?;
         let local = listener.local_addr().map_err(CliError::failed)?;
         if config.tokens.is_empty() {
-            eprintln!(
-                "plansmith serve: listening on http://{local} (no API tokens: loopback only, single user)"
+            say(
+                Level::INFO,
+                &format!("listening on http://{local} (no API tokens: loopback only, single user)"),
             );
         } else {
-            eprintln!(
-                "plansmith serve: listening on http://{local} ({} API tokens)",
-                config.tokens.len()
+            say(
+                Level::INFO,
+                &format!(
+                    "listening on http://{local} ({} API tokens)",
+                    config.tokens.len()
+                ),
             );
         }
         if !config.cors_origins.is_empty() {
-            eprintln!(
-                "plansmith serve: pages from {} may call the API (CORS)",
-                config.cors_origins.join(", ")
+            say(
+                Level::INFO,
+                &format!(
+                    "pages from {} may call the API (CORS)",
+                    config.cors_origins.join(", ")
+                ),
             );
         }
         let tokens = config.tokens.clone();
@@ -279,14 +287,18 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
         // subscribers, and this one's reach theirs. Without it the service still works; only
         // pages watching through another process miss what happens here.
         match state.bus.relay(&store).await {
-            Ok(true) => eprintln!(
-                "plansmith serve: plan events shared with the other processes on the store"
+            Ok(true) => say(
+                Level::INFO,
+                "plan events shared with the other processes on the store",
             ),
             Ok(false) => {}
-            Err(err) => eprintln!(
-                "plansmith serve: warning: plan events are not shared with the other processes \
+            Err(err) => say(
+                Level::WARN,
+                &format!(
+                    "warning: plan events are not shared with the other processes \
                  on the store (pages watching a plan through another process will not see \
                  changes made here): {err}"
+                ),
             ),
         }
         // The same tools as `plansmith mcp`, over streamable HTTP at /mcp.
@@ -299,7 +311,10 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
         let mut state = state.with_mcp(mcp);
         if args.exec.commands.is_some() || mcp_tools.is_some() {
             let mut invokers = plansmith_exec::Invokers {
-                tasks: Some(Arc::new(plansmith_exec::TaskInvoker::new(model.clone(), 1024))),
+                tasks: Some(Arc::new(plansmith_exec::TaskInvoker::new(
+                    model.clone(),
+                    1024,
+                ))),
                 ..plansmith_exec::Invokers::default()
             };
             if let Some(path) = &args.exec.commands {
@@ -318,7 +333,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             exec.concurrency = args.exec.exec_concurrency.max(1);
             exec.lease = Duration::from_secs(args.exec.lease_secs.max(1));
             exec.wait_for_people = Duration::from_secs(args.exec.wait_secs);
-            eprintln!("plansmith serve: running plans as node {}", exec.node);
+            say(Level::INFO, &format!("running plans as node {}", exec.node));
             let executor = plansmith_exec::Executor::new(store, invokers, exec)
                 .with_catalog(catalog.clone())
                 .with_planner(Arc::new(Planner::new(catalog, model.clone())))
@@ -332,9 +347,9 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
         let mut second = signals;
         let stopped = plansmith_server::serve(listener, state, async move {
             let _ = first.wait_for(|count| *count >= 1).await;
-            eprintln!(
-                "plansmith serve: shutting down: answering the requests in flight (signal again \
-                 to stop at once)"
+            say(
+                Level::INFO,
+                "shutting down: answering the requests in flight (signal again to stop at once)",
             );
             // MCP clients' open streams end, as the plans' event streams do.
             mcp_sessions.close();
@@ -343,12 +358,15 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             if let Some(runner) = runner {
                 let left = runner.shut_down().await;
                 if !left.is_empty() {
-                    eprintln!(
-                        "plansmith serve: left {} run(s) in progress ({}): their running steps \
+                    say(
+                        Level::WARN,
+                        &format!(
+                            "left {} run(s) in progress ({}): their running steps \
                          here were stopped and their leases given up; a server on this store \
                          carries them on (this one, when it starts again)",
-                        left.len(),
-                        left.join(", ")
+                            left.len(),
+                            left.join(", ")
+                        ),
                     );
                 }
             }
@@ -358,14 +376,17 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             _ = second.wait_for(|count| *count >= 2) => {
                 // Not even the store is closed: that would wait for the connections in use.
                 // SQLite recovers its WAL at the next open; nothing acknowledged is lost.
-                eprintln!("plansmith serve: stopped at once; requests in flight were dropped");
+                say(Level::WARN, "stopped at once; requests in flight were dropped");
                 return Ok(EXIT_OK);
             }
         };
         if let plansmith_server::ShutdownOutcome::GaveUp(after) = outcome {
-            eprintln!(
-                "plansmith serve: requests still running after {} s were dropped",
-                after.as_secs()
+            say(
+                Level::WARN,
+                &format!(
+                    "requests still running after {} s were dropped",
+                    after.as_secs()
+                ),
             );
         }
         // The MCP servers whose tools the runs called, closed as MCP asks (the runs were left
@@ -375,9 +396,14 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
         }
         // SQLite checkpoints its WAL as the last connection closes.
         store.close().await;
-        eprintln!("plansmith serve: stopped");
+        say(Level::INFO, "stopped");
         Ok(EXIT_OK)
     })
+}
+
+/// One of `serve`'s own messages on stderr (plain, or JSON with the log: [`crate::notice`]).
+fn say(level: Level, message: &str) {
+    crate::notice::say(level, "plansmith::serve", "plansmith serve", message);
 }
 
 /// How many stop signals (SIGINT, i.e. Ctrl-C, or SIGTERM, what service managers send) have

@@ -341,7 +341,12 @@ fn pages_on_listed_origins_reach_the_api_and_mcp() {
 /// token).
 #[test]
 fn the_access_log_names_each_request() {
-    let line = access_log_line(&[]);
+    let (line, stderr) = access_log_line(&[]);
+    // serve's own messages stay plain lines without the JSON format.
+    assert!(
+        stderr.contains("plansmith serve: listening on http://127.0.0.1:"),
+        "{stderr}"
+    );
     for part in [
         "method=POST",
         "route=/v1/plans",
@@ -357,11 +362,28 @@ fn the_access_log_names_each_request() {
     assert!(!line.contains('\u{1b}'), "{line:?}");
 }
 
-/// `PLANSMITH_LOG_FORMAT=json`: the same line as one JSON object, for a log shipper; an
-/// unknown format is refused at start.
+/// `PLANSMITH_LOG_FORMAT=json`: the same line as one JSON object, for a log shipper, and so is
+/// every other line on stderr (serve's own messages, a failure to start); an unknown format is
+/// refused at start.
 #[test]
 fn the_access_log_in_json() {
-    let line = access_log_line(&[("PLANSMITH_LOG_FORMAT", "json")]);
+    let (line, stderr) = access_log_line(&[("PLANSMITH_LOG_FORMAT", "json")]);
+    // Every line of stderr is JSON, serve's own messages too.
+    let entries: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let listening = entries
+        .iter()
+        .find(|e| e["target"] == "plansmith::serve")
+        .unwrap_or_else(|| panic!("no message of serve's own: {stderr}"));
+    assert_eq!(listening["level"], "INFO", "{listening}");
+    assert!(
+        listening["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("listening on http://127.0.0.1:")),
+        "{listening}"
+    );
     let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(entry["level"], "INFO", "{entry}");
     assert_eq!(entry["target"], "plansmith::http", "{entry}");
@@ -386,11 +408,39 @@ fn the_access_log_in_json() {
         "{}",
         crate::text(&bad.stderr)
     );
+
+    // A server that cannot start says why in JSON too.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let failed = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["serve", "--addr", &addr, "--tools", "examples/tools.json"])
+        .args([
+            "--model",
+            "scripted:examples/replies/weather-email-repeat.json",
+        ])
+        .current_dir(root())
+        .env("PLANSMITH_LOG_FORMAT", "json")
+        .env_remove("PLANSMITH_MODEL")
+        .env_remove("PLANSMITH_TOKENS")
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    let stderr = crate::text(&failed.stderr);
+    let error: serde_json::Value =
+        serde_json::from_str(stderr.trim()).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(error["level"], "ERROR", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!("cannot listen on {addr}"))),
+        "{error}"
+    );
 }
 
 /// Starts `serve` with tokens, the access log on and `env`, plans once with
-/// `x-request-id: trace-42` (checking it comes back), and gives that request's log line.
-fn access_log_line(env: &[(&str, &str)]) -> String {
+/// `x-request-id: trace-42` (checking it comes back), and gives that request's log line and
+/// all of stderr up to it.
+fn access_log_line(env: &[(&str, &str)]) -> (String, String) {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("plans.db").display());
     let log = dir.path().join("stderr");
@@ -415,7 +465,7 @@ fn access_log_line(env: &[(&str, &str)]) -> String {
     loop {
         let text = std::fs::read_to_string(&log).unwrap();
         if let Some(line) = text.lines().find(|l| l.contains("trace-42")) {
-            return line.to_owned();
+            return (line.to_owned(), text.clone());
         }
         assert!(Instant::now() < deadline, "no access log line: {text}");
         std::thread::sleep(Duration::from_millis(50));
