@@ -34,6 +34,22 @@ pub enum ExecEvent {
         /// True when the attempt is re-run after its node lost the lease.
         rerun: bool,
     },
+    /// How far a running attempt has come, as its tool reports it (an MCP tool's progress
+    /// notifications; at most one event per step every [`PROGRESS_EVERY`]).
+    ///
+    /// [`PROGRESS_EVERY`]: crate::PROGRESS_EVERY
+    StepProgress {
+        /// The step.
+        step_id: String,
+        /// The attempt.
+        attempt: u32,
+        /// The progress so far.
+        progress: f64,
+        /// The progress at which it is done, when the tool knows it.
+        total: Option<f64>,
+        /// What the tool is doing, when it says.
+        message: Option<String>,
+    },
     /// A step completed.
     StepCompleted {
         /// The step.
@@ -95,6 +111,7 @@ impl ExecEvent {
         match self {
             ExecEvent::RunStarted { .. } => "run_started",
             ExecEvent::StepStarted { .. } => "step_started",
+            ExecEvent::StepProgress { .. } => "step_progress",
             ExecEvent::StepCompleted { .. } => "step_completed",
             ExecEvent::StepRetrying { .. } => "step_retrying",
             ExecEvent::StepEnded { .. } => "step_ended",

@@ -84,6 +84,28 @@ impl InvokeError {
 pub trait Invoker: Send + Sync {
     /// Runs one call and returns its result.
     fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>>;
+
+    /// [`Invoker::invoke`], telling `progress` how far the call has come whenever the tool
+    /// says (an MCP tool's progress notifications). By default it says nothing.
+    fn invoke_reporting<'a>(
+        &'a self,
+        call: &'a Call,
+        progress: &'a (dyn Fn(CallProgress) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        let _ = progress;
+        self.invoke(call)
+    }
+}
+
+/// How far a call has come, as its tool reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallProgress {
+    /// The progress so far.
+    pub progress: f64,
+    /// The progress at which the call is done, when the tool knows it.
+    pub total: Option<f64>,
+    /// What the tool is doing, when it says.
+    pub message: Option<String>,
 }
 
 /// The invokers of an executor, by action type.
@@ -110,6 +132,16 @@ impl std::fmt::Debug for Invokers {
 impl Invokers {
     /// Runs `call` with the invoker for its action; a reply step's result is `{"text": …}`.
     pub async fn invoke(&self, call: &Call) -> Result<Value, InvokeError> {
+        self.invoke_reporting(call, &|_| {}).await
+    }
+
+    /// [`Invokers::invoke`] with the call's progress reports to `progress`
+    /// ([`Invoker::invoke_reporting`]).
+    pub async fn invoke_reporting(
+        &self,
+        call: &Call,
+        progress: &(dyn Fn(CallProgress) + Send + Sync),
+    ) -> Result<Value, InvokeError> {
         let (invoker, what) = match &call.action {
             Action::Reply { text } => return Ok(json!({ "text": text })),
             Action::Tool { .. } => (&self.tools, "tool"),
@@ -117,7 +149,7 @@ impl Invokers {
             Action::Task { .. } => (&self.tasks, "task"),
         };
         match invoker {
-            Some(invoker) => invoker.invoke(call).await,
+            Some(invoker) => invoker.invoke_reporting(call, progress).await,
             None => Err(InvokeError::permanent(format!(
                 "no invoker is configured for {what} steps"
             ))),

@@ -75,8 +75,8 @@ pub mod summary;
 
 pub use events::{DocumentObserver, ExecEvent, Observer};
 pub use invoke::{
-    Call, CommandInvoker, CommandMap, Endpoint, FnInvoker, InvokeError, Invoker, Invokers,
-    TaskInvoker,
+    Call, CallProgress, CommandInvoker, CommandMap, Endpoint, FnInvoker, InvokeError, Invoker,
+    Invokers, TaskInvoker,
 };
 pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure};
-pub use run::{ExecConfig, ExecError, Executor, RunReport, StepReport, node_name};
+pub use run::{ExecConfig, ExecError, Executor, PROGRESS_EVERY, RunReport, StepReport, node_name};

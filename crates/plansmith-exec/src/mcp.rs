@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use plansmith_core::Action;
 use plansmith_core::llm::BoxFuture;
-use plansmith_mcp::{McpError, McpTools};
+use plansmith_mcp::{McpError, McpTools, ToolProgress};
 use serde_json::Value;
 
-use crate::invoke::{Call, InvokeError, Invoker};
+use crate::invoke::{Call, CallProgress, InvokeError, Invoker};
 
 /// Calls MCP tools; other tools go to `fallback`.
 pub struct McpInvoker {
@@ -39,6 +39,14 @@ impl McpInvoker {
 
 impl Invoker for McpInvoker {
     fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        self.invoke_reporting(call, &|_| {})
+    }
+
+    fn invoke_reporting<'a>(
+        &'a self,
+        call: &'a Call,
+        progress: &'a (dyn Fn(CallProgress) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Value, InvokeError>> {
         Box::pin(async move {
             let Action::Tool { name, arguments } = &call.action else {
                 return Err(InvokeError::permanent(
@@ -47,20 +55,27 @@ impl Invoker for McpInvoker {
             };
             if self.tools.route(name).is_none() {
                 return match &self.fallback {
-                    Some(fallback) => fallback.invoke(call).await,
+                    Some(fallback) => fallback.invoke_reporting(call, progress).await,
                     None => Err(InvokeError::permanent(format!(
                         "no MCP server exports `{name}`"
                     ))),
                 };
             }
-            let output =
-                self.tools
-                    .call(name, arguments.clone())
-                    .await
-                    .map_err(|err| match err {
-                        McpError::UnknownTool(_) => InvokeError::permanent(err.to_string()),
-                        other => InvokeError::transient(other.to_string()),
-                    })?;
+            let report = |tool: ToolProgress| {
+                progress(CallProgress {
+                    progress: tool.progress,
+                    total: tool.total,
+                    message: tool.message,
+                });
+            };
+            let output = self
+                .tools
+                .call_reporting(name, arguments.clone(), &report)
+                .await
+                .map_err(|err| match err {
+                    McpError::UnknownTool(_) => InvokeError::permanent(err.to_string()),
+                    other => InvokeError::transient(other.to_string()),
+                })?;
             if output.is_error {
                 return Err(InvokeError::transient(format!(
                     "`{name}` answered an error: {}",

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::events::{DocumentObserver, ExecEvent, Observer};
-use crate::invoke::{Call, InvokeError, Invokers};
+use crate::invoke::{Call, CallProgress, InvokeError, Invokers};
 use crate::policy::{FailurePolicy, OnFailure, needs_approval, policy_for};
 use crate::refs::{RefError, check_output, preview, resolve};
 use crate::replan::{call_fingerprint, failure_fingerprint, merge};
@@ -966,13 +966,21 @@ impl<'a> Ctx<'a> {
                 goal: self.plan.goal.clone(),
                 inputs,
             };
+            let reporter = Reporter {
+                observer: self.ex.observer.clone(),
+                plan_id: self.plan_id.clone(),
+                step_id: step.id.clone(),
+                attempt: claim.attempt,
+                last: Mutex::new(None),
+            };
             self.running.spawn(async move {
                 let begun = Instant::now();
                 let outcome = match prepared {
                     Err(failure) => Err(failure),
                     Ok(action) => {
                         let call = Call { action, ..call };
-                        match invokers.invoke(&call).await {
+                        let report = |progress: CallProgress| reporter.report(progress);
+                        match invokers.invoke_reporting(&call, &report).await {
                             Ok(value) => match output_schema {
                                 Some(schema) => check_output(&schema, &value)
                                     .map(|()| value)
@@ -1791,4 +1799,42 @@ async fn write_doc(
         }
     }
     Err(last.unwrap_or_else(|| StoreError::NotFound(plan_id.to_owned())))
+}
+
+/// Most [`ExecEvent::StepProgress`] events per step: one every this long (a tool may report
+/// many times a second; the reports between are dropped).
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// Turns a running attempt's progress reports into [`ExecEvent::StepProgress`], at most one
+/// per [`PROGRESS_EVERY`].
+struct Reporter {
+    observer: Option<Observer>,
+    plan_id: String,
+    step_id: String,
+    attempt: u32,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Reporter {
+    fn report(&self, progress: CallProgress) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        if let Ok(mut last) = self.last.lock() {
+            if last.is_some_and(|at| at.elapsed() < PROGRESS_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        observer(
+            &self.plan_id,
+            &ExecEvent::StepProgress {
+                step_id: self.step_id.clone(),
+                attempt: self.attempt,
+                progress: progress.progress,
+                total: progress.total,
+                message: progress.message,
+            },
+        );
+    }
 }

@@ -19,17 +19,21 @@ use plansmith_core::{Catalog, CatalogProblem};
 use process_wrap::tokio::CommandWrap;
 #[cfg(unix)]
 use process_wrap::tokio::ProcessGroup;
+use rmcp::ClientHandler;
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    PaginatedRequestParams, RequestId, ServerResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
 };
-use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
 
 use crate::McpError;
 use crate::config::{ServerSpec, ServersConfig, Transport};
@@ -101,6 +105,76 @@ pub struct ToolOutput {
     pub structured: Option<Value>,
     /// Every content block as sent.
     pub content: Vec<Value>,
+}
+
+/// How far a tool call has come, as its server reports it (`notifications/progress`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolProgress {
+    /// The progress so far (grows with each report).
+    pub progress: f64,
+    /// The progress at which the call is done, when the server knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What the tool is doing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Routes the progress notifications of the calls in flight on one connection to their
+/// callers, by progress token (rmcp gives every request one). Also the connection's MCP client
+/// handler, which does nothing else.
+#[derive(Clone, Default)]
+struct ProgressRoutes(Arc<Mutex<HashMap<ProgressToken, mpsc::UnboundedSender<ToolProgress>>>>);
+
+impl ProgressRoutes {
+    /// Sends the progress of the request with `token` to the returned receiver until the
+    /// guard is dropped.
+    fn route(&self, token: ProgressToken) -> (RouteGuard, mpsc::UnboundedReceiver<ToolProgress>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut routes) = self.0.lock() {
+            routes.insert(token.clone(), tx);
+        }
+        (
+            RouteGuard {
+                routes: self.clone(),
+                token,
+            },
+            rx,
+        )
+    }
+}
+
+/// Removes a route when its call ends.
+struct RouteGuard {
+    routes: ProgressRoutes,
+    token: ProgressToken,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        if let Ok(mut routes) = self.routes.0.lock() {
+            routes.remove(&self.token);
+        }
+    }
+}
+
+impl ClientHandler for ProgressRoutes {
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        if let Ok(routes) = self.0.lock()
+            && let Some(route) = routes.get(&params.progress_token)
+        {
+            let _ = route.send(ToolProgress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+        std::future::ready(())
+    }
 }
 
 /// Connections to the configured MCP servers and the routes of their tools.
@@ -252,6 +326,17 @@ impl McpTools {
         name: &str,
         arguments: Map<String, Value>,
     ) -> Result<ToolOutput, McpError> {
+        self.call_reporting(name, arguments, &|_| {}).await
+    }
+
+    /// [`McpTools::call`], handing each progress notification of the call to `on_progress`
+    /// (which must be quick) as it comes.
+    pub async fn call_reporting(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        on_progress: &(dyn Fn(ToolProgress) + Send + Sync),
+    ) -> Result<ToolOutput, McpError> {
         let route = self
             .routes
             .get(name)
@@ -260,7 +345,9 @@ impl McpTools {
             .connections
             .get(&route.server)
             .ok_or_else(|| McpError::UnknownTool(name.to_owned()))?;
-        connection.call(&route.tool, arguments, &self.options).await
+        connection
+            .call(&route.tool, arguments, &self.options, on_progress)
+            .await
     }
 }
 
@@ -297,7 +384,7 @@ fn tool_problem(problem: CatalogProblem, pairs: &[(String, String)]) -> ServerPr
     }
 }
 
-type Client = RunningService<RoleClient, ()>;
+type Client = RunningService<RoleClient, ProgressRoutes>;
 
 /// The service loop ended or its transport closed (the server exited, the HTTP session died).
 fn is_dead(client: &Client) -> bool {
@@ -318,6 +405,8 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(8);
 struct Connection {
     spec: ServerSpec,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// Shared by the connection's successive clients.
+    progress: ProgressRoutes,
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
@@ -326,6 +415,7 @@ impl Connection {
         Connection {
             spec,
             client: tokio::sync::Mutex::new(None),
+            progress: ProgressRoutes::default(),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
         }
     }
@@ -351,50 +441,55 @@ impl Connection {
     /// Spawns or reaches the server and runs the `initialize` handshake, bounded.
     async fn open(&self, options: &ClientOptions) -> Result<Client, McpError> {
         let server = self.name().to_owned();
-        let handshake = async {
-            match &self.spec.transport {
-                Transport::Stdio {
-                    command,
-                    args,
-                    env,
-                    cwd,
-                } => {
-                    let mut cmd = tokio::process::Command::new(command);
-                    cmd.args(args).envs(env);
-                    if let Some(cwd) = cwd {
-                        cmd.current_dir(cwd);
+        let handshake =
+            async {
+                match &self.spec.transport {
+                    Transport::Stdio {
+                        command,
+                        args,
+                        env,
+                        cwd,
+                    } => {
+                        let mut cmd = tokio::process::Command::new(command);
+                        cmd.args(args).envs(env);
+                        if let Some(cwd) = cwd {
+                            cmd.current_dir(cwd);
+                        }
+                        let mut cmd = CommandWrap::from(cmd);
+                        // Its own process group: a terminal's Ctrl-C (SIGINT to the foreground
+                        // group) reaches plansmith, which stops the calls and then closes the
+                        // server; the server dying under a call in flight would fail the call.
+                        // rmcp's SIGTERM and kill then reach whatever the server started too.
+                        #[cfg(unix)]
+                        cmd.wrap(ProcessGroup::leader());
+                        let (transport, stderr) = TokioChildProcess::builder(cmd)
+                            .stderr(Stdio::piped())
+                            .spawn()
+                            .map_err(|err| McpError::Spawn {
+                                server: server.clone(),
+                                message: format!("cannot start `{command}`: {err}"),
+                            })?;
+                        if let Some(stderr) = stderr {
+                            self.collect_stderr(stderr);
+                        }
+                        self.progress.clone().serve(transport).await.map_err(|err| {
+                            McpError::Protocol {
+                                server: server.clone(),
+                                message: format!("initialize failed: {err}"),
+                            }
+                        })
                     }
-                    let mut cmd = CommandWrap::from(cmd);
-                    // Its own process group: a terminal's Ctrl-C (SIGINT to the foreground
-                    // group) reaches plansmith, which stops the calls and then closes the
-                    // server; the server dying under a call in flight would fail the call.
-                    // rmcp's SIGTERM and kill then reach whatever the server started too.
-                    #[cfg(unix)]
-                    cmd.wrap(ProcessGroup::leader());
-                    let (transport, stderr) = TokioChildProcess::builder(cmd)
-                        .stderr(Stdio::piped())
-                        .spawn()
-                        .map_err(|err| McpError::Spawn {
-                            server: server.clone(),
-                            message: format!("cannot start `{command}`: {err}"),
-                        })?;
-                    if let Some(stderr) = stderr {
-                        self.collect_stderr(stderr);
+                    Transport::Http { url, headers } => {
+                        let transport = http_transport(&server, url, headers)?;
+                        self.progress.clone().serve(transport).await.map_err(|err| {
+                            McpError::Protocol {
+                                server: server.clone(),
+                                message: format!("initialize failed: {err}"),
+                            }
+                        })
                     }
-                    ().serve(transport).await.map_err(|err| McpError::Protocol {
-                        server: server.clone(),
-                        message: format!("initialize failed: {err}"),
-                    })
                 }
-                Transport::Http { url, headers } => {
-                    let transport = http_transport(&server, url, headers)?;
-                    ().serve(transport).await.map_err(|err| McpError::Protocol {
-                        server: server.clone(),
-                        message: format!("initialize failed: {err}"),
-                    })
-                }
-            }
-        };
+            };
         match tokio::time::timeout(options.connect_timeout, handshake).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(err)) => Err(self.with_stderr(err).await),
@@ -554,6 +649,7 @@ impl Connection {
         tool: &str,
         arguments: Map<String, Value>,
         options: &ClientOptions,
+        on_progress: &(dyn Fn(ToolProgress) + Send + Sync),
     ) -> Result<ToolOutput, McpError> {
         let client = self.ensure(options).await?;
         let operation = format!("tools/call `{tool}`");
@@ -574,7 +670,16 @@ impl Connection {
         {
             Ok(handle) => {
                 let mut abandoned = Abandoned::new(client.peer(), handle.id.clone());
-                let answer = handle.await_response().await;
+                // (A report sent before the route exists is missed; the next one comes through.)
+                let (_route, mut reports) = self.progress.route(handle.progress_token.clone());
+                let answer = handle.await_response();
+                tokio::pin!(answer);
+                let answer = loop {
+                    tokio::select! {
+                        answer = &mut answer => break answer,
+                        Some(report) = reports.recv() => on_progress(report),
+                    }
+                };
                 abandoned.disarm();
                 answer
             }

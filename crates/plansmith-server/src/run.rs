@@ -1,6 +1,7 @@
 //! Plan execution over HTTP: `POST /v1/plans/{id}/run` starts (or, with `{"resume": true}`,
 //! continues) a run with the executor of `plansmith-exec`, and the run's events go to the
-//! plan's event stream (`exec_run_started`, `exec_step_started`, `exec_step_completed`,
+//! plan's event stream (`exec_run_started`, `exec_step_started`, `exec_step_progress`,
+//! `exec_step_completed`,
 //! `exec_step_retrying`, `exec_step_ended`, `exec_replanned`, `exec_run_finished`, plus
 //! `step_status` for the review page, and `plan_updated` each time the run writes its steps'
 //! statuses and results into the plan); a reader that opens the stream later gets the run as

@@ -264,6 +264,26 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     })
 }
 
+/// `3/8`, `40%` of a total of 100, or the bare count.
+fn progress_text(progress: f64, total: Option<f64>) -> String {
+    // Whole numbers without `.0`; others with at most two decimals.
+    let number = |n: f64| {
+        if n.fract() == 0.0 && n.abs() < 1e15 {
+            format!("{n:.0}")
+        } else {
+            format!("{n:.2}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_owned()
+        }
+    };
+    match total {
+        Some(100.0) => format!("{}%", number(progress)),
+        Some(total) if total > 0.0 => format!("{}/{}", number(progress), number(total)),
+        _ => number(progress),
+    }
+}
+
 /// A stop being recorded: the store's answer to come, whether the run had started when it
 /// was asked (see `started` in [`run_async`]), and the signal that asked.
 struct StopRequest {
@@ -484,6 +504,30 @@ impl Progress {
                     None => eprintln!("→ {text}"),
                 }
             }
+            // On a terminal, in the step's spinner; elsewhere (a log) not at all: the reports
+            // come up to four times a second.
+            ExecEvent::StepProgress {
+                step_id,
+                attempt,
+                progress,
+                total,
+                message,
+            } => {
+                if let Ok(running) = self.running.lock()
+                    && let Some(bar) = running.get(step_id)
+                {
+                    let mut text = format!(
+                        "[{step_id}] {} — attempt {attempt} · {}",
+                        self.title(step_id),
+                        progress_text(*progress, *total)
+                    );
+                    if let Some(message) = message.as_deref().filter(|m| !m.trim().is_empty()) {
+                        text.push_str(" · ");
+                        text.push_str(message.trim());
+                    }
+                    bar.set_message(text);
+                }
+            }
             ExecEvent::StepCompleted {
                 step_id,
                 elapsed_ms,
@@ -566,5 +610,19 @@ fn print_report(report: &RunReport) {
     }
     if !report.summary.is_empty() {
         println!("{}", report.summary.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_text;
+
+    #[test]
+    fn progress_reads_as_a_fraction_a_percentage_or_a_count() {
+        assert_eq!(progress_text(3.0, Some(8.0)), "3/8");
+        assert_eq!(progress_text(0.6000000000000001, Some(60.0)), "0.6/60");
+        assert_eq!(progress_text(40.0, Some(100.0)), "40%");
+        assert_eq!(progress_text(12.5, None), "12.5");
+        assert_eq!(progress_text(7.0, Some(0.0)), "7");
     }
 }

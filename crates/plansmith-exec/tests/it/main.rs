@@ -17,6 +17,9 @@ mod commands;
 /// Approval gates through the feedback path.
 mod gates;
 
+/// A tool's progress reports become step events, a few a second.
+mod progress;
+
 /// Replanning from observations (scripted model at the LLM boundary), stall detection.
 mod replanning;
 

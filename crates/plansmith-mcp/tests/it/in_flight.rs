@@ -215,15 +215,25 @@ async fn progress_keeps_a_call_alive_up_to_its_total_bound() {
     assert!(imported.problems.is_empty(), "{:?}", imported.problems);
     let tools = imported.tools;
 
-    // 3 s with progress every 0.2 s: past the call timeout, and answered.
+    // 3 s with progress every 0.2 s: past the call timeout, and answered; the caller hears
+    // each report as it comes.
+    let reports = std::sync::Mutex::new(Vec::new());
     let answer = tools
-        .call(
+        .call_reporting(
             "wait",
             args(json!({"seconds": 3, "tag": "reported", "progress_every": 0.2})),
+            &|report| reports.lock().unwrap().push(report),
         )
         .await
         .unwrap();
     assert_eq!(answer.text, "waited");
+    let reports = reports.into_inner().unwrap();
+    assert!(reports.len() >= 10, "{reports:?}");
+    assert!(
+        reports.windows(2).all(|w| w[0].progress < w[1].progress),
+        "{reports:?}"
+    );
+    assert!(reports.iter().all(|r| r.total == Some(3.0)), "{reports:?}");
 
     // 3 s in silence: the server's own 1 s bound ends it, and the server hears of it.
     let err = tools

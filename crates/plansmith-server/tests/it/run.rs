@@ -3,14 +3,41 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use plansmith_core::llm::BoxFuture;
 use plansmith_core::{Action, Catalog, Planner, ScriptedModel};
-use plansmith_exec::{ExecConfig, Executor, FnInvoker, Invokers};
+use plansmith_exec::{
+    Call, CallProgress, ExecConfig, Executor, FnInvoker, InvokeError, Invoker, Invokers,
+};
 use plansmith_server::{AppState, ServerConfig};
 use plansmith_store::{Location, PlanStore, Review, ReviewState, RunState};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::{Server, call, reply, root, serve_state, watch};
+
+/// The in-process tools, `get_weather` reporting its progress first (as an MCP tool does).
+struct Reporting(FnInvoker);
+
+impl Invoker for Reporting {
+    fn invoke<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        self.0.invoke(call)
+    }
+
+    fn invoke_reporting<'a>(
+        &'a self,
+        call: &'a Call,
+        progress: &'a (dyn Fn(CallProgress) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Value, InvokeError>> {
+        if matches!(&call.action, Action::Tool { name, .. } if name == "get_weather") {
+            progress(CallProgress {
+                progress: 1.0,
+                total: Some(2.0),
+                message: Some("asking the weather service".into()),
+            });
+        }
+        self.0.invoke(call)
+    }
+}
 
 /// A server over a fresh store whose executor runs the example tools in process; `calls`
 /// records the tool calls.
@@ -52,7 +79,7 @@ pub(crate) async fn start_with(
         })
     });
     let invokers = Invokers {
-        tools: Some(Arc::new(invoker)),
+        tools: Some(Arc::new(Reporting(invoker))),
         ..Invokers::default()
     };
     let mut config = ExecConfig::new("test-node");
@@ -93,11 +120,30 @@ async fn run_endpoint_streams_execution_events() {
     for kind in [
         "exec_run_started",
         "exec_step_started",
+        "exec_step_progress",
         "exec_step_completed",
         "step_status",
     ] {
         assert!(kinds.contains(&kind), "{kind} missing in {kinds:?}");
     }
+    // A tool's progress report, between its step's start and end.
+    let (_, progress) = seen
+        .iter()
+        .find(|(kind, _)| kind == "exec_step_progress")
+        .unwrap();
+    assert_eq!(
+        progress["data"],
+        json!({"kind": "step_progress", "step_id": "s1", "attempt": 1, "progress": 1.0,
+               "total": 2.0, "message": "asking the weather service"}),
+        "{progress}"
+    );
+    let at = |wanted: &str| {
+        seen.iter()
+            .position(|(kind, event)| kind == wanted && event["data"]["step_id"] == "s1")
+            .unwrap()
+    };
+    assert!(at("exec_step_started") < at("exec_step_progress"));
+    assert!(at("exec_step_progress") < at("exec_step_completed"));
     let (_, finished) = seen.last().unwrap();
     assert_eq!(finished["data"]["state"], "completed", "{finished}");
     // The run's writes of the plan come as plan_updated (the stored plan, as any writer's),

@@ -849,27 +849,29 @@ fn on_a_terminal_the_steps_spin_and_ctrl_c_stops_the_run() {
 }
 
 /// Ctrl-C at a terminal while a step waits on an MCP server's tool (a real stdio server on the
-/// official Python SDK, `slow_server.py`). The terminal signals the CLI's process group; the
+/// official Python SDK, `slow_server.py`), whose progress reports show in the step's spinner.
+/// The terminal signals the CLI's process group; the
 /// server has a group of its own, so it lives on: the CLI cancels the call
 /// (`notifications/cancelled`, the server logs it), the step ends stopped (not failed with "the
 /// server closed the connection", as when the server died of the same Ctrl-C), nothing else
 /// starts, and the CLI closes the server before it exits.
 #[test]
 #[cfg(target_os = "linux")]
-fn on_a_terminal_ctrl_c_cancels_an_mcp_call_and_closes_its_server() {
-    let test = "on_a_terminal_ctrl_c_cancels_an_mcp_call_and_closes_its_server";
+fn on_a_terminal_mcp_progress_shows_and_ctrl_c_cancels_the_call() {
+    let test = "on_a_terminal_mcp_progress_shows_and_ctrl_c_cancels_the_call";
     let Some(python) = mcp_server(test, "PLANSMITH_TEST_MCP_PYTHON") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
+    let mark = dir.path().join("reported");
     let servers = dir.path().join("servers.json");
     write(
         &servers,
         &serde_json::json!({"mcpServers": {"slow": {
             "command": python,
             "args": [root().join("crates/plansmith-mcp/tests/fixtures/slow_server.py")],
-            "env": {"SLOW_SERVER_LOG": log},
+            "env": {"SLOW_SERVER_LOG": log, "SLOW_SERVER_MARK": mark},
         }}}),
     );
     let plan = dir.path().join("plan.json");
@@ -877,16 +879,16 @@ fn on_a_terminal_ctrl_c_cancels_an_mcp_call_and_closes_its_server() {
         &plan,
         &serde_json::json!({"title": "wait, then wait", "steps": [
             {"id": "s1", "type": "tool", "title": "long wait", "name": "wait",
-             "arguments": {"seconds": 60, "tag": "s1"}},
+             "arguments": {"seconds": 60, "tag": "s1", "progress_every": 0.2}},
             {"id": "s2", "type": "tool", "title": "short wait", "name": "wait",
              "arguments": {"seconds": 0, "tag": "s2"}, "depends_on": ["s1"]}
         ]}),
     );
     let store = format!("sqlite:{}", dir.path().join("plans.db").display());
-    // Ctrl-C is typed once the server's log has its first line: s1's call has started.
+    // Ctrl-C is typed once the tool has reported its progress three times.
     let terminal = Command::new("python3")
         .arg(root().join("crates/plansmith/tests/cli/terminal.py"))
-        .arg(&log)
+        .arg(&mark)
         .arg(env!("CARGO_BIN_EXE_plansmith"))
         .args(["run", plan.to_str().unwrap(), "--store", &store])
         .args(["--mcp", servers.to_str().unwrap()])
@@ -900,6 +902,9 @@ fn on_a_terminal_ctrl_c_cancels_an_mcp_call_and_closes_its_server() {
     let server_log = lines(&log);
     assert_eq!(code.trim(), "130", "{screen}\n{}", text(&terminal.stderr));
     for expected in [
+        // The tool's progress, in its step's spinner.
+        "[s1] long wait — attempt 1 · ",
+        "/60 · waited ",
         "- [s1] long wait skipped: stopped",
         "- [s2] short wait skipped: not run",
         "Reason: stopped by cli: interrupted (Ctrl-C)",
