@@ -1,5 +1,5 @@
 // Drives the review page in headless Chromium (playwright-core) through a run of an accepted
-// plan whose step s2 needs approval (audited with axe-core while it waits; reopened then, the
+// plan (s1's tool reports its progress, shown in its status) whose step s2 needs approval (audited with axe-core while it waits; reopened then, the
 // page knows the run waits and offers no "Run"). Usage:
 //   node scripts/review-page-run.mjs BASE_URL PLAN_ID SCREENSHOT_DIR STOP_PLAN_ID
 // (STOP_PLAN_ID: an accepted copy of the plan that never ran: run, then stopped while it waits.)
@@ -15,10 +15,20 @@ try {
   await page.waitForSelector("#main[data-live]");
   if ((await page.evaluate(text, "#state")) !== "accepted") await fail(`state ${await page.evaluate(text, "#state")}`);
   if ((await page.evaluate(text, "#run")) !== "Run") await fail(`the button before a run says ${await page.evaluate(text, "#run")}`);
+  // Every text s1's status shows during the run (the tool reports its progress once).
+  await page.evaluate(() => {
+    window.s1Texts = [];
+    new MutationObserver(() => {
+      const t = document.querySelector("#step-s1 .status")?.textContent;
+      if (t && window.s1Texts.at(-1) !== t) window.s1Texts.push(t);
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
   await page.click("#run");
   // s1 runs and its result shows; s2 waits for approval, with the buttons to decide.
   await page.waitForFunction(() => document.querySelector("#step-s1 .status")?.textContent === "completed"
     && document.querySelector("#step-s1 .result")?.textContent.includes("Sunny, 21 °C"));
+  const s1Texts = await page.evaluate(() => window.s1Texts);
+  if (!s1Texts.includes("in progress · 1/2 · asking the weather service")) await fail(`s1's progress never showed: ${JSON.stringify(s1Texts)}`);
   await page.waitForSelector('#step-s2 button[data-verdict="approve"]');
   if ((await page.evaluate(text, "#step-s2 .status")) !== "blocked") await fail(`s2 is ${await page.evaluate(text, "#step-s2 .status")}`);
   if (!(await page.evaluate(text, "#step-s2 .note")).includes("waiting for approval")) await fail(`s2 note: ${await page.evaluate(text, "#step-s2 .note")}`);
