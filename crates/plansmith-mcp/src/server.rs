@@ -3,7 +3,8 @@
 //! - `plan`: a request (query, profile, context, locale, max_steps, conversation) → the outcome
 //!   (`ready` / `needs_input` / `fallback`), the plan with its questions, and the diagnostics
 //!   (findings, attempts, repairs, strategy). The plan is stored for review unless
-//!   `save: false`, so `feedback` and `planning` can reach it by id.
+//!   `save: false`, so `feedback` and `planning` can reach it by id. Planning reports its
+//!   progress to a client that sends a progress token, and stops when the client cancels.
 //! - `planning`: OpenManus's PlanningTool, one command for one: `create` (plan_id, title,
 //!   steps), `update`, `list`, `get` (the conversation's active plan without plan_id),
 //!   `set_active`, `mark_step` (step_index, step_status, step_notes), `delete`, with its error
@@ -30,11 +31,14 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use plansmith_core::parse::{ParseDefaults, to_plan};
 use plansmith_core::plan_template::{PlanTemplate, TemplateParameter};
-use plansmith_core::{OutcomeStatus, PlanOptions, PlanRequest, Planner, Severity};
+use plansmith_core::{OutcomeStatus, PlanEvent, PlanOptions, PlanRequest, Planner, Severity};
 use plansmith_store::{Decision, ListFilter, PlanStore, Review, StepKey, StoreError, StoredPlan};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig,
+};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -235,6 +239,65 @@ const DEFAULT_CONVERSATION: &str = "default";
 
 type ToolAnswer = Result<CallToolResult, rmcp::ErrorData>;
 
+/// Plans `request` for an MCP client: `None` once the client cancels the call
+/// (`notifications/cancelled`; planning stops then: the embedded model serves one request at a
+/// time, and planning that nobody waits for would hold up the next). A client that asked for
+/// progress (a `progressToken`) hears how it goes: each attempt, each step as it is written,
+/// each repair, and the text written so far at most four times a second in between. That also
+/// keeps alive a call whose timeout restarts on progress (slow local planning).
+async fn plan_for(
+    planner: &Planner,
+    request: &PlanRequest,
+    context: &RequestContext<RoleServer>,
+) -> Option<Result<plansmith_core::Outcome, plansmith_core::PlanError>> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PlanEvent>();
+    let mut on_event = move |event: PlanEvent| {
+        let _ = tx.send(event);
+    };
+    let planning = planner.plan_with_events(request, &mut on_event);
+    let token = context.meta.get_progress_token();
+    let peer = context.peer.clone();
+    let report = async move {
+        let mut count = 0u32;
+        let mut written = 0usize;
+        let mut last: Option<std::time::Instant> = None;
+        while let Some(event) = rx.recv().await {
+            count += 1;
+            let message = match event {
+                PlanEvent::AttemptStarted { attempt, .. } => format!("attempt {}", attempt + 1),
+                PlanEvent::Step { step, .. } => format!("step {}: {}", step.id, step.title),
+                PlanEvent::Repair { problems, .. } => {
+                    format!("repairing: {}", problems.join("; "))
+                }
+                PlanEvent::Token { text, .. } => {
+                    written += text.chars().count();
+                    if last.is_some_and(|at| at.elapsed() < PROGRESS_EVERY) {
+                        continue;
+                    }
+                    format!("writing ({written} characters)")
+                }
+            };
+            last = Some(std::time::Instant::now());
+            if let Some(token) = &token {
+                let mut progress = ProgressNotificationParam::new(token.clone(), f64::from(count));
+                progress.message = Some(message);
+                // A client that went away is the cancellation's business.
+                let _ = peer.notify_progress(progress).await;
+            }
+        }
+        // The planner dropped its callback (it answered): the select below ends first.
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        outcome = planning => Some(outcome),
+        () = context.ct.cancelled() => None,
+        () = report => None,
+    }
+}
+
+/// At most one "writing" progress notification this often while the model writes.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A successful answer: the JSON as structured content, and a text block.
 fn answer(value: Value, text: String) -> ToolAnswer {
     let mut result = CallToolResult::structured(value);
@@ -326,9 +389,10 @@ impl PlansmithMcp {
             max_steps: params.max_steps.unwrap_or(PlanOptions::default().max_steps),
             ..PlanOptions::default()
         };
-        let outcome = match self.planner.plan(&request).await {
-            Ok(outcome) => outcome,
-            Err(err) => return failure(format!("planning failed: {err}")),
+        let outcome = match plan_for(&self.planner, &request, &context).await {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(err)) => return failure(format!("planning failed: {err}")),
+            None => return failure("cancelled by the client"),
         };
         let stored = if params.save.unwrap_or(true) {
             let review = Review {

@@ -3,20 +3,28 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+use plansmith_core::LanguageModel;
+use plansmith_core::llm::{
+    BoxFuture, BoxStream, Capabilities, Completion, CompletionRequest, LlmError, StreamEvent,
+};
 use plansmith_core::{Catalog, Planner, ScriptedModel};
 use plansmith_mcp::PlansmithMcp;
 use plansmith_store::{Location, PlanStore};
-use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest,
+    ProgressNotificationParam,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
+use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
-struct Session {
-    client: RunningService<RoleClient, ()>,
+struct Session<H: ClientHandler = ()> {
+    client: RunningService<RoleClient, H>,
     _dir: tempfile::TempDir,
 }
 
-impl Session {
+impl<H: ClientHandler> Session<H> {
     async fn call(&self, tool: &str, arguments: Value) -> CallToolResult {
         self.client
             .call_tool(
@@ -51,6 +59,11 @@ impl Session {
 }
 
 async fn start(turns: Vec<String>) -> Session {
+    start_with(Arc::new(ScriptedModel::new(turns).streaming(8)), ()).await
+}
+
+/// plansmith's MCP server planning with `model`, and a client with `handler`.
+async fn start_with<H: ClientHandler>(model: Arc<dyn LanguageModel>, handler: H) -> Session<H> {
     let catalog = Catalog::from_json(&json!([
         {"name": "get_weather", "description": "Weather for a city",
          "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
@@ -64,7 +77,7 @@ async fn start(turns: Vec<String>) -> Session {
     let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
         .await
         .unwrap();
-    let planner = Planner::new(catalog, Arc::new(ScriptedModel::new(turns)));
+    let planner = Planner::new(catalog, model);
     let server = PlansmithMcp::new(Arc::new(planner), store, "mcp-test");
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
     tokio::spawn(async move {
@@ -72,7 +85,7 @@ async fn start(turns: Vec<String>) -> Session {
             let _ = running.waiting().await;
         }
     });
-    let client = ().serve(client_io).await.unwrap();
+    let client = handler.serve(client_io).await.unwrap();
     Session { client, _dir: dir }
 }
 
@@ -287,4 +300,133 @@ async fn templates_tool_saves_and_instantiates() {
         )
         .await;
     assert!(gone.contains("city-weather"), "{gone}");
+}
+
+/// Records the progress notifications it gets.
+#[derive(Clone, Default)]
+struct Listener(Arc<std::sync::Mutex<Vec<ProgressNotificationParam>>>);
+
+impl ClientHandler for Listener {
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.0.lock().unwrap().push(params);
+        std::future::ready(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn planning_reports_its_progress_to_a_client_that_asks() {
+    let reply = json!({"title": "Weather", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}},
+        {"id": "s2", "type": "reply", "text": "Here it is", "depends_on": ["s1"]}
+    ]});
+    let listener = Listener::default();
+    // A model that writes as a real one does, a piece every 20 ms (a scripted one answers at
+    // once, and the answer ends the progress).
+    let model = Arc::new(Slow(ScriptedModel::new([reply.to_string()]).streaming(8)));
+    let s = start_with(model, listener.clone()).await;
+    // rmcp's client puts a progress token on every request.
+    let planned = s.ok("plan", json!({"query": "Weather in Paris"})).await;
+    assert_eq!(planned["status"], "ready", "{planned}");
+    let heard = listener.0.lock().unwrap().clone();
+    let messages: Vec<String> = heard.iter().filter_map(|p| p.message.clone()).collect();
+    assert_eq!(
+        messages.first().map(String::as_str),
+        Some("attempt 1"),
+        "{messages:?}"
+    );
+    for step in ["step s1: ", "step s2: "] {
+        assert!(messages.iter().any(|m| m.starts_with(step)), "{messages:?}");
+    }
+    assert!(
+        heard.windows(2).all(|w| w[0].progress < w[1].progress),
+        "{heard:?}"
+    );
+}
+
+/// A scripted model streaming a piece every 20 ms.
+struct Slow(ScriptedModel);
+
+impl LanguageModel for Slow {
+    fn name(&self) -> String {
+        "slow".into()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
+        self.0.complete(request)
+    }
+
+    fn stream(&self, request: CompletionRequest) -> BoxStream<'_, Result<StreamEvent, LlmError>> {
+        Box::pin(self.0.stream(request).then(|item| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            item
+        }))
+    }
+}
+
+/// A model that never answers, and says when its call was dropped.
+struct Stalled(Arc<std::sync::atomic::AtomicBool>);
+
+struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl LanguageModel for Stalled {
+    fn name(&self) -> String {
+        "stalled".into()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    fn complete(&self, _request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
+        let dropped = SetOnDrop(self.0.clone());
+        Box::pin(async move {
+            let _dropped = dropped;
+            std::future::pending().await
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_plan_call_stops_planning() {
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = start_with(Arc::new(Stalled(dropped.clone())), ()).await;
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("plan")
+            .with_arguments(json!({"query": "Weather"}).as_object().cloned().unwrap()),
+    ));
+    let handle = s
+        .client
+        .peer()
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst));
+    handle
+        .cancel(Some("the user gave up".into()))
+        .await
+        .unwrap();
+    // The model's call is dropped: the planner is free for the next request.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "planning went on after the cancel"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
