@@ -495,16 +495,16 @@ impl PlansmithMcp {
             FeedbackAction::Edit => Decision::Edit(text),
             FeedbackAction::Answer => Decision::Answer(text),
         };
-        match self
+        let actor = self.actor_for(&owner);
+        let decide = self
             .store
-            .decide(
-                &params.plan_id,
-                decision,
-                Some(&self.planner),
-                &self.actor_for(&owner),
-            )
-            .await
-        {
+            .decide(&params.plan_id, decision, Some(&self.planner), &actor);
+        // Edit and answer replan: a cancelled call stops that too (see `plan_for`).
+        let decided = tokio::select! {
+            decided = decide => decided,
+            () = context.ct.cancelled() => return failure("cancelled by the client"),
+        };
+        match decided {
             Ok(stored) => answer(stored_json(&stored), stored.render_text()),
             Err(err) => failure(err.to_string()),
         }

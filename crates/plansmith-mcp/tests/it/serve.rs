@@ -401,13 +401,40 @@ impl LanguageModel for Stalled {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_cancelled_plan_call_stops_planning() {
+async fn a_cancelled_call_stops_planning_and_replanning() {
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s = start_with(Arc::new(Stalled(dropped.clone())), ()).await;
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(
         CallToolRequestParams::new("plan")
             .with_arguments(json!({"query": "Weather"}).as_object().cloned().unwrap()),
     ));
+    cancel_and_see_the_model_dropped(&s, request, &dropped).await;
+
+    // So does a replanning feedback (an edit of a plan stored without the model).
+    dropped.store(false, std::sync::atomic::Ordering::SeqCst);
+    s.ok(
+        "planning",
+        json!({"command": "create", "plan_id": "p1", "title": "Trip", "steps": ["Book", "Pack"]}),
+    )
+    .await;
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("feedback").with_arguments(
+            json!({"plan_id": "p1", "action": "edit", "text": "add a step"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        ),
+    ));
+    cancel_and_see_the_model_dropped(&s, request, &dropped).await;
+}
+
+/// Sends `request`, cancels it after 300 ms, and waits (up to 10 s) until the model's call is
+/// dropped.
+async fn cancel_and_see_the_model_dropped(
+    s: &Session,
+    request: ClientRequest,
+    dropped: &std::sync::atomic::AtomicBool,
+) {
     let handle = s
         .client
         .peer()
