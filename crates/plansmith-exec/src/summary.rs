@@ -25,12 +25,19 @@ pub fn plain(plan: &Plan, steps: &[ExecStep]) -> String {
                 (_, Some(result)) => preview(result, 300),
                 (_, None) => String::new(),
             },
-            _ => [row.error.as_deref(), Some(row.note.as_str())]
-                .into_iter()
-                .flatten()
-                .filter(|t| !t.is_empty())
-                .collect::<Vec<_>>()
-                .join("; "),
+            // The error, then the note unless the error says it already (a stopped step:
+            // "stopped: stopped by cli: …", note "stopped").
+            _ => {
+                let error = row.error.as_deref().unwrap_or_default();
+                let note = row.note.as_str();
+                [error, note]
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, t)| !t.is_empty() && (*i == 0 || !error.contains(*t)))
+                    .map(|(_, t)| t)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
         };
         out.push_str(&format!(
             "- [{}] {} ({}): {}\n",
@@ -72,5 +79,69 @@ pub async fn compose(
             tracing::warn!("summary model failed, using the plain rendering: {err}");
             rendering
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use plansmith_core::Step;
+    use serde_json::json;
+
+    use super::*;
+
+    fn row(id: &str, status: ExecStatus, error: Option<&str>, note: &str) -> ExecStep {
+        ExecStep {
+            step_id: id.into(),
+            status,
+            attempt: 1,
+            reruns: 0,
+            result: None,
+            error: error.map(str::to_owned),
+            note: note.into(),
+            lease_owner: None,
+            lease_until: None,
+            not_before: None,
+        }
+    }
+
+    #[test]
+    fn a_step_line_says_the_error_then_a_note_it_does_not_repeat() {
+        let mut plan = Plan::new("p", "the goal");
+        plan.steps = serde_json::from_value::<Vec<Step>>(json!([
+            {"id": "s1", "title": "long", "action": {"type": "reply", "text": "x"}},
+            {"id": "s2", "title": "next", "action": {"type": "reply", "text": "y"}},
+            {"id": "s3", "title": "flaky", "action": {"type": "reply", "text": "z"}}
+        ]))
+        .unwrap();
+        let text = plain(
+            &plan,
+            &[
+                row(
+                    "s1",
+                    ExecStatus::Skipped,
+                    Some("stopped: stopped by cli: interrupted (Ctrl-C)"),
+                    "stopped",
+                ),
+                row("s2", ExecStatus::Skipped, None, "not run: stopped by cli"),
+                row(
+                    "s3",
+                    ExecStatus::Failed,
+                    Some("exit 1"),
+                    "gave up after 3 attempts",
+                ),
+            ],
+        );
+        assert!(
+            text.contains("- [s1] long (skipped): stopped: stopped by cli: interrupted (Ctrl-C)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- [s2] next (skipped): not run: stopped by cli\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- [s3] flaky (failed): exit 1; gave up after 3 attempts\n"),
+            "{text}"
+        );
     }
 }
