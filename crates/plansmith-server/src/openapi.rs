@@ -332,7 +332,12 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
             "`unauthorized`: tokens are configured and the bearer token is missing or unknown",
         ));
     }
-    if path.contains("{id}") || path.contains("{name}") {
+    if path.contains("{step}") {
+        codes.push((
+            "404",
+            "`not_found`: no such plan or version (or another owner's), or no such step in it",
+        ));
+    } else if path.contains("{id}") || path.contains("{name}") {
         codes.push((
             "404",
             "`not_found`: no such plan or version (or another owner's)",

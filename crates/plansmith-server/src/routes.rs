@@ -1182,11 +1182,12 @@ async fn update_step(
         Ok(_) => None,
         Err(_) => plan.steps.iter().position(|s| s.id == step),
     };
+    // A step the plan does not have is a missing resource, as a missing plan is.
     let Some(target) = index.and_then(|i| plan.steps.get_mut(i)) else {
         return Err(ApiError::new(
-            "bad_request",
+            "not_found",
             format!(
-                "invalid step {step}: valid indices range from 0 to {} (or a step id)",
+                "plan `{id}` has no step {step}: valid indices range from 0 to {} (or a step id)",
                 plan.steps.len().saturating_sub(1)
             ),
         ));

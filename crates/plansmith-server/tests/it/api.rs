@@ -400,7 +400,22 @@ async fn step_updates_and_live_events() {
         None,
     )
     .await;
-    assert_error(status, &body, 400, "bad_request");
+    assert_error(status, &body, 404, "not_found");
+    assert!(
+        body["message"].as_str().unwrap().starts_with(&format!(
+            "plan `{id}` has no step 99: valid indices range from 0 to"
+        )),
+        "{body}"
+    );
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &format!("/v1/plans/{id}/steps/s9"),
+        Some(json!({"status": "completed"})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 404, "not_found");
     let (status, body) = call(
         &s,
         Method::PATCH,
