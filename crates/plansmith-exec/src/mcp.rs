@@ -4,14 +4,15 @@
 //! A tool result with `isError` is a failed attempt (retryable: the policy bounds it); its
 //! text is the error. The result is the tool's `structuredContent` when it sends one, else
 //! its text content (as JSON when the text is JSON). MCP's `tools/call` has no idempotency
-//! slot, so the key is not passed on: an MCP call re-run after its node died is
-//! at-least-once.
+//! slot: the key goes in the request's `_meta` (`plansmith/idempotency_key`, with
+//! `plansmith/plan_id`, `plansmith/step_id`, `plansmith/attempt`) for servers that read it;
+//! to the others an MCP call re-run after its node died is at-least-once.
 
 use std::sync::Arc;
 
 use plansmith_core::Action;
 use plansmith_core::llm::BoxFuture;
-use plansmith_mcp::{McpError, McpTools, ToolProgress};
+use plansmith_mcp::{CallExtras, McpError, McpTools, ToolProgress};
 use serde_json::Value;
 
 use crate::invoke::{Call, CallProgress, InvokeError, Invoker};
@@ -68,9 +69,23 @@ impl Invoker for McpInvoker {
                     message: tool.message,
                 });
             };
+            // MCP's `tools/call` has no idempotency slot: the key goes in `_meta`, for servers
+            // that want it (as commands get it in their environment).
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                "plansmith/idempotency_key".into(),
+                call.idempotency_key.clone().into(),
+            );
+            meta.insert("plansmith/plan_id".into(), call.plan_id.clone().into());
+            meta.insert("plansmith/step_id".into(), call.step_id.clone().into());
+            meta.insert("plansmith/attempt".into(), call.attempt.into());
+            let extras = CallExtras {
+                meta,
+                on_progress: Some(&report),
+            };
             let output = self
                 .tools
-                .call_reporting(name, arguments.clone(), &report)
+                .call_with(name, arguments.clone(), extras)
                 .await
                 .map_err(|err| match err {
                     McpError::UnknownTool(_) => InvokeError::permanent(err.to_string()),

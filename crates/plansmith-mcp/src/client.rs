@@ -23,7 +23,8 @@ use rmcp::ClientHandler;
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestId, RequestMetaObject,
+    ServerResult,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError,
@@ -326,16 +327,16 @@ impl McpTools {
         name: &str,
         arguments: Map<String, Value>,
     ) -> Result<ToolOutput, McpError> {
-        self.call_reporting(name, arguments, &|_| {}).await
+        self.call_with(name, arguments, CallExtras::default()).await
     }
 
-    /// [`McpTools::call`], handing each progress notification of the call to `on_progress`
-    /// (which must be quick) as it comes.
-    pub async fn call_reporting(
+    /// [`McpTools::call`] with a `_meta` for the request and a receiver of the call's progress
+    /// notifications.
+    pub async fn call_with(
         &self,
         name: &str,
         arguments: Map<String, Value>,
-        on_progress: &(dyn Fn(ToolProgress) + Send + Sync),
+        extras: CallExtras<'_>,
     ) -> Result<ToolOutput, McpError> {
         let route = self
             .routes
@@ -346,8 +347,27 @@ impl McpTools {
             .get(&route.server)
             .ok_or_else(|| McpError::UnknownTool(name.to_owned()))?;
         connection
-            .call(&route.tool, arguments, &self.options, on_progress)
+            .call(&route.tool, arguments, &self.options, extras)
             .await
+    }
+}
+
+/// What goes with a tool call besides its arguments ([`McpTools::call_with`]).
+#[derive(Default)]
+pub struct CallExtras<'a> {
+    /// Entries for the request's `_meta` (keys with a prefix, `plansmith/attempt`), beside
+    /// the progress token the client sets.
+    pub meta: Map<String, Value>,
+    /// Receives each progress notification of the call as it comes (must be quick).
+    pub on_progress: Option<&'a (dyn Fn(ToolProgress) + Send + Sync)>,
+}
+
+impl fmt::Debug for CallExtras<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallExtras")
+            .field("meta", &self.meta)
+            .field("on_progress", &self.on_progress.is_some())
+            .finish()
     }
 }
 
@@ -649,7 +669,7 @@ impl Connection {
         tool: &str,
         arguments: Map<String, Value>,
         options: &ClientOptions,
-        on_progress: &(dyn Fn(ToolProgress) + Send + Sync),
+        extras: CallExtras<'_>,
     ) -> Result<ToolOutput, McpError> {
         let client = self.ensure(options).await?;
         let operation = format!("tools/call `{tool}`");
@@ -662,6 +682,11 @@ impl Connection {
         )
         .reset_timeout_on_progress()
         .with_max_total_timeout(self.spec.max_call.unwrap_or(options.max_call));
+        let bounds = if extras.meta.is_empty() {
+            bounds
+        } else {
+            bounds.with_meta(RequestMetaObject::from(extras.meta))
+        };
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let answer = match client
             .peer()
@@ -677,7 +702,11 @@ impl Connection {
                 let answer = loop {
                     tokio::select! {
                         answer = &mut answer => break answer,
-                        Some(report) = reports.recv() => on_progress(report),
+                        Some(report) = reports.recv() => {
+                            if let Some(on_progress) = extras.on_progress {
+                                on_progress(report);
+                            }
+                        }
                     }
                 };
                 abandoned.disarm();

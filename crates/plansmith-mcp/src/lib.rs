@@ -53,7 +53,9 @@ pub mod config;
 pub mod names;
 pub mod server;
 
-pub use client::{ClientOptions, Imported, McpTools, ServerProblem, ToolOutput, ToolProgress};
+pub use client::{
+    CallExtras, ClientOptions, Imported, McpTools, ServerProblem, ToolOutput, ToolProgress,
+};
 pub use config::{ServerSpec, ServersConfig, Transport};
 pub use names::Route;
 pub use server::PlansmithMcp;

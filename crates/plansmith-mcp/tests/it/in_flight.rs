@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use plansmith_mcp::{ClientOptions, McpError, McpTools, ServersConfig};
+use plansmith_mcp::{CallExtras, ClientOptions, McpError, McpTools, ServersConfig};
 use serde_json::{Map, Value, json};
 
 use crate::installed;
@@ -219,10 +219,13 @@ async fn progress_keeps_a_call_alive_up_to_its_total_bound() {
     // each report as it comes.
     let reports = std::sync::Mutex::new(Vec::new());
     let answer = tools
-        .call_reporting(
+        .call_with(
             "wait",
             args(json!({"seconds": 3, "tag": "reported", "progress_every": 0.2})),
-            &|report| reports.lock().unwrap().push(report),
+            CallExtras {
+                on_progress: Some(&|report| reports.lock().unwrap().push(report)),
+                ..CallExtras::default()
+            },
         )
         .await
         .unwrap();

@@ -569,7 +569,6 @@ fn run_calls_tools_of_real_mcp_servers() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
     let servers = dir.path().join("servers.json");
     write(
         &servers,
@@ -588,17 +587,7 @@ fn run_calls_tools_of_real_mcp_servers() {
              "arguments": {"message": {"$ref": "s1.output.timezone"}}, "depends_on": ["s1"]}
         ]}),
     );
-    let output = plansmith(&[
-        "run",
-        plan.to_str().unwrap(),
-        "--store",
-        &store,
-        "--mcp",
-        servers.to_str().unwrap(),
-        "--json",
-    ]);
-    assert_exit(&output, 0);
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = run_json_with_mcp(dir.path(), &plan, &servers);
     assert_eq!(report["state"], "completed", "{report}");
     assert_eq!(
         report["steps"][0]["result"]["timezone"], "Europe/Paris",
@@ -865,14 +854,10 @@ fn on_a_terminal_mcp_progress_shows_and_ctrl_c_cancels_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
     let mark = dir.path().join("reported");
-    let servers = dir.path().join("servers.json");
-    write(
-        &servers,
-        &serde_json::json!({"mcpServers": {"slow": {
-            "command": python,
-            "args": [root().join("crates/plansmith-mcp/tests/fixtures/slow_server.py")],
-            "env": {"SLOW_SERVER_LOG": log, "SLOW_SERVER_MARK": mark},
-        }}}),
+    let servers = slow_server(
+        dir.path(),
+        &python,
+        serde_json::json!({"SLOW_SERVER_LOG": log, "SLOW_SERVER_MARK": mark}),
     );
     let plan = dir.path().join("plan.json");
     write(
@@ -929,6 +914,72 @@ fn on_a_terminal_mcp_progress_shows_and_ctrl_c_cancels_the_call() {
         "{server_log:?}"
     );
     assert_ends(pid);
+}
+
+/// An MCP tool call carries the step's idempotency key (and plan, step, attempt) in its
+/// `_meta`, as a command gets them in its environment: the Python SDK server's `meta` tool
+/// answers what it received.
+#[test]
+fn mcp_calls_carry_the_idempotency_key_in_meta() {
+    let test = "mcp_calls_carry_the_idempotency_key_in_meta";
+    let Some(python) = mcp_server(test, "PLANSMITH_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let servers = slow_server(
+        dir.path(),
+        &python,
+        serde_json::json!({"SLOW_SERVER_LOG": dir.path().join("server.log")}),
+    );
+    let plan = dir.path().join("plan.json");
+    write(
+        &plan,
+        &serde_json::json!({"title": "meta", "steps": [
+            {"id": "s1", "type": "tool", "title": "what came", "name": "meta", "arguments": {}}
+        ]}),
+    );
+    let report = run_json_with_mcp(dir.path(), &plan, &servers);
+    let plan_id = report["plan_id"].as_str().unwrap();
+    let meta = &report["steps"][0]["result"];
+    assert_eq!(meta["plansmith/plan_id"], plan_id, "{report}");
+    assert_eq!(meta["plansmith/step_id"], "s1", "{report}");
+    assert_eq!(meta["plansmith/attempt"], 1, "{report}");
+    assert_eq!(
+        meta["plansmith/idempotency_key"],
+        format!("{plan_id}:1:s1:1"),
+        "{report}"
+    );
+}
+
+/// `servers.json` in `dir` naming the Python SDK test server (`slow_server.py`) as `slow`,
+/// with `env`.
+fn slow_server(dir: &Path, python: &str, env: serde_json::Value) -> std::path::PathBuf {
+    let servers = dir.join("servers.json");
+    write(
+        &servers,
+        &serde_json::json!({"mcpServers": {"slow": {
+            "command": python,
+            "args": [root().join("crates/plansmith-mcp/tests/fixtures/slow_server.py")],
+            "env": env,
+        }}}),
+    );
+    servers
+}
+
+/// `plansmith run PLAN --mcp SERVERS --json` on a store in `dir`: its report, once it exited 0.
+fn run_json_with_mcp(dir: &Path, plan: &Path, servers: &Path) -> serde_json::Value {
+    let store = format!("sqlite:{}", dir.join("plans.db").display());
+    let output = plansmith(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--store",
+        &store,
+        "--mcp",
+        servers.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_exit(&output, 0);
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 /// Sends `signal` (`-INT`, `-TERM`) to process `pid` alone.
