@@ -4,7 +4,8 @@
 //!   (`ready` / `needs_input` / `fallback`), the plan with its questions, and the diagnostics
 //!   (findings, attempts, repairs, strategy). The plan is stored for review unless
 //!   `save: false`, so `feedback` and `planning` can reach it by id. Planning reports its
-//!   progress to a client that sends a progress token, and stops when the client cancels.
+//!   progress to a client that sends a progress token. Any tool call ends when its client
+//!   cancels it.
 //! - `planning`: OpenManus's PlanningTool, one command for one: `create` (plan_id, title,
 //!   steps), `update`, `list`, `get` (the conversation's active plan without plan_id),
 //!   `set_active`, `mark_step` (step_index, step_status, step_notes), `delete`, with its error
@@ -34,6 +35,7 @@ use plansmith_core::plan_template::{PlanTemplate, TemplateParameter};
 use plansmith_core::{OutcomeStatus, PlanEvent, PlanOptions, PlanRequest, Planner, Severity};
 use plansmith_store::{Decision, ListFilter, PlanStore, Review, StepKey, StoreError, StoredPlan};
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, ServerCapabilities,
@@ -239,23 +241,24 @@ const DEFAULT_CONVERSATION: &str = "default";
 
 type ToolAnswer = Result<CallToolResult, rmcp::ErrorData>;
 
-/// Plans `request` for an MCP client: `None` once the client cancels the call
-/// (`notifications/cancelled`; planning stops then: the embedded model serves one request at a
-/// time, and planning that nobody waits for would hold up the next). A client that asked for
-/// progress (a `progressToken`) hears how it goes: each attempt, each step as it is written,
-/// each repair, and the text written so far at most four times a second in between. That also
-/// keeps alive a call whose timeout restarts on progress (slow local planning).
+/// Plans `request` for an MCP client. A client that asked for progress (a `progressToken`)
+/// hears how it goes: each attempt, each step as it is written, each repair, and the text
+/// written so far at most four times a second in between. That also keeps alive a call whose
+/// timeout restarts on progress (slow local planning). (A cancelled call stops planning with
+/// every other tool call: see `call_tool`.)
 async fn plan_for(
     planner: &Planner,
     request: &PlanRequest,
     context: &RequestContext<RoleServer>,
-) -> Option<Result<plansmith_core::Outcome, plansmith_core::PlanError>> {
+) -> Result<plansmith_core::Outcome, plansmith_core::PlanError> {
+    let Some(token) = context.meta.get_progress_token() else {
+        return planner.plan(request).await;
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PlanEvent>();
     let mut on_event = move |event: PlanEvent| {
         let _ = tx.send(event);
     };
     let planning = planner.plan_with_events(request, &mut on_event);
-    let token = context.meta.get_progress_token();
     let peer = context.peer.clone();
     let report = async move {
         let mut count = 0u32;
@@ -278,20 +281,17 @@ async fn plan_for(
                 }
             };
             last = Some(std::time::Instant::now());
-            if let Some(token) = &token {
-                let mut progress = ProgressNotificationParam::new(token.clone(), f64::from(count));
-                progress.message = Some(message);
-                // A client that went away is the cancellation's business.
-                let _ = peer.notify_progress(progress).await;
-            }
+            let mut progress = ProgressNotificationParam::new(token.clone(), f64::from(count));
+            progress.message = Some(message);
+            // A client that went away is the cancellation's business.
+            let _ = peer.notify_progress(progress).await;
         }
-        // The planner dropped its callback (it answered): the select below ends first.
-        std::future::pending::<()>().await;
     };
+    // The callback lives as long as `planning`, so `report` never ends first.
+    tokio::pin!(planning);
     tokio::select! {
-        outcome = planning => Some(outcome),
-        () = context.ct.cancelled() => None,
-        () = report => None,
+        outcome = &mut planning => outcome,
+        () = report => planning.await,
     }
 }
 
@@ -390,9 +390,8 @@ impl PlansmithMcp {
             ..PlanOptions::default()
         };
         let outcome = match plan_for(&self.planner, &request, &context).await {
-            Some(Ok(outcome)) => outcome,
-            Some(Err(err)) => return failure(format!("planning failed: {err}")),
-            None => return failure("cancelled by the client"),
+            Ok(outcome) => outcome,
+            Err(err) => return failure(format!("planning failed: {err}")),
         };
         let stored = if params.save.unwrap_or(true) {
             let review = Review {
@@ -495,15 +494,15 @@ impl PlansmithMcp {
             FeedbackAction::Edit => Decision::Edit(text),
             FeedbackAction::Answer => Decision::Answer(text),
         };
-        let actor = self.actor_for(&owner);
-        let decide = self
+        let decided = self
             .store
-            .decide(&params.plan_id, decision, Some(&self.planner), &actor);
-        // Edit and answer replan: a cancelled call stops that too (see `plan_for`).
-        let decided = tokio::select! {
-            decided = decide => decided,
-            () = context.ct.cancelled() => return failure("cancelled by the client"),
-        };
+            .decide(
+                &params.plan_id,
+                decision,
+                Some(&self.planner),
+                &self.actor_for(&owner),
+            )
+            .await;
         match decided {
             Ok(stored) => answer(stored_json(&stored), stored.render_text()),
             Err(err) => failure(err.to_string()),
@@ -886,6 +885,25 @@ fn openmanus_plan(id: &str, title: &str, steps: &[String]) -> Result<plansmith_c
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for PlansmithMcp {
+    /// Every tool call ends when its client cancels it (`notifications/cancelled`): rmcp only
+    /// cancels the request's token, and a handler that does not watch it runs on. `plan` and
+    /// a replanning `feedback` would hold the model, and the embedded model serves one request
+    /// at a time; store writes are transactions, rolled back when dropped before the commit.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let cancelled = context.ct.clone();
+        let call = self
+            .tool_router
+            .call(ToolCallContext::new(self, request, context));
+        tokio::select! {
+            answer = call => answer,
+            () = cancelled.cancelled() => failure("cancelled by the client").map(Into::into),
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("plansmith", env!("CARGO_PKG_VERSION")))
