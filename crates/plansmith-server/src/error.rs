@@ -15,7 +15,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 ///
 /// | code | status | when |
 /// |---|---|---|
-/// | `bad_request` | 400 | malformed JSON, query or path; bad step index or status; bad edit |
+/// | `bad_request` | 400 | malformed JSON, query or path; a query parameter the route does not take; bad step index or status; bad edit |
 /// | `unauthorized` | 401 | tokens are configured and the bearer token is missing or unknown |
 /// | `not_found` | 404 | no such plan, version or template (or the plan is another owner's) |
 /// | `method_not_allowed` | 405 | the route exists but not with this method |

@@ -224,6 +224,43 @@ pub(crate) fn body_validators() -> &'static HashMap<String, jsonschema::Validato
     })
 }
 
+/// The query parameters each API operation takes, by method and path as the router matches
+/// them (`GET /v1/plans` → `owner`, `state`, …; `DELETE /v1/plans/{id}` → none), read once
+/// from the document. The guard refuses any other name: a misspelt filter would otherwise list
+/// every plan, and `DELETE /v1/plans/{id}?version=2` would delete all the versions.
+pub(crate) fn query_parameters() -> &'static HashMap<(String, String), Vec<String>> {
+    static PARAMETERS: OnceLock<HashMap<(String, String), Vec<String>>> = OnceLock::new();
+    PARAMETERS.get_or_init(|| query_parameters_of(&document()))
+}
+
+fn query_parameters_of(document: &Value) -> HashMap<(String, String), Vec<String>> {
+    let mut table = HashMap::new();
+    let Some(paths) = document.get("paths").and_then(Value::as_object) else {
+        return table;
+    };
+    for (path, item) in paths {
+        let Some(item) = item.as_object() else {
+            continue;
+        };
+        for (method, operation) in item {
+            if !["get", "put", "post", "delete", "patch"].contains(&method.as_str()) {
+                continue;
+            }
+            let names = operation
+                .get("parameters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|parameter| parameter.get("in").and_then(Value::as_str) == Some("query"))
+                .filter_map(|parameter| parameter.get("name").and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect();
+            table.insert((method.to_ascii_uppercase(), path.clone()), names);
+        }
+    }
+    table
+}
+
 /// utoipa writes `u32` as `{"type": "integer", "format": "int32", "minimum": 0}`, which
 /// clients read as at most 2^31 - 1, and `u64` / `usize` without an upper bound; the server
 /// reads the whole unsigned range and refuses more. Say so: drop the signed format and give
@@ -320,10 +357,11 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
             .is_some_and(|params| !params.is_empty());
     let has_body = operation.request_body.is_some();
     let mut codes: Vec<(&str, &str)> = Vec::new();
-    if has_input {
+    if has_input || api {
         codes.push((
             "400",
-            "`bad_request`: malformed JSON, query or path parameter",
+            "`bad_request`: malformed JSON, query or path parameter, or a query parameter the \
+             operation does not take",
         ));
     }
     if api {

@@ -450,6 +450,17 @@ async fn admitted(state: &AppState, key: &str, req: Request, next: Next) -> Resp
             .insert(header::RETRY_AFTER, header::HeaderValue::from(retry_after));
         return response;
     }
+    // A caller without a valid token hears that first (the handler says so), as on every
+    // route, not which parameters the route takes.
+    if !key.starts_with('\u{0}')
+        && let Some(err) = unknown_query(
+            req.extensions().get::<MatchedPath>(),
+            req.method(),
+            req.uri(),
+        )
+    {
+        return err.into_response();
+    }
     match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => ApiError::new(
@@ -461,6 +472,73 @@ async fn admitted(state: &AppState, key: &str, req: Request, next: Next) -> Resp
         )
         .into_response(),
     }
+}
+
+/// The error for query parameters an API route does not take (the names it takes are in the
+/// OpenAPI document, [`crate::openapi::query_parameters`]); `None` when there are none.
+fn unknown_query(
+    route: Option<&MatchedPath>,
+    method: &axum::http::Method,
+    uri: &axum::http::Uri,
+) -> Option<ApiError> {
+    uri.query().filter(|query| !query.is_empty())?;
+    let route = route?.as_str();
+    if !route.starts_with("/v1/") {
+        return None;
+    }
+    let taken =
+        crate::openapi::query_parameters().get(&(method.as_str().to_owned(), route.to_owned()))?;
+    // (A query string that does not decode is left to the route's own reading.)
+    let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).ok()?;
+    let version = pairs
+        .iter()
+        .find(|(name, _)| name == "version")
+        .map(|(_, value)| value.clone());
+    let mut unknown: Vec<String> = Vec::new();
+    for (name, _) in pairs {
+        if !taken.contains(&name) && !unknown.contains(&name) {
+            unknown.push(name);
+        }
+    }
+    let quoted = |names: &[String]| {
+        names
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let named = match unknown.len() {
+        0 => return None,
+        1 => format!("unknown query parameter {}", quoted(&unknown)),
+        _ => format!("unknown query parameters {}", quoted(&unknown)),
+    };
+    let takes = match taken.as_slice() {
+        [] => "it takes none".to_owned(),
+        names => format!("it takes {}", quoted(names)),
+    };
+    // A client meaning one version, on a route that would delete them all: name the route that
+    // deletes one (`DELETE /v1/templates/{name}/versions/{version}`).
+    let versions = format!("{route}/versions/{{version}}");
+    let hint = match version {
+        Some(version)
+            if method == axum::http::Method::DELETE
+                && crate::openapi::query_parameters()
+                    .contains_key(&(method.as_str().to_owned(), versions.clone())) =>
+        {
+            let one = versions.replace("{version}", &version);
+            format!(
+                " (it deletes every version; to delete version {version} only, use DELETE {one})"
+            )
+        }
+        _ => String::new(),
+    };
+    Some(
+        ApiError::new(
+            "bad_request",
+            format!("{named} for {method} {route}: {takes}{hint}"),
+        )
+        .with_details(json!({"unknown_parameters": unknown, "parameters": taken})),
+    )
 }
 
 async fn not_found() -> ApiError {
@@ -614,6 +692,7 @@ pub struct CreatePlan {
 /// Query of `POST /v1/plans`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 struct CreateQuery {
     /// Answer with Server-Sent Events while planning (`attempt_started`, `token`, `step`,
     /// `repair`, then `outcome` or `error`) instead of one JSON document.
@@ -827,6 +906,7 @@ async fn store(
 /// Filters and paging of `GET /v1/plans`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 struct ListQuery {
     /// Only this owner's plans (ignored under tokens: an owner lists only its own).
     owner: Option<String>,
@@ -875,6 +955,7 @@ async fn list_plans(
 /// Query of `GET /v1/plans/{id}`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 struct VersionQuery {
     /// One version's document instead of the current plan.
     version: Option<u32>,

@@ -707,6 +707,78 @@ async fn error_table_at_the_edge() {
     }
 }
 
+/// A query parameter a route does not take is refused by name, before the handler runs: a
+/// misspelt filter does not list every plan, a `?version=` does not turn deleting one version
+/// into deleting the plan, a misspelt `stream` does not plan.
+#[tokio::test]
+async fn query_parameters_a_route_does_not_take_are_refused() {
+    let s = start(reply("weather-email.json", 2), ServerConfig::default()).await;
+    let created = create(&s, None).await;
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+
+    let (status, body) = call(&s, Method::GET, "/v1/plans?status=accepted", None, None).await;
+    assert_error(status, &body, 400, "bad_request");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("unknown query parameter `status` for GET /v1/plans: it takes "),
+        "{body}"
+    );
+    assert!(message.contains("`state`"), "{body}");
+    assert_eq!(body["details"]["unknown_parameters"], json!(["status"]));
+    // The parameters it takes still work, together.
+    let (status, page) = call(
+        &s,
+        Method::GET,
+        "/v1/plans?limit=1&state=awaiting_review&exact_total=true",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!((status, page["total"].clone()), (200, json!(1)), "{page}");
+
+    // Deleting "one version" of a plan is refused, and deletes nothing.
+    let path = format!("/v1/plans/{id}?version=1");
+    let (status, body) = call(&s, Method::DELETE, &path, None, None).await;
+    assert_error(status, &body, 400, "bad_request");
+    assert_eq!(
+        body["message"],
+        "unknown query parameter `version` for DELETE /v1/plans/{id}: it takes none",
+        "{body}"
+    );
+    let (status, _) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(status, 200, "the plan is still there");
+    let (status, got) = call(&s, Method::GET, &path, None, None).await;
+    assert_eq!((status, got["version"].clone()), (200, json!(1)), "{got}");
+
+    // Every unknown name is listed once; nothing is planned (the model's last turn is left
+    // for the next request).
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        "/v1/plans?streem=true&auto_accept=true&streem=1",
+        Some(weather()),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+    assert_eq!(
+        body["details"]["unknown_parameters"],
+        json!(["streem", "auto_accept"])
+    );
+    create(&s, None).await;
+
+    // Routes outside the API (probes, the page) are not checked.
+    let (status, _) = call(&s, Method::GET, "/healthz?probe=lb", None, None).await;
+    assert_eq!(status, 200);
+
+    // Under tokens, a caller without a valid one hears that, not the route's parameters.
+    let s = start(Vec::new(), tokens(&[("ta", "alice")])).await;
+    let (status, body) = call(&s, Method::GET, "/v1/plans?status=x", None, Some("wrong")).await;
+    assert_error(status, &body, 401, "unauthorized");
+    let (status, body) = call(&s, Method::GET, "/v1/plans?status=x", None, Some("ta")).await;
+    assert_error(status, &body, 400, "bad_request");
+}
+
 /// A body that breaks a union of the schema (a tagged feedback, an optional enum) is
 /// explained by the values or types that would do, at the place that is wrong, not by
 /// "not valid under any of the schemas listed in the 'oneOf' keyword".

@@ -156,7 +156,13 @@ async fn save_list_get_instantiate_delete() {
     let (status, err) = call(&s, Method::DELETE, WEATHER_V1_QUERY, None, None).await;
     assert_error(status, &err, 400, "bad_request");
     let message = err["message"].as_str().unwrap();
-    assert!(message.contains("/v1/templates/{name}/versions/1"), "{err}");
+    assert_eq!(
+        message,
+        "unknown query parameter `version` for DELETE /v1/templates/{name}: it takes none (it \
+         deletes every version; to delete version 1 only, use DELETE \
+         /v1/templates/{name}/versions/1)",
+        "{err}"
+    );
     // then: version 1 is there, is deleted, is gone (both ways of naming it), and deleting it
     // again is a 404; version 2, the newest, stays (deleting a version is not deleting the
     // template); a version that is not a number is a 400
