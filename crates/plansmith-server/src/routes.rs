@@ -1240,7 +1240,8 @@ pub struct StepUpdate {
 }
 
 /// Marks a step: status, notes, result (a new version, trigger `step_update`; subscribers get
-/// `step_status`).
+/// `step_status`). An update that changes nothing answers the plan as it is, with no new
+/// version and no event, so a client may repeat it; an empty one is a `bad_request`.
 #[utoipa::path(patch, path = "/v1/plans/{id}/steps/{step}", tag = "plans",
     params(("id" = String, Path, description = "The plan id"),
            ("step" = String, Path, description = "0-based step index or step id")),
@@ -1255,6 +1256,12 @@ async fn update_step(
     ApiPath((id, step)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<StepUpdate>,
 ) -> Result<Json<Updated>, ApiError> {
+    if body.status.is_none() && body.notes.is_none() && body.result.is_none() {
+        return Err(ApiError::new(
+            "bad_request",
+            "nothing to update: give the step's `status`, `notes` or `result`",
+        ));
+    }
     let current = load(&state, &caller, &id).await?;
     let status: Option<StepStatus> = body.status.as_deref().map(parse_status).transpose()?;
     let mut plan = current.plan.clone();
@@ -1285,6 +1292,19 @@ async fn update_step(
     let event = json!({
         "step": target.id, "status": target.status, "notes": target.notes, "result": target.result,
     });
+    // What the step already says (a worker repeating its report after a lost answer) makes no
+    // new version and no event; a stale `expected_version` is still a conflict, below.
+    if plan == current.plan
+        && body
+            .expected_version
+            .is_none_or(|expected| expected == current.version())
+    {
+        return Ok(Json(Updated {
+            stored: current,
+            diagnostics: Vec::new(),
+            step_decision: None,
+        }));
+    }
     let stored = state
         .store
         .write(Change {

@@ -435,8 +435,78 @@ async fn step_updates_and_live_events() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["plan"]["steps"][1]["status"], "completed");
+    assert_eq!(body["plan"]["version"], 3);
     let (status, body) = call(&s, Method::GET, "/v1/plans/nope/events", None, None).await;
     assert_error(status, &body, 404, "not_found");
+
+    // Repeating what the step already says (a worker's report sent again after a lost answer)
+    // makes no version and no event: the first event after it is the next real change.
+    let reader = watch(&s, &id, |kind, _| kind == "step_status").await;
+    for repeat in [
+        json!({"status": "completed"}),
+        json!({"status": "completed", "expected_version": 3}),
+    ] {
+        let (status, body) = call(&s, Method::PATCH, &path, Some(repeat), None).await;
+        assert_eq!(
+            (status, body["plan"]["version"].clone()),
+            (200, json!(3)),
+            "{body}"
+        );
+    }
+    // still a conflict when the version it names is stale
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &path,
+        Some(json!({"status": "completed", "expected_version": 2})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 409, "conflict");
+    let (status, body) = call(
+        &s,
+        Method::PATCH,
+        &path,
+        Some(json!({"notes": "sent"})),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["plan"]["version"].clone()),
+        (200, json!(4)),
+        "{body}"
+    );
+    let seen = reader.await.unwrap();
+    let changes: Vec<_> = seen
+        .iter()
+        .filter(|(kind, _)| kind == "step_status")
+        .collect();
+    assert_eq!(changes.len(), 1, "{seen:?}");
+    assert_eq!(changes[0].1["data"]["notes"], "sent");
+    assert_eq!(changes[0].1["version"], 4);
+    let (_, history) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans/{id}/history"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        history["versions"].as_array().unwrap().len(),
+        4,
+        "{history}"
+    );
+
+    // An update that names nothing to change is refused.
+    for empty in [json!({}), json!({"expected_version": 4})] {
+        let (status, body) = call(&s, Method::PATCH, &path, Some(empty), None).await;
+        assert_error(status, &body, 400, "bad_request");
+        assert_eq!(
+            body["message"],
+            "nothing to update: give the step's `status`, `notes` or `result`"
+        );
+    }
 }
 
 /// Asks for the weather plan as an event stream; checks the stream was opened.
