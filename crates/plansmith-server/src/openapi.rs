@@ -158,11 +158,29 @@ fn request_body_schemas(document: &Value) -> Vec<String> {
     names
 }
 
+/// Objects inside request bodies that are closed too: the planning knobs (`options`), where a
+/// misspelt `max_step` planned with the default. (Only in the document, which the bodies are
+/// checked against: the engine still reads a stored request with a knob it no longer has. The
+/// other nested objects, messages, turns and feedback, carry data clients copy from elsewhere
+/// and stay open.)
+const CLOSED_NESTED: [&str; 1] = ["PlanOptions"];
+
 /// A request body names every field it takes: a field it does not know (a misspelt
 /// `auto_acept`, silently ignored before) is refused with its name. utoipa closes a plain
 /// struct with `deny_unknown_fields`, but not a struct with a flattened part (written as
 /// `allOf`) nor the variants of a tagged enum (`oneOf`); both are closed here.
 fn closed_request_bodies(document: &mut Value) {
+    for name in CLOSED_NESTED {
+        if let Some(schema) = document
+            .pointer_mut(&format!("/components/schemas/{name}"))
+            .and_then(Value::as_object_mut)
+            .filter(|schema| schema.contains_key("properties"))
+        {
+            schema
+                .entry("additionalProperties")
+                .or_insert(Value::Bool(false));
+        }
+    }
     for name in request_body_schemas(document) {
         let pointer = format!("/components/schemas/{name}");
         let merged = document

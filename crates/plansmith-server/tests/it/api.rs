@@ -917,6 +917,14 @@ async fn body_errors_name_what_would_do() {
             "",
             r#"unknown field "auto_acept" (the body's schema is in /openapi.json)"#,
         ),
+        // So is a misspelt planning knob (it planned with the default).
+        (
+            Method::POST,
+            "/v1/plans",
+            json!({"query": "x", "options": {"max_step": 2}}),
+            "/options",
+            r#"unknown field "max_step" (the body's schema is in /openapi.json)"#,
+        ),
         (
             Method::POST,
             &feedback,
