@@ -28,15 +28,15 @@ pub fn plain(plan: &Plan, steps: &[ExecStep]) -> String {
             // The error, then the note unless the error says it already (a stopped step:
             // "stopped: stopped by cli: …", note "stopped").
             _ => {
-                let error = row.error.as_deref().unwrap_or_default();
+                let mut text = row.error.clone().unwrap_or_default();
                 let note = row.note.as_str();
-                [error, note]
-                    .into_iter()
-                    .enumerate()
-                    .filter(|(i, t)| !t.is_empty() && (*i == 0 || !error.contains(*t)))
-                    .map(|(_, t)| t)
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                if !note.is_empty() && !text.contains(note) {
+                    if !text.is_empty() {
+                        text.push_str("; ");
+                    }
+                    text.push_str(note);
+                }
+                text
             }
         };
         out.push_str(&format!(

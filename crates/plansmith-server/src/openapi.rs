@@ -207,10 +207,17 @@ fn closed_request_bodies(document: &mut Value) {
     }
 }
 
-/// The document as JSON, built once.
-pub(crate) fn document_json() -> String {
+/// The document, built once for the server's own uses (served, bodies checked, query
+/// parameters checked).
+fn built() -> &'static Value {
+    static DOCUMENT: OnceLock<Value> = OnceLock::new();
+    DOCUMENT.get_or_init(document)
+}
+
+/// The document as JSON, written once.
+pub(crate) fn document_json() -> &'static str {
     static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| document().to_string()).clone()
+    JSON.get_or_init(|| built().to_string())
 }
 
 /// Validators of the JSON request bodies, by the name of their schema in the document, built
@@ -220,9 +227,9 @@ pub(crate) fn document_json() -> String {
 pub(crate) fn body_validators() -> &'static HashMap<String, jsonschema::Validator> {
     static VALIDATORS: OnceLock<HashMap<String, jsonschema::Validator>> = OnceLock::new();
     VALIDATORS.get_or_init(|| {
-        let document = document();
+        let document = built();
         let mut validators = HashMap::new();
-        for name in request_body_schemas(&document) {
+        for name in request_body_schemas(document) {
             let reference = format!("#/components/schemas/{name}");
             // The root carries the document's components so that every `$ref` inside resolves.
             let schema = serde_json::json!({
@@ -248,7 +255,7 @@ pub(crate) fn body_validators() -> &'static HashMap<String, jsonschema::Validato
 /// every plan, and `DELETE /v1/plans/{id}?version=2` would delete all the versions.
 pub(crate) fn query_parameters() -> &'static HashMap<(String, String), Vec<String>> {
     static PARAMETERS: OnceLock<HashMap<(String, String), Vec<String>>> = OnceLock::new();
-    PARAMETERS.get_or_init(|| query_parameters_of(&document()))
+    PARAMETERS.get_or_init(|| query_parameters_of(built()))
 }
 
 fn query_parameters_of(document: &Value) -> HashMap<(String, String), Vec<String>> {

@@ -692,7 +692,6 @@ pub struct CreatePlan {
 /// Query of `POST /v1/plans`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 struct CreateQuery {
     /// Answer with Server-Sent Events while planning (`attempt_started`, `token`, `step`,
     /// `repair`, then `outcome` or `error`) instead of one JSON document.
@@ -906,7 +905,6 @@ async fn store(
 /// Filters and paging of `GET /v1/plans`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 struct ListQuery {
     /// Only this owner's plans (ignored under tokens: an owner lists only its own).
     owner: Option<String>,
@@ -955,7 +953,6 @@ async fn list_plans(
 /// Query of `GET /v1/plans/{id}`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 struct VersionQuery {
     /// One version's document instead of the current plan.
     version: Option<u32>,
@@ -1289,12 +1286,10 @@ async fn update_step(
     if let Some(result) = &body.result {
         target.result = Some(result.clone());
     }
-    let event = json!({
-        "step": target.id, "status": target.status, "notes": target.notes, "result": target.result,
-    });
     // What the step already says (a worker repeating its report after a lost answer) makes no
     // new version and no event; a stale `expected_version` is still a conflict, below.
-    if plan == current.plan
+    let unchanged = index.and_then(|i| current.plan.steps.get(i)) == Some(&*target);
+    if unchanged
         && body
             .expected_version
             .is_none_or(|expected| expected == current.version())
@@ -1305,6 +1300,9 @@ async fn update_step(
             step_decision: None,
         }));
     }
+    let event = json!({
+        "step": target.id, "status": target.status, "notes": target.notes, "result": target.result,
+    });
     let stored = state
         .store
         .write(Change {

@@ -65,7 +65,6 @@ struct SaveTemplate {
 /// Query of the routes on one template.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 struct TemplateVersion {
     /// One version (default: the newest).
     version: Option<u32>,
