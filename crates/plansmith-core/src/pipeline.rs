@@ -343,8 +343,8 @@ impl Planner {
         mut on_event: Option<OnEvent<'_>>,
     ) -> Result<Outcome, PlanError> {
         let started = Instant::now();
-        if request.query.trim().is_empty() {
-            return Err(PlanError::InvalidRequest("the query is empty".into()));
+        if let Some(problem) = request.problem() {
+            return Err(PlanError::InvalidRequest(problem));
         }
         let now = request.now.unwrap_or_else(Utc::now);
         let plan_id = Plan::new_id();

@@ -69,6 +69,25 @@ impl PlanRequest {
             .filter(|l| !l.trim().is_empty())
             .unwrap_or("en-US")
     }
+
+    /// What makes the request unplannable, in words for its sender: an empty query, or a
+    /// `locale` that is not a well-formed language tag (BCP 47, as Unicode locale identifiers
+    /// write it: `en-US`, `zh-Hans-CN`, `de-CH-u-co-phonebk`). The locale only reaches the
+    /// prompt and the plan, so a typo there would otherwise plan in the wrong language without
+    /// a word. Whether the language exists is not checked.
+    pub fn problem(&self) -> Option<String> {
+        if self.query.trim().is_empty() {
+            return Some("the query is empty".to_owned());
+        }
+        let locale = self.locale.as_deref().filter(|l| !l.trim().is_empty())?;
+        match icu_locale_core::Locale::try_from_str(locale) {
+            Ok(_) => None,
+            Err(_) => Some(format!(
+                "`locale` {locale:?} is not a language tag: write it as in BCP 47, such as \
+                 `en-US` or `zh-CN`, or leave it out for `en-US`"
+            )),
+        }
+    }
 }
 
 /// Feedback for replanning.
@@ -215,5 +234,44 @@ impl Default for PlanOptions {
             memory_turns: 6,
             memory_tokens: 1_500,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlanRequest;
+
+    fn with_locale(locale: &str) -> PlanRequest {
+        PlanRequest {
+            locale: Some(locale.to_owned()),
+            ..PlanRequest::new("Weather in Paris?")
+        }
+    }
+
+    #[test]
+    fn language_tags_pass_and_others_are_named() {
+        for tag in [
+            "en-US",
+            "zh-CN",
+            "zh-Hans-CN",
+            "de-CH-u-co-phonebk",
+            "fr",
+            "EN-us",
+            "",
+        ] {
+            assert_eq!(with_locale(tag).problem(), None, "{tag}");
+        }
+        for bad in ["xx-invalid-!!", "english", "en US", "en-", "-US", "12-34"] {
+            let problem = with_locale(bad).problem();
+            let text = problem.as_deref().unwrap_or_default();
+            assert!(
+                text.starts_with(&format!("`locale` {bad:?} is not a language tag")),
+                "{bad}: {problem:?}"
+            );
+        }
+        assert_eq!(
+            PlanRequest::new("  ").problem().as_deref(),
+            Some("the query is empty")
+        );
     }
 }

@@ -723,8 +723,30 @@ async fn error_table_at_the_edge() {
     )
     .await;
     assert_error(status, &body, 413, "payload_too_large");
+    // A locale that is not a language tag is refused before the model is asked (it has no
+    // turns: asking it would be a 502); it planned in whatever language the model guessed.
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some(json!({"query": "x", "locale": "xx-invalid-!!"})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"`locale` "xx-invalid-!!" is not a language tag"#),
+        "{body}"
+    );
     // the scripted model has no turns left: the model failed
     let (status, body) = call(&s, Method::POST, "/v1/plans", Some(weather()), None).await;
+    assert_error(status, &body, 502, "model_error");
+    let mut tagged = weather();
+    tagged["locale"] = json!("zh-Hans-CN");
+    let (status, body) = call(&s, Method::POST, "/v1/plans", Some(tagged), None).await;
     assert_error(status, &body, 502, "model_error");
     let (status, body) = call(&s, Method::GET, "/v2/nothing", None, None).await;
     assert_error(status, &body, 404, "not_found");
