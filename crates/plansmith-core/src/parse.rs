@@ -302,7 +302,7 @@ const PLAN_KEYS: &[&str] = &[
 
 fn tier(value: &Value) -> Tier {
     match value {
-        Value::Object(map) if PLAN_KEYS.iter().any(|key| map.contains_key(*key)) => Tier::Plan,
+        Value::Object(map) if PLAN_KEYS.iter().any(|key| lookup(map, key).is_some()) => Tier::Plan,
         Value::Object(_) => Tier::Object,
         Value::Array(items) if items.is_empty() => Tier::Object,
         Value::Array(items) if items.iter().all(Value::is_object) => Tier::Plan,
@@ -807,8 +807,15 @@ fn fenced_blocks(text: &str) -> Vec<&str> {
             .and_then(|rest| rest.find('\n'))
             .map_or(text.len(), |at| line_start + at);
         let line = text.get(line_start..line_end).unwrap_or("");
-        let indent = line.len() - line.trim_start().len();
-        let starts_fence = line.trim_start().starts_with("```");
+        // Spaces and tabs first, byte by byte: a pretty-printed reply is mostly indentation,
+        // and `trim_start` decodes it character by character (twice, it was).
+        let ascii = line
+            .bytes()
+            .take_while(|b| matches!(b, b' ' | b'\t'))
+            .count();
+        let unindented = line.get(ascii..).unwrap_or("").trim_start();
+        let indent = line.len() - unindented.len();
+        let starts_fence = unindented.starts_with("```");
         match open {
             None if starts_fence => {
                 let after = line_start + indent + 3;
@@ -970,22 +977,22 @@ fn to_plan_impl(
     plan.thought = str_field(fields, thought_keys)
         .map(|(_, t)| t.to_owned())
         .unwrap_or_default();
-    plan.has_enough_context = fields.get("has_enough_context").and_then(as_bool);
-    plan.questions = convert_questions(fields.get("questions"), &ids, &mut diags);
+    plan.has_enough_context = lookup(fields, "has_enough_context").and_then(as_bool);
+    plan.questions = convert_questions(lookup(fields, "questions"), &ids, &mut diags);
     plan.guidance = str_field(fields, &["guidance"]).map(|(_, g)| g.to_owned());
-    let adequate = fields.get("adequate").and_then(as_bool).unwrap_or(true);
+    let adequate = lookup(fields, "adequate").and_then(as_bool).unwrap_or(true);
     if !adequate {
         plan.guidance = str_field(fields, &["guidance_message", "guidance", "reason"])
             .map(|(_, g)| g.to_owned());
     }
-    let stated_ready = fields.get("ready").and_then(as_bool).unwrap_or(true);
+    let stated_ready = lookup(fields, "ready").and_then(as_bool).unwrap_or(true);
     plan.ready = stated_ready && adequate && plan.questions.is_empty();
-    if let Some(Value::Object(metadata)) = fields.get("metadata") {
+    if let Some(Value::Object(metadata)) = lookup(fields, "metadata") {
         plan.metadata = metadata.clone();
     }
     plan.metadata
         .insert("source_shape".to_owned(), Value::from(shape.as_str()));
-    if let Some(source_id) = fields.get("plan_id").and_then(scalar_string) {
+    if let Some(source_id) = lookup(fields, "plan_id").and_then(scalar_string) {
         plan.metadata
             .entry("source_plan_id")
             .or_insert(Value::from(source_id));
@@ -1036,13 +1043,13 @@ fn recognise_array(fields: Map<String, Value>, items: Vec<Value>) -> Result<Doc,
     let objects: Vec<&Map<String, Value>> = items.iter().filter_map(Value::as_object).collect();
     let shape = if objects
         .iter()
-        .any(|item| item.get("action").is_some_and(Value::is_object))
+        .any(|item| lookup(item, "action").is_some_and(Value::is_object))
     {
         SourceShape::Plansmith
     } else if !objects.is_empty()
         && objects.iter().all(|item| {
-            !item.contains_key("type")
-                && (item.contains_key("name") || item.contains_key("tool_name"))
+            lookup(item, "type").is_none()
+                && (lookup(item, "name").is_some() || lookup(item, "tool_name").is_some())
         })
     {
         SourceShape::Sage
@@ -1063,7 +1070,7 @@ fn recognise_object(
 ) -> Result<Doc, ParseError> {
     let has_steps = ["steps", "tasks", "execution_plan"]
         .iter()
-        .any(|key| map.contains_key(*key));
+        .any(|key| lookup(&map, key).is_some());
     if !has_steps
         && depth < 3
         && let Some(inner) = map.remove("plan")
@@ -1100,11 +1107,13 @@ fn recognise_object(
             shape: SourceShape::Nl2Sql,
         });
     }
-    if !map.contains_key("steps")
+    if lookup(&map, "steps").is_none()
         && let Some(items) = take_array(&mut map, "tasks", diags)?
     {
-        let value_cell = map.contains_key("adequate")
-            || items.iter().any(|item| item.get("agent_name").is_some());
+        let value_cell = lookup(&map, "adequate").is_some()
+            || items
+                .iter()
+                .any(|item| lookup_in(item, "agent_name").is_some());
         let shape = if value_cell {
             SourceShape::ValueCell
         } else {
@@ -1120,22 +1129,22 @@ fn recognise_object(
         let all_strings = items.iter().all(Value::is_string);
         let shape = if all_strings
             && (!items.is_empty()
-                || map.contains_key("plan_id")
-                || map.contains_key("step_statuses"))
+                || lookup(&map, "plan_id").is_some()
+                || lookup(&map, "step_statuses").is_some())
         {
             SourceShape::OpenManus
         } else if items
             .iter()
-            .any(|item| item.get("action").is_some_and(Value::is_object))
+            .any(|item| lookup_in(item, "action").is_some_and(Value::is_object))
         {
             SourceShape::Plansmith
-        } else if map.contains_key("has_enough_context")
+        } else if lookup(&map, "has_enough_context").is_some()
             || (!items.is_empty()
                 && items.iter().all(|item| {
-                    item.get("type").is_none()
-                        && (item.get("step_type").is_some()
-                            || item.get("need_web_search").is_some()
-                            || item.get("need_search").is_some())
+                    lookup_in(item, "type").is_none()
+                        && (lookup_in(item, "step_type").is_some()
+                            || lookup_in(item, "need_web_search").is_some()
+                            || lookup_in(item, "need_search").is_some())
                 }))
         {
             SourceShape::DeerFlow
@@ -1148,7 +1157,7 @@ fn recognise_object(
             shape,
         });
     }
-    if map.contains_key("adequate") {
+    if lookup(&map, "adequate").is_some() {
         return Ok(Doc {
             fields: map,
             items: Vec::new(),
@@ -1164,7 +1173,7 @@ fn take_array(
     key: &str,
     diags: &mut Vec<Diagnostic>,
 ) -> Result<Option<Vec<Value>>, ParseError> {
-    match map.get(key) {
+    match lookup(map, key) {
         None => return Ok(None),
         Some(Value::Array(_)) => {}
         Some(Value::String(text)) => {
@@ -1311,7 +1320,9 @@ fn convert_step(
     // Only lifting a nested `action` or `function` changes the step object; without one it is
     // read in place.
     let obj: Cow<'_, Map<String, Value>> = match item {
-        Value::Object(map) if map.contains_key("action") || map.contains_key("function") => {
+        Value::Object(map)
+            if lookup(map, "action").is_some() || lookup(map, "function").is_some() =>
+        {
             let mut owned = map.clone();
             lift_nested_action(&mut owned);
             Cow::Owned(owned)
@@ -1340,25 +1351,22 @@ fn convert_step(
         }
     };
     let tool_name = str_field(&obj, TOOL_NAME_KEYS).map(|(_, name)| name.to_owned());
-    let args_value = ARGUMENT_KEYS.iter().find_map(|key| obj.get(*key));
+    let args_value = ARGUMENT_KEYS.iter().find_map(|key| lookup(&obj, key));
     let agent = str_field(&obj, AGENT_KEYS).map(|(_, agent)| agent.to_owned());
     let kind = str_field(&obj, KIND_KEYS).map(|(_, kind)| kind.to_owned());
     // deer-flow renamed `need_web_search` to `need_search`; both are read.
-    let need_web_search = obj
-        .get("need_web_search")
-        .or_else(|| obj.get("need_search"))
+    let need_web_search = lookup(&obj, "need_web_search")
+        .or_else(|| lookup(&obj, "need_search"))
         .and_then(as_bool);
     let text = str_field(&obj, TEXT_KEYS).map(|(_, text)| text.to_owned());
     let description =
         str_field(&obj, &["description", "desc", "details"]).map(|(_, d)| d.to_owned());
     let has_any = |keys: &[&str]| {
         keys.iter()
-            .any(|key| obj.get(*key).is_some_and(|v| !v.is_null()))
+            .any(|key| lookup(&obj, key).is_some_and(|v| !v.is_null()))
     };
 
-    let explicit = obj
-        .get("type")
-        .map(|ty| (ty.as_str().and_then(StepType::from_name), ty));
+    let explicit = lookup(&obj, "type").map(|ty| (ty.as_str().and_then(StepType::from_name), ty));
     let inferred = if tool_name.is_some() && args_value.is_some() {
         Some(StepType::Tool)
     } else if agent.is_some() {
@@ -1416,7 +1424,7 @@ fn convert_step(
     let mut kind = kind;
     if step_type == StepType::Task
         && kind.is_none()
-        && let Some(Value::String(given)) = obj.get("type")
+        && let Some(Value::String(given)) = lookup(&obj, "type")
     {
         let lower = given.trim().to_ascii_lowercase();
         if lower == "research" || lower == "processing" {
@@ -1568,22 +1576,21 @@ fn convert_step(
     if step.description.is_empty()
         && shape == SourceShape::Nl2Sql
         && let Action::Tool { arguments, .. } = &step.action
-        && let Some(Value::String(text)) = arguments.get("description")
+        && let Some(Value::String(text)) = lookup(arguments, "description")
     {
         step.description = text.clone();
     }
 
-    if let Some(status) = obj.get("status") {
+    if let Some(status) = lookup(&obj, "status") {
         step.status = read_status(status, &at, &id, diags);
     }
     if let Some((_, notes)) = str_field(&obj, &["notes", "note"]) {
         step.notes = notes.to_owned();
     }
-    step.requires_approval = obj
-        .get("requires_approval")
+    step.requires_approval = lookup(&obj, "requires_approval")
         .and_then(as_bool)
         .unwrap_or(false);
-    step.result = obj.get("result").filter(|v| !v.is_null()).cloned();
+    step.result = lookup(&obj, "result").filter(|v| !v.is_null()).cloned();
     step.error = str_field(&obj, &["error"]).map(|(_, e)| e.to_owned());
 
     match read_schedule(&obj) {
@@ -1600,7 +1607,7 @@ fn convert_step(
     }
 
     let raw_id = raw_step_id(item);
-    let raw_deps = match DEPENDENCY_KEYS.iter().find_map(|key| obj.get(*key)) {
+    let raw_deps = match DEPENDENCY_KEYS.iter().find_map(|key| lookup(&obj, key)) {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(deps)) => deps.clone(),
         Some(dep @ (Value::String(_) | Value::Number(_))) => vec![dep.clone()],
@@ -1630,7 +1637,7 @@ fn raw_step_id(item: &Value) -> Option<String> {
     let obj = item.as_object()?;
     ["id", "step_id", "step"]
         .iter()
-        .find_map(|key| obj.get(*key).and_then(scalar_string))
+        .find_map(|key| lookup(obj, key).and_then(scalar_string))
 }
 
 /// Moves the fields of a nested `action` object (our shape) or an OpenAI-style `function` object
@@ -1651,12 +1658,12 @@ fn lift_nested_action(obj: &mut Map<String, Value>) {
         }
         None => {}
     }
-    if let Some(Value::Object(function)) = obj.get("function").cloned() {
+    if let Some(Value::Object(function)) = lookup(obj, "function").cloned() {
         obj.remove("function");
-        if let Some(name) = function.get("name") {
+        if let Some(name) = lookup(&function, "name") {
             obj.entry("tool").or_insert(name.clone());
         }
-        if let Some(arguments) = function.get("arguments") {
+        if let Some(arguments) = lookup(&function, "arguments") {
             obj.entry("arguments").or_insert(arguments.clone());
         }
     }
@@ -1715,8 +1722,8 @@ fn apply_statuses_and_notes(
     drafts: &mut [Draft],
     diags: &mut Vec<Diagnostic>,
 ) {
-    let statuses = fields.get("step_statuses").and_then(Value::as_array);
-    let notes = fields.get("step_notes").and_then(Value::as_array);
+    let statuses = lookup(fields, "step_statuses").and_then(Value::as_array);
+    let notes = lookup(fields, "step_notes").and_then(Value::as_array);
     for (out_idx, draft) in drafts.iter_mut().enumerate() {
         let at = format!("/steps/{out_idx}");
         if let Some(status) = statuses.and_then(|all| all.get(draft.input_idx)) {
@@ -1732,13 +1739,12 @@ fn apply_statuses_and_notes(
 /// (`schedule_config: {interval_minutes | daily_time}` with `pattern`), or a cron string. The
 /// error carries the message and the offending value.
 fn read_schedule(obj: &Map<String, Value>) -> Result<Option<Schedule>, (String, Option<Value>)> {
-    let recurring = obj
-        .get("pattern")
+    let recurring = lookup(obj, "pattern")
         .and_then(Value::as_str)
         .is_some_and(|p| p.trim().eq_ignore_ascii_case("recurring"));
     let given = ["schedule", "schedule_config"]
         .iter()
-        .find_map(|key| obj.get(*key).filter(|v| !v.is_null()));
+        .find_map(|key| lookup(obj, key).filter(|v| !v.is_null()));
     let schedule = match given {
         None => None,
         Some(value) => schedule_from(value).map_err(|message| (message, Some(value.clone())))?,
@@ -1768,7 +1774,7 @@ fn schedule_from(value: &Value) -> Result<Option<Schedule>, String> {
                 ))
             }
         }
-        Value::Object(map) if map.contains_key("type") => {
+        Value::Object(map) if lookup(map, "type").is_some() => {
             serde_json::from_value::<Schedule>(value.clone())
                 .map(Some)
                 .map_err(|err| {
@@ -1779,15 +1785,13 @@ fn schedule_from(value: &Value) -> Result<Option<Schedule>, String> {
                 })
         }
         Value::Object(map) => {
-            let interval = map.get("interval_minutes").or_else(|| map.get("minutes"));
+            let interval = lookup(map, "interval_minutes").or_else(|| lookup(map, "minutes"));
             let interval = interval.filter(|v| !v.is_null());
-            let daily = map
-                .get("daily_time")
-                .or_else(|| map.get("time"))
+            let daily = lookup(map, "daily_time")
+                .or_else(|| lookup(map, "time"))
                 .filter(|v| !v.is_null());
-            let cron = map
-                .get("cron")
-                .or_else(|| map.get("expr"))
+            let cron = lookup(map, "cron")
+                .or_else(|| lookup(map, "expr"))
                 .filter(|v| !v.is_null());
             match (interval, daily, cron) {
                 (Some(_), Some(_), _) => {
@@ -1964,9 +1968,9 @@ impl IdMap {
             }
         }
         if let Action::Tool { arguments, .. } = &mut step.action {
-            let at = format!("/steps/{out_idx}/action/arguments");
             for (key, value) in arguments.iter_mut() {
-                let pointer = format!("{at}/{}", escape_pointer(key));
+                let pointer =
+                    || format!("/steps/{out_idx}/action/arguments/{}", escape_pointer(key));
                 self.remap_refs(value, &pointer, &step.id, diags);
             }
         }
@@ -1975,10 +1979,11 @@ impl IdMap {
 
     /// Rewrites `{"$ref": "<old id>.output…"}` to the new id, in place. A reference to a step
     /// that was left out is kept with an error (its old id may now name another step).
+    /// `pointer` gives the value's JSON pointer; it is built only for a diagnostic.
     fn remap_refs(
         &self,
         value: &mut Value,
-        pointer: &str,
+        pointer: &dyn Fn() -> String,
         step: &str,
         diags: &mut Vec<Diagnostic>,
     ) {
@@ -1995,7 +2000,7 @@ impl IdMap {
                 Resolved::Dropped => diags.push(
                     Diagnostic::error(
                         Code::InvalidRef,
-                        pointer,
+                        pointer(),
                         format!("`{reference}` refers to a step that was left out"),
                     )
                     .with_step(step)
@@ -2008,13 +2013,14 @@ impl IdMap {
         match value {
             Value::Object(map) => {
                 for (key, child) in map.iter_mut() {
-                    let pointer = format!("{pointer}/{}", escape_pointer(key));
+                    let pointer = || format!("{}/{}", pointer(), escape_pointer(key));
                     self.remap_refs(child, &pointer, step, diags);
                 }
             }
             Value::Array(items) => {
                 for (idx, child) in items.iter_mut().enumerate() {
-                    self.remap_refs(child, &format!("{pointer}/{idx}"), step, diags);
+                    let pointer = || format!("{}/{idx}", pointer());
+                    self.remap_refs(child, &pointer, step, diags);
                 }
             }
             _ => {}
@@ -2049,9 +2055,11 @@ fn convert_questions(
                 options: Vec::new(),
             }),
             Value::Object(map) => str_field(map, &["text", "question"]).map(|(_, text)| Question {
-                id: map.get("id").and_then(scalar_string).unwrap_or(default_id),
+                id: lookup(map, "id")
+                    .and_then(scalar_string)
+                    .unwrap_or(default_id),
                 text: text.to_owned(),
-                step: map.get("step").and_then(|step| match step {
+                step: lookup(map, "step").and_then(|step| match step {
                     Value::Null => None,
                     other => match ids.resolve(other) {
                         (Resolved::Step(id), _) | (Resolved::Unknown, id) => Some(id),
@@ -2060,7 +2068,7 @@ fn convert_questions(
                     },
                 }),
                 argument: str_field(map, &["argument", "arg"]).map(|(_, a)| a.to_owned()),
-                options: match map.get("options") {
+                options: match lookup(map, "options") {
                     Some(Value::Array(options)) => options
                         .iter()
                         .map(|o| o.as_str().map_or_else(|| o.to_string(), str::to_owned))
@@ -2091,12 +2099,29 @@ fn str_field<'m>(
     keys: &[&'static str],
 ) -> Option<(&'static str, &'m str)> {
     keys.iter().find_map(|key| {
-        map.get(*key)
+        lookup(map, key)
             .and_then(Value::as_str)
             .map(str::trim)
             .filter(|text| !text.is_empty())
             .map(|text| (*key, text))
     })
+}
+
+/// `map[key]`. A step object has a handful of keys and the parser asks it for dozens of
+/// aliases, most of them absent: comparing a few short keys is several times cheaper than
+/// hashing each alias with the map's SipHash, so small maps are scanned.
+fn lookup<'m>(map: &'m Map<String, Value>, key: &str) -> Option<&'m Value> {
+    const SCAN_MAX: usize = 12;
+    if map.len() <= SCAN_MAX {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
+/// [`lookup`] in an object; `None` for any other value.
+fn lookup_in<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
+    value.as_object().and_then(|map| lookup(map, key))
 }
 
 /// A string or a number, as a string.

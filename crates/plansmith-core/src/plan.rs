@@ -4,7 +4,7 @@
 //! MCP, and into the store. Its JSON shape is a public contract, pinned by snapshot tests
 //! (`tests/it/snapshots`). See the crate documentation for an annotated example.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -623,22 +623,47 @@ impl fmt::Display for StepRef {
 
 /// Every `$ref` inside `value`, with its JSON pointer relative to `value`.
 pub fn collect_refs(value: &Value, pointer: &str, out: &mut Vec<(String, String)>) {
+    let mut path = pointer.to_owned();
+    collect_refs_at(value, &mut path, out);
+}
+
+/// [`collect_refs`] with one pointer buffer for the whole walk: a pointer is copied out only
+/// for a `$ref` (every argument of every step is walked on each validation).
+fn collect_refs_at(value: &Value, path: &mut String, out: &mut Vec<(String, String)>) {
     if let Some(reference) = StepRef::reference_in(value) {
-        out.push((pointer.to_owned(), reference.to_owned()));
+        out.push((path.clone(), reference.to_owned()));
         return;
     }
+    let len = path.len();
     match value {
         Value::Object(map) => {
             for (key, child) in map {
-                collect_refs(child, &format!("{pointer}/{}", escape_pointer(key)), out);
+                path.push('/');
+                push_escaped(path, key);
+                collect_refs_at(child, path, out);
+                path.truncate(len);
             }
         }
         Value::Array(items) => {
             for (idx, child) in items.iter().enumerate() {
-                collect_refs(child, &format!("{pointer}/{idx}"), out);
+                // Writing to a `String` cannot fail.
+                let _ = write!(path, "/{idx}");
+                collect_refs_at(child, path, out);
+                path.truncate(len);
             }
         }
         _ => {}
+    }
+}
+
+/// Appends `token` to `path` escaped as one JSON-pointer token (see [`escape_pointer`]).
+fn push_escaped(path: &mut String, token: &str) {
+    for c in token.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
     }
 }
 

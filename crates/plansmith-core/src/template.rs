@@ -166,6 +166,21 @@ pub struct Templates {
     cacheable: Vec<&'static str>,
     /// Rendered system prompts of the cacheable templates, by [`stable_key`].
     rendered: Mutex<HashMap<String, String>>,
+    /// The user template reads none of [`STABLE_FIELDS`]: it is rendered from the request's
+    /// own fields alone (turning the selected tools and their schemas into template values
+    /// for a message that never shows them cost more than the rest of its rendering).
+    user_per_request: bool,
+}
+
+/// The fields of [`PromptContext`] that change with every request: what the built-in user
+/// template reads.
+#[derive(Serialize)]
+struct PerRequest<'a> {
+    query: &'a str,
+    now: &'a str,
+    context: &'a [String],
+    findings: &'a [String],
+    feedback: Option<&'a FeedbackView>,
 }
 
 impl Templates {
@@ -185,10 +200,12 @@ impl Templates {
             .into_iter()
             .filter(|name| reads_only_stable_fields(&env, name))
             .collect();
+        let user_per_request = reads_no_stable_field(&env, "user.j2");
         Templates {
             env,
             cacheable,
             rendered: Mutex::new(HashMap::new()),
+            user_per_request,
         }
     }
 
@@ -253,7 +270,17 @@ impl Templates {
 
     /// The user message.
     pub fn user(&self, context: &PromptContext) -> Result<String, TemplateError> {
-        self.render("user.j2", context)
+        if !self.user_per_request {
+            return self.render("user.j2", context);
+        }
+        let fields = PerRequest {
+            query: &context.query,
+            now: &context.now,
+            context: &context.context,
+            findings: &context.findings,
+            feedback: context.feedback.as_ref(),
+        };
+        self.render("user.j2", &fields)
     }
 
     /// The system prompt of the optional triage call (answer / hand off / plan).
@@ -294,6 +321,22 @@ fn reads_only_stable_fields(env: &Environment<'static>, name: &str) -> bool {
         && variables
             .iter()
             .all(|variable| STABLE_FIELDS.contains(&variable.as_str()))
+}
+
+/// Whether template `name` reads only the [`PerRequest`] fields of its context (see
+/// [`reads_only_stable_fields`] for what counts as reading anything).
+fn reads_no_stable_field(env: &Environment<'static>, name: &str) -> bool {
+    const PER_REQUEST: [&str; 5] = ["query", "now", "context", "findings", "feedback"];
+    let Ok(template) = env.get_template(name) else {
+        return false;
+    };
+    if pulls_in_templates(template.source()) {
+        return false;
+    }
+    template
+        .undeclared_variables(false)
+        .iter()
+        .all(|variable| PER_REQUEST.contains(&variable.as_str()))
 }
 
 /// Whether a block tag of `source` is `include`, `import`, `from` or `extends`.
@@ -583,6 +626,19 @@ mod tests {
         std::fs::write(dir.path().join("unrelated.txt"), "{{ broken").unwrap();
         let templates = Templates::with_overrides(dir.path()).unwrap();
         assert_eq!(templates.user(&context()).unwrap(), "Q=Weather in Paris?");
+        // An override that reads the tools or the locale is given the whole context.
+        std::fs::write(
+            dir.path().join("user.j2"),
+            "{{ locale }}:{% for tool in tools %}{{ tool.name }}{% endfor %}:{{ query }}",
+        )
+        .unwrap();
+        let templates = Templates::with_overrides(dir.path()).unwrap();
+        assert!(!templates.user_per_request);
+        assert_eq!(
+            templates.user(&context()).unwrap(),
+            "fr-FR:get_weather:Weather in Paris?"
+        );
+        assert!(Templates::builtin().user_per_request);
         std::fs::write(dir.path().join("repair.j2"), "{% if %}").unwrap();
         let err = Templates::with_overrides(dir.path()).unwrap_err();
         assert!(err.to_string().contains("repair.j2"), "{err}");
