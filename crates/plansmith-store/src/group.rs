@@ -71,9 +71,63 @@ async fn writer(
     max_batch: usize,
 ) {
     let mut batch = Vec::with_capacity(max_batch);
+    let checkpointer = Checkpointer::new(backend);
     while queue.recv_many(&mut batch, max_batch).await > 0 {
+        let written = batch.len();
         commit(&pool, backend, std::mem::take(&mut batch)).await;
+        checkpointer.wrote(&pool, written);
         batch.reserve(max_batch);
+    }
+}
+
+/// Plans written between two background checkpoints (about 0.5 MB of WAL).
+const CHECKPOINT_EVERY: usize = 200;
+
+/// SQLite: copies the WAL into the database in the background as plans are written.
+///
+/// Left to SQLite, the checkpoint runs in the connection that commits past 1000 WAL pages:
+/// inside the writer, so every caller waiting for the next batch also waited for 4 MB to be
+/// copied and flushed (the p99 of `POST /v1/plans` under load). A `PASSIVE` checkpoint on
+/// another connection does that copying while the writer goes on; SQLite's own checkpoint
+/// stays as it was, and now finds the pages already copied (it is what resets the WAL, which a
+/// checkpoint beside a busy writer cannot do).
+struct Checkpointer {
+    enabled: bool,
+    since: std::cell::Cell<usize>,
+    running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Checkpointer {
+    fn new(backend: Backend) -> Checkpointer {
+        Checkpointer {
+            enabled: backend == Backend::Sqlite,
+            since: std::cell::Cell::new(0),
+            running: std::sync::Arc::default(),
+        }
+    }
+
+    /// `written` more plans were committed: starts a checkpoint when enough were, unless one
+    /// is running.
+    fn wrote(&self, pool: &sqlx::AnyPool, written: usize) {
+        use std::sync::atomic::Ordering;
+        if !self.enabled {
+            return;
+        }
+        let since = self.since.get() + written;
+        if since < CHECKPOINT_EVERY || self.running.swap(true, Ordering::AcqRel) {
+            self.since.set(since);
+            return;
+        }
+        self.since.set(0);
+        let pool = pool.clone();
+        let running = self.running.clone();
+        tokio::spawn(async move {
+            // A failed checkpoint loses nothing: the pages stay in the WAL for the next one.
+            let _ = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&pool)
+                .await;
+            running.store(false, Ordering::Release);
+        });
     }
 }
 

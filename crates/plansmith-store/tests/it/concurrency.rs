@@ -276,3 +276,49 @@ async fn group_commit_creates(db: TestDb) {
 }
 
 both_backends!(group_commit, super::group_commit_creates);
+
+/// SQLite under group commit: the WAL is copied into the database file in the background as
+/// plans are written (without it, the copying happened only inside the writer, past 1000 WAL
+/// pages, stalling every caller of that batch). 320 small plans in full batches stay well
+/// under SQLite's own 1000-page threshold, so only the background checkpoint can grow the
+/// database file; and everything written is still read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_checkpoints_sqlite_in_the_background() {
+    let db = crate::support::sqlite().await;
+    let plansmith_store::Location::Sqlite(path) = db.location.clone() else {
+        unreachable!("a SQLite test database");
+    };
+    let store = db.store.clone().with_group_commit(64);
+    let before = std::fs::metadata(&path).unwrap().len();
+    let creates = (0..320).map(|idx| {
+        let store = store.clone();
+        async move {
+            let mut plan = Plan::new(format!("c{idx}"), "checkpointed");
+            plan.thought = "x".repeat(600);
+            store
+                .create(plan, ReviewState::Accepted, Review::default(), "group")
+                .await
+                .unwrap();
+        }
+    });
+    futures::future::join_all(creates).await;
+    let wal = path.with_extension("db-wal");
+    let wal_size = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert!(
+        wal_size < 1000 * 4096,
+        "the test must stay under SQLite's own threshold: {wal_size}"
+    );
+    let mut after = before;
+    for _ in 0..100 {
+        after = std::fs::metadata(&path).unwrap().len();
+        if after >= before + 320 * 600 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        after >= before + 320 * 600,
+        "the database file grew from {before} to {after} bytes only; the WAL holds {wal_size}"
+    );
+    assert_eq!(store.get("c319").await.unwrap().plan.thought.len(), 600);
+}
