@@ -669,7 +669,9 @@ fn push_escaped(path: &mut String, token: &str) {
 
 /// Escapes one JSON-pointer token (`~` → `~0`, `/` → `~1`).
 pub fn escape_pointer(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
+    let mut out = String::with_capacity(token.len());
+    push_escaped(&mut out, token);
+    out
 }
 
 #[cfg(test)]

@@ -166,11 +166,14 @@ pub struct Templates {
     cacheable: Vec<&'static str>,
     /// Rendered system prompts of the cacheable templates, by [`stable_key`].
     rendered: Mutex<HashMap<String, String>>,
-    /// The user template reads none of [`STABLE_FIELDS`]: it is rendered from the request's
+    /// The user template reads only [`PER_REQUEST_FIELDS`]: it is rendered from the request's
     /// own fields alone (turning the selected tools and their schemas into template values
     /// for a message that never shows them cost more than the rest of its rendering).
     user_per_request: bool,
 }
+
+/// The fields of [`PerRequest`].
+const PER_REQUEST_FIELDS: [&str; 5] = ["query", "now", "context", "findings", "feedback"];
 
 /// The fields of [`PromptContext`] that change with every request: what the built-in user
 /// template reads.
@@ -198,9 +201,9 @@ impl Templates {
     fn from_env(env: Environment<'static>) -> Templates {
         let cacheable = SYSTEM_TEMPLATES
             .into_iter()
-            .filter(|name| reads_only_stable_fields(&env, name))
+            .filter(|name| reads_only(&env, name, &STABLE_FIELDS))
             .collect();
-        let user_per_request = reads_no_stable_field(&env, "user.j2");
+        let user_per_request = reads_only(&env, "user.j2", &PER_REQUEST_FIELDS);
         Templates {
             env,
             cacheable,
@@ -306,10 +309,10 @@ impl Templates {
     }
 }
 
-/// Whether template `name` reads nothing but [`STABLE_FIELDS`] of its context. A template that
-/// pulls in another one (`include`, `import`, `from`, `extends`) is not checked further and
-/// counts as reading anything, as does one whose variables cannot be listed.
-fn reads_only_stable_fields(env: &Environment<'static>, name: &str) -> bool {
+/// Whether template `name` reads nothing but `fields` of its context. A template that pulls
+/// in another one (`include`, `import`, `from`, `extends`) is not checked further and counts
+/// as reading anything, as does one whose variables cannot be listed.
+fn reads_only(env: &Environment<'static>, name: &str, fields: &[&str]) -> bool {
     let Ok(template) = env.get_template(name) else {
         return false;
     };
@@ -320,23 +323,7 @@ fn reads_only_stable_fields(env: &Environment<'static>, name: &str) -> bool {
     !variables.is_empty()
         && variables
             .iter()
-            .all(|variable| STABLE_FIELDS.contains(&variable.as_str()))
-}
-
-/// Whether template `name` reads only the [`PerRequest`] fields of its context (see
-/// [`reads_only_stable_fields`] for what counts as reading anything).
-fn reads_no_stable_field(env: &Environment<'static>, name: &str) -> bool {
-    const PER_REQUEST: [&str; 5] = ["query", "now", "context", "findings", "feedback"];
-    let Ok(template) = env.get_template(name) else {
-        return false;
-    };
-    if pulls_in_templates(template.source()) {
-        return false;
-    }
-    template
-        .undeclared_variables(false)
-        .iter()
-        .all(|variable| PER_REQUEST.contains(&variable.as_str()))
+            .all(|variable| fields.contains(&variable.as_str()))
 }
 
 /// Whether a block tag of `source` is `include`, `import`, `from` or `extends`.

@@ -71,7 +71,7 @@ async fn writer(
     max_batch: usize,
 ) {
     let mut batch = Vec::with_capacity(max_batch);
-    let checkpointer = Checkpointer::new(backend);
+    let mut checkpointer = Checkpointer::new(backend);
     while queue.recv_many(&mut batch, max_batch).await > 0 {
         let written = batch.len();
         commit(&pool, backend, std::mem::take(&mut batch)).await;
@@ -93,7 +93,8 @@ const CHECKPOINT_EVERY: usize = 200;
 /// checkpoint beside a busy writer cannot do).
 struct Checkpointer {
     enabled: bool,
-    since: std::cell::Cell<usize>,
+    /// Plans written since the last checkpoint started.
+    since: usize,
     running: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -101,24 +102,23 @@ impl Checkpointer {
     fn new(backend: Backend) -> Checkpointer {
         Checkpointer {
             enabled: backend == Backend::Sqlite,
-            since: std::cell::Cell::new(0),
+            since: 0,
             running: std::sync::Arc::default(),
         }
     }
 
     /// `written` more plans were committed: starts a checkpoint when enough were, unless one
     /// is running.
-    fn wrote(&self, pool: &sqlx::AnyPool, written: usize) {
+    fn wrote(&mut self, pool: &sqlx::AnyPool, written: usize) {
         use std::sync::atomic::Ordering;
         if !self.enabled {
             return;
         }
-        let since = self.since.get() + written;
-        if since < CHECKPOINT_EVERY || self.running.swap(true, Ordering::AcqRel) {
-            self.since.set(since);
+        self.since += written;
+        if self.since < CHECKPOINT_EVERY || self.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.since.set(0);
+        self.since = 0;
         let pool = pool.clone();
         let running = self.running.clone();
         tokio::spawn(async move {
