@@ -83,7 +83,7 @@ pub use review::{
     is_confirmation,
 };
 pub use store::{
-    Backend, Change, ListFilter, Location, Page, PlanStore, StepKey, StoredPlan, Trigger,
-    VersionRecord,
+    Backend, Change, ListFilter, Location, Page, PlanStore, StepKey, StoredPlan, Submitted,
+    Trigger, VersionRecord,
 };
 pub use templates::TemplateEntry;

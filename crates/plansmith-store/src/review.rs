@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Result, StoreError};
-use crate::store::{Change, PlanStore, StoredPlan, Trigger};
+use crate::store::{Change, PlanStore, StoredPlan, Submitted, Trigger};
 
 /// The rejection reason when the person gave no text (Spring AI Alibaba).
 pub const REJECTED_WITHOUT_TEXT: &str = "plan rejected by user";
@@ -291,7 +291,12 @@ pub enum Decision {
 
 /// The initial state of a freshly planned outcome under `review`.
 pub fn initial_state(outcome: &Outcome, review: &Review) -> ReviewState {
-    if !outcome.plan.questions.is_empty() || outcome.status == OutcomeStatus::NeedsInput {
+    state_of_new(&outcome.plan, &outcome.status, review)
+}
+
+/// [`initial_state`] of a plan that planning ended with `status`.
+fn state_of_new(plan: &Plan, status: &OutcomeStatus, review: &Review) -> ReviewState {
+    if !plan.questions.is_empty() || *status == OutcomeStatus::NeedsInput {
         ReviewState::NeedsInput
     } else if review.auto_accept {
         ReviewState::Accepted
@@ -311,14 +316,36 @@ impl PlanStore {
         review: Review,
         actor: &str,
     ) -> Result<StoredPlan> {
+        let submitted = self
+            .submit_plan(
+                outcome.plan.clone(),
+                &outcome.status,
+                request,
+                review,
+                actor,
+            )
+            .await?;
+        Ok(submitted.stored)
+    }
+
+    /// [`PlanStore::submit`] for a plan the caller gives up (`status`: how its planning ended),
+    /// answered with the JSON written for it (see [`Submitted`]): what a service that answers
+    /// with the stored plan calls, so that the plan is neither copied nor encoded twice.
+    pub async fn submit_plan(
+        &self,
+        plan: Plan,
+        status: &OutcomeStatus,
+        request: &PlanRequest,
+        review: Review,
+        actor: &str,
+    ) -> Result<Submitted> {
         let mut review = review;
         let mut kept = request.clone();
         kept.feedback = None;
         review.schedule_confirmed |= request.options.allow_recurring;
         review.request = Some(kept);
-        let state = initial_state(outcome, &review);
-        self.create(outcome.plan.clone(), state, review, actor)
-            .await
+        let state = state_of_new(&plan, status, &review);
+        self.create_encoded(plan, state, review, actor).await
     }
 
     /// Applies a person's decision. `planner` is needed for `Edit` and `Answer` (they replan)

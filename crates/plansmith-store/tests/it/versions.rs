@@ -233,3 +233,62 @@ async fn a_newer_schema_is_refused(mut db: TestDb) {
 }
 
 both_backends!(newer_schema_is_refused, super::a_newer_schema_is_refused);
+
+/// `submit_plan` answers with the JSON it wrote: encoded as the stored plan is, byte for byte,
+/// and as the plan reads back.
+async fn a_submitted_plan_encodes_as_stored(db: TestDb) {
+    let mut plan = titled("sub", "Café \"quoted\" \u{1F600}\n<tab>\t");
+    plan.goal = "ünïcode and \\ backslashes".into();
+    let mut request = plansmith_core::PlanRequest::new("Email Bob the weather");
+    request.options.allow_recurring = true;
+    let review = Review {
+        max_iterations: 5,
+        ..Review::default()
+    };
+    let submitted = db
+        .store
+        .submit_plan(
+            plan,
+            &plansmith_core::OutcomeStatus::Ready,
+            &request,
+            review,
+            "t",
+        )
+        .await
+        .unwrap();
+    let stored = &submitted.stored;
+    assert_eq!(stored.state, ReviewState::AwaitingReview);
+    assert!(stored.review.schedule_confirmed);
+    assert_eq!(stored.plan.version, 1);
+    let answer = serde_json::to_string(&submitted).unwrap();
+    assert_eq!(answer, serde_json::to_string(stored).unwrap());
+    let read_back = db.store.get("sub").await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer).unwrap(),
+        serde_json::to_value(&read_back).unwrap()
+    );
+    // Taken ids are refused as `create` refuses them, and nothing is overwritten.
+    let again = db
+        .store
+        .submit_plan(
+            titled("sub", "other"),
+            &plansmith_core::OutcomeStatus::NeedsInput,
+            &request,
+            Review::default(),
+            "t",
+        )
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::AlreadyExists(_))),
+        "{again:?}"
+    );
+    assert_eq!(
+        db.store.get("sub").await.unwrap().plan.title,
+        stored.plan.title
+    );
+}
+
+both_backends!(
+    submitted_plan_encodes_as_stored,
+    super::a_submitted_plan_encodes_as_stored
+);
