@@ -143,9 +143,23 @@ fn origin_problem(origin: &str) -> Option<&'static str> {
     None
 }
 
-/// Everything the handlers share. Cheap to clone.
+/// Everything the handlers share: one allocation, so a clone (axum clones the state for every
+/// route and extractor a request passes) is one reference count. Its parts are read through
+/// `Deref` ([`Shared`]).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] holds.
+#[derive(Clone)]
+pub struct Shared {
     /// The plan store.
     pub store: PlanStore,
     /// The planner (model + catalog).
@@ -185,7 +199,7 @@ struct Bucket {
 impl AppState {
     /// State over a store and a planner.
     pub fn new(store: PlanStore, planner: Planner, config: ServerConfig) -> AppState {
-        AppState {
+        AppState(Arc::new(Shared {
             store,
             planner: Arc::new(planner),
             config: Arc::new(config),
@@ -195,7 +209,7 @@ impl AppState {
             runner: None,
             mcp: None,
             closing: Arc::new(tokio::sync::watch::Sender::new(false)),
-        }
+        }))
     }
 
     /// Resolves once [`serve`] has begun to shut down (at once if it has).
@@ -219,7 +233,7 @@ impl AppState {
         S::Response: axum::response::IntoResponse,
         S::Future: Send + 'static,
     {
-        self.mcp = Some(Router::new().fallback_service(service));
+        Arc::make_mut(&mut self.0).mcp = Some(Router::new().fallback_service(service));
         self
     }
 
@@ -240,7 +254,7 @@ impl AppState {
         if worker {
             run::spawn_worker(runner.clone(), every);
         }
-        self.runner = Some(runner);
+        Arc::make_mut(&mut self.0).runner = Some(runner);
         self
     }
 
