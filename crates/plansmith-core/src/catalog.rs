@@ -155,20 +155,22 @@ pub struct CatalogTool {
     /// first use.
     model_schema: OnceLock<Value>,
     /// How the prompt shows the tool, built on first use.
-    prompt_view: OnceLock<crate::template::ToolView>,
+    prompt_view: OnceLock<std::sync::Arc<crate::template::ToolView>>,
 }
 
 impl CatalogTool {
     /// How the prompt shows the tool (name, short description, compact signature); built once,
     /// since a service renders it for every request that selects the tool.
-    pub fn prompt_view(&self) -> &crate::template::ToolView {
-        self.prompt_view.get_or_init(|| crate::template::ToolView {
-            name: self.tool.name.clone(),
-            description: crate::template::short_description(
-                &self.tool.description,
-                crate::template::DESCRIPTION_MAX,
-            ),
-            signature: crate::template::signature(&self.tool.name, &self.tool.input_schema),
+    pub fn prompt_view(&self) -> &std::sync::Arc<crate::template::ToolView> {
+        self.prompt_view.get_or_init(|| {
+            std::sync::Arc::new(crate::template::ToolView {
+                name: self.tool.name.clone(),
+                description: crate::template::short_description(
+                    &self.tool.description,
+                    crate::template::DESCRIPTION_MAX,
+                ),
+                signature: crate::template::signature(&self.tool.name, &self.tool.input_schema),
+            })
         })
     }
 

@@ -119,7 +119,7 @@ pub struct PromptContext {
     /// Current time, RFC 3339 with the weekday.
     pub now: String,
     /// Selected tools.
-    pub tools: Vec<ToolView>,
+    pub tools: Vec<std::sync::Arc<ToolView>>,
     /// Agents.
     pub agents: Vec<AgentView>,
     /// Background context.
@@ -464,7 +464,7 @@ mod tests {
             |shape, context: &PromptContext| Templates::builtin().system(shape, context).unwrap();
         let mut contexts = vec![context()];
         let mut other = context();
-        other.tools[0].description = "Forecast for a city".into();
+        std::sync::Arc::make_mut(&mut other.tools[0]).description = "Forecast for a city".into();
         contexts.push(other);
         let mut other = context();
         other.profile = None;
@@ -540,14 +540,14 @@ mod tests {
             locale: "fr-FR".into(),
             max_steps: 5,
             now: "2026-11-22T10:00:00Z (Sunday)".into(),
-            tools: vec![ToolView {
+            tools: vec![std::sync::Arc::new(ToolView {
                 name: "get_weather".into(),
                 description: "Weather for a city".into(),
                 signature: signature(
                     "get_weather",
                     &json!({"properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}),
                 ),
-            }],
+            })],
             agents: vec![],
             context: vec!["The user lives in Lyon.".into()],
             findings: vec!["[web_search] Paris: 12 °C, light rain".into()],
