@@ -13,6 +13,7 @@ use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use plansmith_core::{Plan, Step, StepStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::{RawValue, to_raw_value};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
@@ -245,14 +246,14 @@ fn encode_stored<S: serde::Serializer>(
 /// its review. It encodes as the [`StoredPlan`] would, reusing that JSON: the answer to a
 /// request that stored a plan does not encode the plan a second time (under load, encoding the
 /// answer's plan and review again was ~6 % of the server's time per plan).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Submitted {
     /// The plan as stored.
     pub stored: StoredPlan,
     /// `stored.plan` as JSON, as written to the store.
-    document: String,
+    document: Box<RawValue>,
     /// `stored.review` as JSON, as written to the store.
-    review: String,
+    review: Box<RawValue>,
 }
 
 impl Serialize for Submitted {
@@ -260,42 +261,7 @@ impl Serialize for Submitted {
         &self,
         serializer: S,
     ) -> std::result::Result<S::Ok, S::Error> {
-        encode_stored(
-            serializer,
-            &self.stored,
-            &Encoded::new(&self.document, &self.stored.plan),
-            &Encoded::new(&self.review, &self.stored.review),
-        )
-    }
-}
-
-/// A value to write as JSON, by the text it was encoded to when there is one.
-enum Encoded<'a, T> {
-    Text(&'a serde_json::value::RawValue),
-    Value(&'a T),
-}
-
-impl<'a, T> Encoded<'a, T> {
-    /// `value` by its encoding `json`. Checking that a text is one JSON value is a scan without
-    /// allocation, several times cheaper than encoding the value again. It cannot fail here
-    /// (serde_json wrote the text); if it did, the value would be encoded again.
-    fn new(json: &'a str, value: &'a T) -> Encoded<'a, T> {
-        match serde_json::from_str(json) {
-            Ok(text) => Encoded::Text(text),
-            Err(_) => Encoded::Value(value),
-        }
-    }
-}
-
-impl<T: Serialize> Serialize for Encoded<'_, T> {
-    fn serialize<S: serde::Serializer>(
-        &self,
-        serializer: S,
-    ) -> std::result::Result<S::Ok, S::Error> {
-        match self {
-            Encoded::Text(text) => text.serialize(serializer),
-            Encoded::Value(value) => value.serialize(serializer),
-        }
+        encode_stored(serializer, &self.stored, &self.document, &self.review)
     }
 }
 
@@ -927,13 +893,11 @@ impl PlanStore {
         plan.version = 1;
         plan.parent_version = None;
         let now = Utc::now().trunc_subsecs(6);
-        let document = to_json(&plan)?;
-        let review_json = serde_json::to_string(&review).map_err(bad_json)?;
         let row = NewPlan {
+            document: to_raw_value(&plan).map_err(bad_json)?,
+            review: to_raw_value(&review).map_err(bad_json)?,
             plan,
             state,
-            review: review_json,
-            document,
             actor: actor.to_owned(),
             at: now,
         };
@@ -1430,10 +1394,10 @@ pub fn carry_step_progress(old: &[Step], new: &mut [Step]) {
 pub(crate) struct NewPlan {
     pub(crate) plan: Plan,
     pub(crate) state: ReviewState,
-    /// The review settings, as JSON.
-    pub(crate) review: String,
-    /// The plan, as JSON.
-    pub(crate) document: String,
+    /// The review settings, as JSON (what [`Submitted`] answers with).
+    pub(crate) review: Box<RawValue>,
+    /// The plan, as JSON (what [`Submitted`] answers with).
+    pub(crate) document: Box<RawValue>,
     pub(crate) actor: String,
     pub(crate) at: DateTime<Utc>,
 }
@@ -1548,8 +1512,8 @@ pub(crate) async fn insert_new_rows(
                 .bind(plan.conversation_id.clone())
                 .bind(plan.thread_id.clone())
                 .bind(plan.title.clone())
-                .bind(row.document.clone())
-                .bind(row.review.clone())
+                .bind(row.document.get().to_owned())
+                .bind(row.review.get().to_owned())
                 .bind(timestamp(row.at))
                 .bind(timestamp(row.at));
         }
