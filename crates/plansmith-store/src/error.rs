@@ -136,6 +136,9 @@ pub enum StoreError {
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// SQLite reported an error to the group-commit writer's own connection.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
 }
 
 fn summary(diagnostics: &[Diagnostic]) -> String {

@@ -3,10 +3,17 @@
 //! A new plan is two rows (the plan and its version 1) in one transaction, and each commit
 //! waits for the disk (SQLite `synchronous=FULL`, PostgreSQL `synchronous_commit=on`): on this
 //! project's 2-core machine that capped the service at ~450 plans/s however many clients
-//! waited. With group commit, callers hand their prepared rows to one writer task, which takes
+//! waited. With group commit, callers hand their prepared rows to one writer, which takes
 //! whatever has queued (up to a bound) and writes it in a single transaction: one disk flush
 //! for the whole batch. Each caller is answered only after the batch committed, so an
 //! acknowledged plan is as durable as before.
+//!
+//! On PostgreSQL the writer is a task that writes through the pool. On SQLite it is a thread
+//! of its own with its own connection ([`rusqlite`], the same SQLite library as sqlx's), which
+//! writes a whole batch in one call: through sqlx every statement of the batch (begin, the
+//! inserts, commit) was a round trip to sqlx's connection thread, and under load each round
+//! trip waited for both threads to be scheduled, so the batch's wall time, which every caller
+//! in it waits for, was mostly waiting.
 //!
 //! One failing row must not fail its neighbours: an id that is taken is reported to its caller
 //! alone (`ON CONFLICT DO NOTHING` leaves the batch intact), and if the batch's transaction
@@ -14,16 +21,18 @@
 //! its own result.
 
 use std::collections::HashSet;
+use std::path::Path;
 
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Result, StoreError};
-use crate::store::{Backend, NewPlan, insert_new, insert_new_rows};
+use crate::store::{Backend, Location, NewPlan, Trigger, insert_new, insert_new_rows, timestamp};
 
 /// How many new plans may wait for the writer before callers wait to enqueue.
 const QUEUE: usize = 4096;
 
-/// Handle to the writer task; cloned with the store.
+/// Handle to the writer; cloned with the store.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupWriter {
     jobs: mpsc::Sender<Job>,
@@ -37,15 +46,23 @@ struct Job {
 }
 
 impl GroupWriter {
-    /// Starts the writer on the current tokio runtime; `None` outside one.
+    /// Starts the writer: on SQLite a thread with its own connection (or, if that cannot be
+    /// opened, a task like PostgreSQL's), on PostgreSQL a task on the current tokio runtime.
+    /// `None` outside a runtime.
     pub(crate) fn start(
         pool: sqlx::AnyPool,
-        backend: Backend,
+        location: &Location,
         max_batch: usize,
     ) -> Option<GroupWriter> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let runtime = Handle::try_current().ok()?;
+        let max_batch = max_batch.max(1);
+        if let Location::Sqlite(path) = location
+            && let Some(writer) = start_sqlite(&pool, &runtime, path, max_batch)
+        {
+            return Some(writer);
+        }
         let (jobs, queue) = mpsc::channel(QUEUE);
-        runtime.spawn(writer(pool, backend, queue, max_batch.max(1)));
+        runtime.spawn(writer(pool, location.backend(), queue, max_batch));
         Some(GroupWriter { jobs })
     }
 
@@ -71,11 +88,11 @@ async fn writer(
     max_batch: usize,
 ) {
     let mut batch = Vec::with_capacity(max_batch);
-    let mut checkpointer = Checkpointer::new(backend);
+    let mut checkpointer = Checkpointer::new(backend, pool.clone(), Handle::current());
     while queue.recv_many(&mut batch, max_batch).await > 0 {
         let written = batch.len();
         commit(&pool, backend, std::mem::take(&mut batch)).await;
-        checkpointer.wrote(&pool, written);
+        checkpointer.wrote(written);
         batch.reserve(max_batch);
     }
 }
@@ -96,20 +113,26 @@ struct Checkpointer {
     /// Plans written since the last checkpoint started.
     since: usize,
     running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The checkpoint runs on one of the pool's connections, as a task on this runtime (if it
+    /// has shut down, the task is dropped and the next checkpoint is SQLite's own).
+    pool: sqlx::AnyPool,
+    runtime: Handle,
 }
 
 impl Checkpointer {
-    fn new(backend: Backend) -> Checkpointer {
+    fn new(backend: Backend, pool: sqlx::AnyPool, runtime: Handle) -> Checkpointer {
         Checkpointer {
             enabled: backend == Backend::Sqlite,
             since: 0,
             running: std::sync::Arc::default(),
+            pool,
+            runtime,
         }
     }
 
     /// `written` more plans were committed: starts a checkpoint when enough were, unless one
     /// is running.
-    fn wrote(&mut self, pool: &sqlx::AnyPool, written: usize) {
+    fn wrote(&mut self, written: usize) {
         use std::sync::atomic::Ordering;
         if !self.enabled {
             return;
@@ -119,9 +142,9 @@ impl Checkpointer {
             return;
         }
         self.since = 0;
-        let pool = pool.clone();
+        let pool = self.pool.clone();
         let running = self.running.clone();
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             // A failed checkpoint loses nothing: the pages stay in the WAL for the next one.
             let _ = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
                 .execute(&pool)
@@ -176,5 +199,117 @@ async fn write_one(pool: &sqlx::AnyPool, backend: Backend, row: &NewPlan) -> Res
     let mut tx = pool.begin().await?;
     let stored = insert_new(&mut tx, backend, row).await?;
     tx.commit().await?;
+    Ok(stored)
+}
+
+// ---------------------------------------------------------------------------------------------
+// SQLite: a writer thread with its own connection
+// ---------------------------------------------------------------------------------------------
+
+/// Opens the writer's connection and starts its thread; `None` if either fails (the caller
+/// falls back to the task, which writes through the pool).
+fn start_sqlite(
+    pool: &sqlx::AnyPool,
+    runtime: &Handle,
+    path: &Path,
+    max_batch: usize,
+) -> Option<GroupWriter> {
+    let conn = open_sqlite(path).ok()?;
+    let (jobs, queue) = mpsc::channel(QUEUE);
+    let checkpointer = Checkpointer::new(Backend::Sqlite, pool.clone(), runtime.clone());
+    std::thread::Builder::new()
+        .name("plansmith-sqlite-writer".to_owned())
+        .spawn(move || sqlite_writer(conn, queue, max_batch, checkpointer))
+        .ok()?;
+    Some(GroupWriter { jobs })
+}
+
+/// The writer's connection, set up like the pool's (WAL, `synchronous=FULL`, a busy timeout:
+/// the pool's connections write to the same file, and SQLite lets one writer in at a time).
+fn open_sqlite(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+/// Takes the queued rows in batches of at most `max_batch` until every handle is dropped.
+fn sqlite_writer(
+    mut conn: rusqlite::Connection,
+    mut queue: mpsc::Receiver<Job>,
+    max_batch: usize,
+    mut checkpointer: Checkpointer,
+) {
+    let mut batch = Vec::with_capacity(max_batch);
+    while queue.blocking_recv_many(&mut batch, max_batch) > 0 {
+        let written = batch.len();
+        let rows: Vec<&NewPlan> = batch.iter().map(|job| &job.row).collect();
+        match write_sqlite(&mut conn, &rows) {
+            Ok(stored) => {
+                for (job, stored) in batch.drain(..).zip(stored) {
+                    let _ = job.reply.send(Ok((job.row, stored)));
+                }
+            }
+            // The batch rolled back as a whole: each row again on its own, so every caller gets
+            // its own answer (and its own error, if the row itself is the problem).
+            Err(_) => {
+                for job in batch.drain(..) {
+                    let result = write_sqlite(&mut conn, &[&job.row])
+                        .map(|stored| stored.first().copied().unwrap_or(false));
+                    let _ = job.reply.send(result.map(|stored| (job.row, stored)));
+                }
+            }
+        }
+        checkpointer.wrote(written);
+    }
+}
+
+/// `rows` in one transaction; per row, whether it was stored (`false`: its id is taken, by an
+/// earlier plan or an earlier row of the same batch). The statements are prepared once and
+/// kept by the connection's cache.
+fn write_sqlite(conn: &mut rusqlite::Connection, rows: &[&NewPlan]) -> Result<Vec<bool>> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut stored = Vec::with_capacity(rows.len());
+    {
+        let mut plan = tx.prepare_cached(
+            "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                                document, review, created_at, updated_at)
+             VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+             ON CONFLICT (id) DO NOTHING",
+        )?;
+        // Version 1's diff and document are stored empty, as `insert_new_rows` writes them.
+        let mut version = tx.prepare_cached(
+            "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind, actor,
+                                        created_at, state, diff, document)
+             VALUES (?1, 1, NULL, ?2, ?3, ?4, ?5, '', '')",
+        )?;
+        for row in rows {
+            let at = timestamp(row.at);
+            let new = &row.plan;
+            let written = plan.execute(rusqlite::params![
+                new.id,
+                row.state.as_str(),
+                new.owner,
+                new.conversation_id,
+                new.thread_id,
+                new.title,
+                row.document.get(),
+                row.review.get(),
+                at,
+            ])?;
+            if written == 1 {
+                version.execute(rusqlite::params![
+                    new.id,
+                    Trigger::Created.as_str(),
+                    row.actor,
+                    at,
+                    row.state.as_str(),
+                ])?;
+            }
+            stored.push(written == 1);
+        }
+    }
+    tx.commit()?;
     Ok(stored)
 }

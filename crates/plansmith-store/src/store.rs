@@ -737,7 +737,7 @@ impl PlanStore {
     /// one, the store is returned unchanged. Once that runtime has shut down, creates write
     /// on their own again.
     pub fn with_group_commit(mut self, max_batch: usize) -> PlanStore {
-        if let Some(writer) = GroupWriter::start(self.pool.clone(), self.backend(), max_batch) {
+        if let Some(writer) = GroupWriter::start(self.pool.clone(), &self.location, max_batch) {
             self.writer = Some(writer);
         }
         self

@@ -277,6 +277,57 @@ async fn group_commit_creates(db: TestDb) {
 
 both_backends!(group_commit, super::group_commit_creates);
 
+/// Group commit beside the store's other writes: on SQLite the group writer has a connection
+/// of its own, and SQLite lets one writer in at a time, so creates in batches and step updates
+/// through the pool take turns on the file's write lock. Every one of them lands (none fails
+/// with "database is locked"), and each plan reads back whole.
+async fn group_commit_beside_pool_writes(db: TestDb) {
+    let store = db.store.clone().with_group_commit(8);
+    plan_with_steps(&store, "marked").await;
+    let creates = (0..200).map(|idx| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let plan = Plan::new(format!("b{idx}"), format!("beside {idx}"));
+            store
+                .create(plan, ReviewState::Accepted, Review::default(), "group")
+                .await
+                .map(|_| ())
+        })
+    });
+    let creates: Vec<_> = creates.collect();
+    for idx in 0..N_WRITERS {
+        let step = StepKey::Id(format!("s{}", idx + 1));
+        store
+            .mark_step("marked", &step, Some("completed"), None, None, "pool")
+            .await
+            .unwrap();
+    }
+    for create in creates {
+        create.await.unwrap().unwrap();
+    }
+    let marked = store.get("marked").await.unwrap();
+    assert_eq!(marked.version(), 1 + N_WRITERS as u32);
+    assert!(
+        marked
+            .plan
+            .steps
+            .iter()
+            .all(|step| step.status == StepStatus::Completed)
+    );
+    for idx in [0, 99, 199] {
+        let plan = store.get(&format!("b{idx}")).await.unwrap();
+        assert_eq!(plan.plan.goal, format!("beside {idx}"));
+        assert_eq!(store.history(&plan.plan.id).await.unwrap().len(), 1);
+    }
+    let page = store
+        .list(&plansmith_store::ListFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(page.total, 201);
+}
+
+both_backends!(group_commit_beside, super::group_commit_beside_pool_writes);
+
 /// SQLite under group commit: the WAL is copied into the database file in the background as
 /// plans are written (without it, the copying happened only inside the writer, past 1000 WAL
 /// pages, stalling every caller of that batch). 320 small plans in full batches stay well
