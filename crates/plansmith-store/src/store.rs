@@ -733,9 +733,11 @@ impl PlanStore {
     /// [`PlanStore::create`] calls (and so [`PlanStore::submit`]) share one transaction, and
     /// one disk flush, per batch of at most `max_batch`; each call returns once its batch
     /// committed, so a returned plan is as durable as without it. For servers with many
-    /// clients. Must be called inside a tokio runtime (the writer is a task on it); outside
-    /// one, the store is returned unchanged. Once that runtime has shut down, creates write
-    /// on their own again.
+    /// clients. Must be called inside a tokio runtime; outside one, the store is returned
+    /// unchanged. On SQLite the writer is a thread with a connection of its own (it stops when
+    /// the last clone of the store is dropped); on PostgreSQL, and on SQLite if that connection
+    /// cannot be opened, it is a task on the runtime, and once that runtime has shut down,
+    /// creates write on their own again.
     pub fn with_group_commit(mut self, max_batch: usize) -> PlanStore {
         if let Some(writer) = GroupWriter::start(self.pool.clone(), &self.location, max_batch) {
             self.writer = Some(writer);
@@ -1468,8 +1470,8 @@ fn multi_row_sql(
 }
 
 /// Inserts new plans (version 1, no parent, as `create` makes them) and their versions 1 in
-/// `tx` with one multi-row `INSERT` per table and chunk (what group commit writes: per-row
-/// statements cost a round trip to the database each); per row, whether it was stored
+/// `tx` with one multi-row `INSERT` per table and chunk (what group commit writes on
+/// PostgreSQL: per-row statements cost a round trip to the database each); per row, whether it was stored
 /// (`false`: its id was taken, nothing written for it). The ids must be distinct. When rows
 /// written together meet a taken id, which one cannot be told from the count written:
 /// [`StoreError::AlreadyExists`], and the caller writes each row on its own (group commit's
