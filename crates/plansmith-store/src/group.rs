@@ -155,6 +155,9 @@ impl Checkpointer {
 }
 
 async fn commit(pool: &sqlx::AnyPool, backend: Backend, batch: Vec<Job>) {
+    if backend == Backend::Postgres {
+        return commit_postgres(pool, batch).await;
+    }
     match write_batch(pool, backend, &batch).await {
         Ok(stored) => {
             for (job, stored) in batch.into_iter().zip(stored) {
@@ -163,13 +166,25 @@ async fn commit(pool: &sqlx::AnyPool, backend: Backend, batch: Vec<Job>) {
         }
         // The batch rolled back as a whole: each row again on its own, so every caller gets
         // its own answer (and its own error, if the row itself is the problem).
-        Err(_) => {
-            for job in batch {
-                let result = write_one(pool, backend, &job.row).await;
-                let _ = job.reply.send(result.map(|stored| (job.row, stored)));
-            }
-        }
+        Err(_) => write_each(pool, backend, batch).await,
     }
+}
+
+/// Each row in a transaction of its own, each caller answered with its own result.
+async fn write_each(pool: &sqlx::AnyPool, backend: Backend, jobs: Vec<Job>) {
+    for job in jobs {
+        let result = write_one(pool, backend, &job.row).await;
+        let _ = job.reply.send(result.map(|stored| (job.row, stored)));
+    }
+}
+
+/// The batch's rows split into the first row of each id and the rows that repeat an earlier
+/// row's id (written on their own after the others, where they find the id taken).
+fn split_repeats(batch: Vec<Job>) -> (Vec<Job>, Vec<Job>) {
+    let mut seen = HashSet::with_capacity(batch.len());
+    batch
+        .into_iter()
+        .partition(|job| seen.insert(job.row.plan.id.clone()))
 }
 
 /// The batch in one transaction; per row, whether it was stored (`false`: id taken). Rows go
@@ -193,6 +208,99 @@ async fn write_batch(pool: &sqlx::AnyPool, backend: Backend, batch: &[Job]) -> R
     }
     tx.commit().await?;
     Ok(stored)
+}
+
+/// PostgreSQL: the batch's distinct ids in one statement ([`postgres_batch_sql`]), which is
+/// atomic without a transaction around it: one round trip to the server per batch, where a
+/// transaction of multi-row `INSERT`s took four (begin, two inserts, commit), each waiting for
+/// the server's process to be scheduled, while every caller of the batch waited too. If it
+/// fails nothing was written, and each row is written on its own.
+async fn commit_postgres(pool: &sqlx::AnyPool, batch: Vec<Job>) {
+    let (distinct, repeats) = split_repeats(batch);
+    let rows: Vec<&NewPlan> = distinct.iter().map(|job| &job.row).collect();
+    match insert_postgres(pool, &rows).await {
+        Ok(stored) => {
+            for job in distinct {
+                let was_stored = stored.contains(job.row.plan.id.as_str());
+                let _ = job.reply.send(Ok((job.row, was_stored)));
+            }
+        }
+        Err(_) => write_each(pool, Backend::Postgres, distinct).await,
+    }
+    write_each(pool, Backend::Postgres, repeats).await;
+}
+
+/// Writes `rows` (distinct ids) with their versions 1 in one statement; the ids stored (an id
+/// that is taken is not).
+async fn insert_postgres(pool: &sqlx::AnyPool, rows: &[&NewPlan]) -> Result<HashSet<String>> {
+    use sqlx::Row;
+    // Padded to a power of two with rows of NULLs (which the statement skips), so the
+    // statement cache holds one statement per size class, not one per batch size.
+    let slots = rows.len().next_power_of_two();
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(postgres_batch_sql(slots)));
+    for row in rows {
+        let plan = &row.plan;
+        let at = timestamp(row.at);
+        query = query
+            .bind(plan.id.clone())
+            .bind(row.state.as_str())
+            .bind(plan.owner.clone())
+            .bind(plan.conversation_id.clone())
+            .bind(plan.thread_id.clone())
+            .bind(plan.title.clone())
+            .bind(row.document.get().to_owned())
+            .bind(row.review.get().to_owned())
+            .bind(at)
+            .bind(row.actor.clone());
+    }
+    for _ in rows.len()..slots {
+        for _ in 0..POSTGRES_COLUMNS {
+            query = query.bind(None::<String>);
+        }
+    }
+    let written = query.fetch_all(pool).await?;
+    written
+        .iter()
+        .map(|row| Ok(row.try_get::<String, _>(0)?))
+        .collect()
+}
+
+/// Parameters per row of [`postgres_batch_sql`].
+const POSTGRES_COLUMNS: usize = 10;
+
+/// One statement for `slots` new plans: the rows as `VALUES`, the plans inserted from them
+/// (`ON CONFLICT DO NOTHING`: a taken id is skipped), and a version 1 for each plan that was,
+/// whose ids it returns. Rows with a NULL id are padding.
+fn postgres_batch_sql(slots: usize) -> String {
+    let mut values = String::with_capacity(slots * POSTGRES_COLUMNS * 6);
+    for slot in 0..slots {
+        values.push_str(if slot == 0 { "(" } else { ", (" });
+        for column in 0..POSTGRES_COLUMNS {
+            if column > 0 {
+                values.push_str(", ");
+            }
+            values.push('$');
+            values.push_str(&(slot * POSTGRES_COLUMNS + column + 1).to_string());
+        }
+        values.push(')');
+    }
+    format!(
+        "WITH v (id, state, owner, conversation_id, thread_id, title, document, review, at, actor)
+              AS (VALUES {values}),
+         p AS (INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                                  document, review, created_at, updated_at)
+               SELECT id, 1, state, owner, conversation_id, thread_id, title, document, review,
+                      at, at
+               FROM v WHERE id IS NOT NULL
+               ON CONFLICT (id) DO NOTHING
+               RETURNING id)
+         INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind, actor,
+                                    created_at, state, diff, document)
+         SELECT v.id, 1, NULL, '{created}', v.actor, v.at, v.state, '', ''
+         FROM v JOIN p ON p.id = v.id
+         RETURNING plan_id",
+        created = Trigger::Created.as_str(),
+    )
 }
 
 async fn write_one(pool: &sqlx::AnyPool, backend: Backend, row: &NewPlan) -> Result<bool> {
