@@ -27,7 +27,9 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Result, StoreError};
-use crate::store::{Backend, Location, NewPlan, Trigger, insert_new, insert_new_rows, timestamp};
+use crate::store::{
+    Backend, Location, NewPlan, Trigger, bind_plan_row, insert_new, insert_new_rows, timestamp,
+};
 
 /// How many new plans may wait for the writer before callers wait to enqueue.
 const QUEUE: usize = 4096;
@@ -239,18 +241,8 @@ async fn insert_postgres(pool: &sqlx::AnyPool, rows: &[&NewPlan]) -> Result<Hash
     let slots = rows.len().next_power_of_two();
     let mut query = sqlx::query(sqlx::AssertSqlSafe(postgres_batch_sql(slots)));
     for row in rows {
-        let plan = &row.plan;
-        let at = timestamp(row.at);
-        query = query
-            .bind(plan.id.clone())
-            .bind(row.state.as_str())
-            .bind(plan.owner.clone())
-            .bind(plan.conversation_id.clone())
-            .bind(plan.thread_id.clone())
-            .bind(plan.title.clone())
-            .bind(row.document.get().to_owned())
-            .bind(row.review.get().to_owned())
-            .bind(at)
+        query = bind_plan_row(query, row)
+            .bind(timestamp(row.at))
             .bind(row.actor.clone());
     }
     for _ in rows.len()..slots {

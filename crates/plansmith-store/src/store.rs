@@ -1506,16 +1506,7 @@ pub(crate) async fn insert_new_rows(
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {
-            let plan = &row.plan;
-            query = query
-                .bind(plan.id.clone())
-                .bind(row.state.as_str())
-                .bind(plan.owner.clone())
-                .bind(plan.conversation_id.clone())
-                .bind(plan.thread_id.clone())
-                .bind(plan.title.clone())
-                .bind(row.document.get().to_owned())
-                .bind(row.review.get().to_owned())
+            query = bind_plan_row(query, row)
                 .bind(timestamp(row.at))
                 .bind(timestamp(row.at));
         }
@@ -1573,6 +1564,24 @@ pub(crate) async fn insert_new_rows(
         }
     }
     Ok(stored)
+}
+
+/// A query with an `INSERT`'s parameters bound so far.
+pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// Binds a new plan's `plans` columns from `id` to `review` (id, state, owner, conversation,
+/// thread, title, document, review), in that order.
+pub(crate) fn bind_plan_row<'q>(query: AnyQuery<'q>, row: &NewPlan) -> AnyQuery<'q> {
+    let plan = &row.plan;
+    query
+        .bind(plan.id.clone())
+        .bind(row.state.as_str())
+        .bind(plan.owner.clone())
+        .bind(plan.conversation_id.clone())
+        .bind(plan.thread_id.clone())
+        .bind(plan.title.clone())
+        .bind(row.document.get().to_owned())
+        .bind(row.review.get().to_owned())
 }
 
 /// Inserts `plan`'s new (current) version; its document is the plan's (stored empty, see
