@@ -8,7 +8,8 @@
 //! for the whole batch. Each caller is answered only after the batch committed, so an
 //! acknowledged plan is as durable as before.
 //!
-//! On PostgreSQL the writer is a task that writes through the pool. On SQLite it is a thread
+//! On PostgreSQL the writer is a task that writes each batch through the pool as one statement
+//! (one round trip). On SQLite it is a thread
 //! of its own with its own connection ([`rusqlite`], the same SQLite library as sqlx's), which
 //! writes a whole batch in one call: through sqlx every statement of the batch (begin, the
 //! inserts, commit) was a round trip to sqlx's connection thread, and under load each round
