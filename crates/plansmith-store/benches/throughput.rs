@@ -1,5 +1,6 @@
 //! Write throughput of each backend: plans created per second, step updates per second (one
-//! writer on one plan, and 8 writers on 8 plans).
+//! writer on one plan, and 8 writers on 8 plans), and plans created per second by 64 concurrent
+//! callers under group commit (what `plansmith serve` does; 10× the operations).
 //!
 //! `cargo bench -p plansmith-store --bench throughput` — SQLite always; PostgreSQL when
 //! `PLANSMITH_TEST_POSTGRES_URL` names a server (a fresh database is created on it).
@@ -90,10 +91,40 @@ async fn measure(name: &str, store: PlanStore, n: usize) {
         task.await.unwrap();
     }
     let parallel = (n / 8 * 8) as f64 / started.elapsed().as_secs_f64();
+    let grouped = group_commit_creates(&store, n * 10).await;
     println!(
-        "{name:<10} creates/s {creates:>8.0} · step updates/s (1 writer) {updates:>8.0} · step updates/s (8 writers, 8 plans) {parallel:>8.0}   [n = {n}]"
+        "{name:<10} creates/s {creates:>8.0} · step updates/s (1 writer) {updates:>8.0} · step updates/s (8 writers, 8 plans) {parallel:>8.0} · group-commit creates/s (64 callers) {grouped:>8.0}   [n = {n}]"
     );
     store.close().await;
+}
+
+/// `n` creates from 64 concurrent callers through group commit; plans per second.
+async fn group_commit_creates(store: &PlanStore, n: usize) -> f64 {
+    const CALLERS: usize = 64;
+    let store = store.clone().with_group_commit(256);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|caller| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for idx in 0..n / CALLERS {
+                    store
+                        .create(
+                            plan(&format!("g{caller}-{idx}")),
+                            ReviewState::AwaitingReview,
+                            Review::default(),
+                            "bench",
+                        )
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    (n / CALLERS * CALLERS) as f64 / started.elapsed().as_secs_f64()
 }
 
 fn main() {
