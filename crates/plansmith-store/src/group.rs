@@ -9,9 +9,9 @@
 //! acknowledged plan is as durable as before.
 //!
 //! On PostgreSQL the writer is a task that writes each batch through the pool as one statement
-//! (one round trip). On SQLite it is a thread
-//! of its own with its own connection ([`rusqlite`], the same SQLite library as sqlx's), which
-//! writes a whole batch in one call: through sqlx every statement of the batch (begin, the
+//! (one round trip). On SQLite it is a thread of its own with its own connection
+//! ([`rusqlite`], the same SQLite library as sqlx's), which writes a whole batch in one call
+//! with the same single-row statements as [`insert_new`]: through sqlx every statement of the batch (begin, the
 //! inserts, commit) was a round trip to sqlx's connection thread, and under load each round
 //! trip waited for both threads to be scheduled, so the batch's wall time, which every caller
 //! in it waits for, was mostly waiting.
@@ -29,7 +29,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Result, StoreError};
 use crate::store::{
-    Backend, Location, NewPlan, Trigger, bind_plan_row, insert_new, insert_new_rows, timestamp,
+    INSERT_FIRST_VERSION, INSERT_NEW_PLAN, Location, NewPlan, Trigger, bind_plan_row, insert_new,
+    timestamp,
 };
 
 /// How many new plans may wait for the writer before callers wait to enqueue.
@@ -49,9 +50,9 @@ struct Job {
 }
 
 impl GroupWriter {
-    /// Starts the writer: on SQLite a thread with its own connection (or, if that cannot be
-    /// opened, a task like PostgreSQL's), on PostgreSQL a task on the current tokio runtime.
-    /// `None` outside a runtime.
+    /// Starts the writer: on SQLite a thread with its own connection, on PostgreSQL a task on
+    /// the current tokio runtime. `None` outside a runtime, or when SQLite's connection or
+    /// thread cannot be had (each create then writes on its own, as without group commit).
     pub(crate) fn start(
         pool: sqlx::AnyPool,
         location: &Location,
@@ -59,14 +60,14 @@ impl GroupWriter {
     ) -> Option<GroupWriter> {
         let runtime = Handle::try_current().ok()?;
         let max_batch = max_batch.max(1);
-        if let Location::Sqlite(path) = location
-            && let Some(writer) = start_sqlite(&pool, &runtime, path, max_batch)
-        {
-            return Some(writer);
+        match location {
+            Location::Sqlite(path) => start_sqlite(&pool, &runtime, path, max_batch),
+            Location::Postgres(_) => {
+                let (jobs, queue) = mpsc::channel(QUEUE);
+                runtime.spawn(postgres_writer(pool, queue, max_batch));
+                Some(GroupWriter { jobs })
+            }
         }
-        let (jobs, queue) = mpsc::channel(QUEUE);
-        runtime.spawn(writer(pool, location.backend(), queue, max_batch));
-        Some(GroupWriter { jobs })
     }
 
     /// Stores `row` in the next batch and gives it back, with `false` when its id is taken.
@@ -83,19 +84,12 @@ impl GroupWriter {
     }
 }
 
-/// Takes the queued rows in batches of at most `max_batch` until every handle is dropped.
-async fn writer(
-    pool: sqlx::AnyPool,
-    backend: Backend,
-    mut queue: mpsc::Receiver<Job>,
-    max_batch: usize,
-) {
+/// PostgreSQL: takes the queued rows in batches of at most `max_batch` until every handle is
+/// dropped.
+async fn postgres_writer(pool: sqlx::AnyPool, mut queue: mpsc::Receiver<Job>, max_batch: usize) {
     let mut batch = Vec::with_capacity(max_batch);
-    let mut checkpointer = Checkpointer::new(backend, pool.clone(), Handle::current());
     while queue.recv_many(&mut batch, max_batch).await > 0 {
-        let written = batch.len();
-        commit(&pool, backend, std::mem::take(&mut batch)).await;
-        checkpointer.wrote(written);
+        commit_postgres(&pool, std::mem::take(&mut batch)).await;
         batch.reserve(max_batch);
     }
 }
@@ -112,7 +106,6 @@ const CHECKPOINT_EVERY: usize = 200;
 /// stays as it was, and now finds the pages already copied (it is what resets the WAL, which a
 /// checkpoint beside a busy writer cannot do).
 struct Checkpointer {
-    enabled: bool,
     /// Plans written since the last checkpoint started.
     since: usize,
     running: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -123,9 +116,8 @@ struct Checkpointer {
 }
 
 impl Checkpointer {
-    fn new(backend: Backend, pool: sqlx::AnyPool, runtime: Handle) -> Checkpointer {
+    fn new(pool: sqlx::AnyPool, runtime: Handle) -> Checkpointer {
         Checkpointer {
-            enabled: backend == Backend::Sqlite,
             since: 0,
             running: std::sync::Arc::default(),
             pool,
@@ -137,9 +129,6 @@ impl Checkpointer {
     /// is running.
     fn wrote(&mut self, written: usize) {
         use std::sync::atomic::Ordering;
-        if !self.enabled {
-            return;
-        }
         self.since += written;
         if self.since < CHECKPOINT_EVERY || self.running.swap(true, Ordering::AcqRel) {
             return;
@@ -157,26 +146,10 @@ impl Checkpointer {
     }
 }
 
-async fn commit(pool: &sqlx::AnyPool, backend: Backend, batch: Vec<Job>) {
-    if backend == Backend::Postgres {
-        return commit_postgres(pool, batch).await;
-    }
-    match write_batch(pool, backend, &batch).await {
-        Ok(stored) => {
-            for (job, stored) in batch.into_iter().zip(stored) {
-                let _ = job.reply.send(Ok((job.row, stored)));
-            }
-        }
-        // The batch rolled back as a whole: each row again on its own, so every caller gets
-        // its own answer (and its own error, if the row itself is the problem).
-        Err(_) => write_each(pool, backend, batch).await,
-    }
-}
-
 /// Each row in a transaction of its own, each caller answered with its own result.
-async fn write_each(pool: &sqlx::AnyPool, backend: Backend, jobs: Vec<Job>) {
+async fn write_each(pool: &sqlx::AnyPool, jobs: Vec<Job>) {
     for job in jobs {
-        let result = write_one(pool, backend, &job.row).await;
+        let result = write_one(pool, &job.row).await;
         let _ = job.reply.send(result.map(|stored| (job.row, stored)));
     }
 }
@@ -185,39 +158,27 @@ async fn write_each(pool: &sqlx::AnyPool, backend: Backend, jobs: Vec<Job>) {
 /// row's id (written on their own after the others, where they find the id taken).
 fn split_repeats(batch: Vec<Job>) -> (Vec<Job>, Vec<Job>) {
     let mut seen = HashSet::with_capacity(batch.len());
-    batch
+    let repeats: Vec<bool> = batch
+        .iter()
+        .map(|job| !seen.insert(job.row.plan.id.as_str()))
+        .collect();
+    let (distinct, repeats): (Vec<_>, Vec<_>) = batch
         .into_iter()
-        .partition(|job| seen.insert(job.row.plan.id.clone()))
-}
-
-/// The batch in one transaction; per row, whether it was stored (`false`: id taken). Rows go
-/// in multi-row `INSERT`s; a row whose id repeats an earlier row's in the same batch is written
-/// on its own after them (and finds its id taken).
-async fn write_batch(pool: &sqlx::AnyPool, backend: Backend, batch: &[Job]) -> Result<Vec<bool>> {
-    let mut seen = HashSet::with_capacity(batch.len());
-    let (distinct, repeats): (Vec<usize>, Vec<usize>) =
-        (0..batch.len()).partition(|&idx| seen.insert(batch[idx].row.plan.id.as_str()));
-    let rows: Vec<&NewPlan> = distinct.iter().map(|&idx| &batch[idx].row).collect();
-    let mut tx = pool.begin().await?;
-    let mut stored = vec![false; batch.len()];
-    for (idx, was_stored) in distinct
-        .into_iter()
-        .zip(insert_new_rows(&mut tx, backend, &rows).await?)
-    {
-        stored[idx] = was_stored;
-    }
-    for idx in repeats {
-        stored[idx] = insert_new(&mut tx, backend, &batch[idx].row).await?;
-    }
-    tx.commit().await?;
-    Ok(stored)
+        .zip(repeats)
+        .partition(|(_, repeat)| !repeat);
+    (
+        distinct.into_iter().map(|(job, _)| job).collect(),
+        repeats.into_iter().map(|(job, _)| job).collect(),
+    )
 }
 
 /// PostgreSQL: the batch's distinct ids in one statement ([`postgres_batch_sql`]), which is
 /// atomic without a transaction around it: one round trip to the server per batch, where a
 /// transaction of multi-row `INSERT`s took four (begin, two inserts, commit), each waiting for
 /// the server's process to be scheduled, while every caller of the batch waited too. If it
-/// fails nothing was written, and each row is written on its own.
+/// fails nothing was written, and each row is written on its own (and answered with its own
+/// error, if the row itself is the problem). A row whose id repeats an earlier row's in the
+/// batch is written on its own after the others, and finds its id taken.
 async fn commit_postgres(pool: &sqlx::AnyPool, batch: Vec<Job>) {
     let (distinct, repeats) = split_repeats(batch);
     let rows: Vec<&NewPlan> = distinct.iter().map(|job| &job.row).collect();
@@ -228,9 +189,9 @@ async fn commit_postgres(pool: &sqlx::AnyPool, batch: Vec<Job>) {
                 let _ = job.reply.send(Ok((job.row, was_stored)));
             }
         }
-        Err(_) => write_each(pool, Backend::Postgres, distinct).await,
+        Err(_) => write_each(pool, distinct).await,
     }
-    write_each(pool, Backend::Postgres, repeats).await;
+    write_each(pool, repeats).await;
 }
 
 /// Writes `rows` (distinct ids) with their versions 1 in one statement; the ids stored (an id
@@ -296,9 +257,9 @@ fn postgres_batch_sql(slots: usize) -> String {
     )
 }
 
-async fn write_one(pool: &sqlx::AnyPool, backend: Backend, row: &NewPlan) -> Result<bool> {
+async fn write_one(pool: &sqlx::AnyPool, row: &NewPlan) -> Result<bool> {
     let mut tx = pool.begin().await?;
-    let stored = insert_new(&mut tx, backend, row).await?;
+    let stored = insert_new(&mut tx, row).await?;
     tx.commit().await?;
     Ok(stored)
 }
@@ -307,8 +268,7 @@ async fn write_one(pool: &sqlx::AnyPool, backend: Backend, row: &NewPlan) -> Res
 // SQLite: a writer thread with its own connection
 // ---------------------------------------------------------------------------------------------
 
-/// Opens the writer's connection and starts its thread; `None` if either fails (the caller
-/// falls back to the task, which writes through the pool).
+/// Opens the writer's connection and starts its thread; `None` if either fails.
 fn start_sqlite(
     pool: &sqlx::AnyPool,
     runtime: &Handle,
@@ -317,7 +277,7 @@ fn start_sqlite(
 ) -> Option<GroupWriter> {
     let conn = open_sqlite(path).ok()?;
     let (jobs, queue) = mpsc::channel(QUEUE);
-    let checkpointer = Checkpointer::new(Backend::Sqlite, pool.clone(), runtime.clone());
+    let checkpointer = Checkpointer::new(pool.clone(), runtime.clone());
     std::thread::Builder::new()
         .name("plansmith-sqlite-writer".to_owned())
         .spawn(move || sqlite_writer(conn, queue, max_batch, checkpointer))
@@ -367,24 +327,14 @@ fn sqlite_writer(
 }
 
 /// `rows` in one transaction; per row, whether it was stored (`false`: its id is taken, by an
-/// earlier plan or an earlier row of the same batch). The statements are prepared once and
-/// kept by the connection's cache.
+/// earlier plan or an earlier row of the same batch). The statements are [`insert_new`]'s,
+/// prepared once and kept by the connection's cache.
 fn write_sqlite(conn: &mut rusqlite::Connection, rows: &[&NewPlan]) -> Result<Vec<bool>> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let mut stored = Vec::with_capacity(rows.len());
     {
-        let mut plan = tx.prepare_cached(
-            "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
-                                document, review, created_at, updated_at)
-             VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
-             ON CONFLICT (id) DO NOTHING",
-        )?;
-        // Version 1's diff and document are stored empty, as `insert_new_rows` writes them.
-        let mut version = tx.prepare_cached(
-            "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind, actor,
-                                        created_at, state, diff, document)
-             VALUES (?1, 1, NULL, ?2, ?3, ?4, ?5, '', '')",
-        )?;
+        let mut plan = tx.prepare_cached(INSERT_NEW_PLAN)?;
+        let mut version = tx.prepare_cached(INSERT_FIRST_VERSION)?;
         for row in rows {
             let at = timestamp(row.at);
             let new = &row.plan;

@@ -735,9 +735,9 @@ impl PlanStore {
     /// committed, so a returned plan is as durable as without it. For servers with many
     /// clients. Must be called inside a tokio runtime; outside one, the store is returned
     /// unchanged. On SQLite the writer is a thread with a connection of its own (it stops when
-    /// the last clone of the store is dropped); on PostgreSQL, and on SQLite if that connection
-    /// cannot be opened, it is a task on the runtime, and once that runtime has shut down,
-    /// creates write on their own again.
+    /// the last clone of the store is dropped; if that connection cannot be opened, the store
+    /// is returned unchanged); on PostgreSQL it is a task on the runtime, and once that runtime
+    /// has shut down, creates write on their own again.
     pub fn with_group_commit(mut self, max_batch: usize) -> PlanStore {
         if let Some(writer) = GroupWriter::start(self.pool.clone(), &self.location, max_batch) {
             self.writer = Some(writer);
@@ -933,7 +933,7 @@ impl PlanStore {
             None => row,
         };
         let mut tx = self.pool.begin().await?;
-        let stored = insert_new(&mut tx, self.backend(), &row).await?;
+        let stored = insert_new(&mut tx, &row).await?;
         tx.commit().await?;
         Ok((row, stored))
     }
@@ -1404,166 +1404,47 @@ pub(crate) struct NewPlan {
     pub(crate) at: DateTime<Utc>,
 }
 
+/// A new plan's row: version 1, parameters `$1`–`$8` as [`bind_plan_row`] binds them and `$9`
+/// its time (created and updated); a taken id writes nothing. The group writer's SQLite
+/// connection (rusqlite) runs the same text, binding by position.
+pub(crate) const INSERT_NEW_PLAN: &str =
+    "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
+                        document, review, created_at, updated_at)
+     VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
+     ON CONFLICT (id) DO NOTHING";
+
+/// A new plan's version 1: plan id, trigger, actor, time, state. Its diff and document are
+/// stored empty: the diff is read back as an `add` of the document (`decode_version`), and the
+/// document is the plan's while it is current ([`VERSION_DOCUMENT`]).
+pub(crate) const INSERT_FIRST_VERSION: &str =
+    "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind, actor,
+                                created_at, state, diff, document)
+     VALUES ($1, 1, NULL, $2, $3, $4, $5, '', '')";
+
 /// Inserts the plan and its version 1 in `tx`; `false` (and nothing written) when the id is
 /// taken.
 pub(crate) async fn insert_new(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    backend: Backend,
     row: &NewPlan,
 ) -> Result<bool> {
-    let stored = insert_new_rows(tx, backend, &[row]).await?;
-    Ok(stored.first().copied().unwrap_or(false))
-}
-
-/// Rows per multi-row `INSERT` of [`insert_new_rows`], largest first: a batch is written in
-/// chunks of these sizes, so the statement cache holds a few statements, not one per size.
-const CHUNK_ROWS: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
-
-/// `rows` split into consecutive ranges whose lengths are in [`CHUNK_ROWS`].
-fn chunk_ranges(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let mut start = 0;
-    std::iter::from_fn(move || {
-        let left = rows - start;
-        let size = CHUNK_ROWS.iter().copied().find(|&size| size <= left)?;
-        let range = start..start + size;
-        start += size;
-        Some(range)
-    })
-}
-
-/// `head VALUES (…), (…) tail` with `rows` tuples shaped like `tuple`: `None` is a parameter,
-/// `Some(sql)` a literal. SQLite gets `?` parameters: it finds a numbered `$N` by scanning
-/// the statement's parameter list, so binding thousands of them costs time quadratic in their
-/// number; PostgreSQL only takes `$N`.
-fn multi_row_sql(
-    backend: Backend,
-    head: &str,
-    rows: usize,
-    tuple: &[Option<&str>],
-    tail: &str,
-) -> String {
-    let mut sql = String::with_capacity(head.len() + tail.len() + rows * tuple.len() * 7);
-    sql.push_str(head);
-    sql.push_str(" VALUES ");
-    let mut number = 0;
-    for row in 0..rows {
-        sql.push_str(if row == 0 { "(" } else { ", (" });
-        for (column, item) in tuple.iter().enumerate() {
-            if column > 0 {
-                sql.push_str(", ");
-            }
-            match (item, backend) {
-                (Some(literal), _) => sql.push_str(literal),
-                (None, Backend::Sqlite) => sql.push('?'),
-                (None, Backend::Postgres) => {
-                    number += 1;
-                    sql.push('$');
-                    sql.push_str(&number.to_string());
-                }
-            }
-        }
-        sql.push(')');
+    let at = timestamp(row.at);
+    let written = bind_plan_row(sqlx::query(INSERT_NEW_PLAN), row)
+        .bind(at.clone())
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    if written == 0 {
+        return Ok(false);
     }
-    sql.push(' ');
-    sql.push_str(tail);
-    sql
-}
-
-/// Inserts new plans (version 1, no parent, as `create` makes them) and their versions 1 in
-/// `tx` with one multi-row `INSERT` per table and chunk (what group commit writes on
-/// PostgreSQL: per-row statements cost a round trip to the database each); per row, whether it was stored
-/// (`false`: its id was taken, nothing written for it). The ids must be distinct. When rows
-/// written together meet a taken id, which one cannot be told from the count written:
-/// [`StoreError::AlreadyExists`], and the caller writes each row on its own (group commit's
-/// fallback); a single row is answered `false`.
-pub(crate) async fn insert_new_rows(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    backend: Backend,
-    rows: &[&NewPlan],
-) -> Result<Vec<bool>> {
-    let mut stored = vec![false; rows.len()];
-    for range in chunk_ranges(rows.len()) {
-        let chunk = rows.get(range.clone()).unwrap_or_default();
-        let sql = multi_row_sql(
-            backend,
-            "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, title,
-                                document, review, created_at, updated_at)",
-            chunk.len(),
-            &[
-                None,
-                Some("1"),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            ],
-            "ON CONFLICT (id) DO NOTHING",
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for row in chunk {
-            query = bind_plan_row(query, row)
-                .bind(timestamp(row.at))
-                .bind(timestamp(row.at));
-        }
-        // The count of rows written, not the rows (`RETURNING id`): under load that read every
-        // id back through sqlx's channel from its SQLite thread, one message per row.
-        let written = query.execute(&mut **tx).await?.rows_affected();
-        let new: &[&NewPlan] = match (written, chunk.len()) {
-            (0, 1) => &[],
-            (n, len) if n == len as u64 => chunk,
-            (n, len) => {
-                return Err(StoreError::AlreadyExists(format!(
-                    "{} of the {len} plan ids written together",
-                    len as u64 - n.min(len as u64)
-                )));
-            }
-        };
-        if !new.is_empty() {
-            for slot in stored.get_mut(range).unwrap_or_default() {
-                *slot = true;
-            }
-        }
-        for versions in chunk_ranges(new.len()) {
-            let versions = new.get(versions).unwrap_or_default();
-            let sql = multi_row_sql(
-                backend,
-                "INSERT INTO plan_versions (plan_id, version, parent_version, trigger_kind,
-                                            actor, created_at, state, diff, document)",
-                versions.len(),
-                // Version 1's diff would be an `add` of the whole document, a second copy of it:
-                // it is stored empty and read back as that `add` (`decode_version`). Its
-                // document is the plan's while it is current (`VERSION_DOCUMENT`).
-                &[
-                    None,
-                    Some("1"),
-                    Some("NULL"),
-                    None,
-                    None,
-                    None,
-                    None,
-                    Some("''"),
-                    Some("''"),
-                ],
-                "",
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for row in versions {
-                query = query
-                    .bind(row.plan.id.clone())
-                    .bind(Trigger::Created.as_str())
-                    .bind(row.actor.clone())
-                    .bind(timestamp(row.at))
-                    .bind(row.state.as_str());
-            }
-            query.execute(&mut **tx).await?;
-        }
-    }
-    Ok(stored)
+    sqlx::query(INSERT_FIRST_VERSION)
+        .bind(row.plan.id.clone())
+        .bind(Trigger::Created.as_str())
+        .bind(row.actor.clone())
+        .bind(at)
+        .bind(row.state.as_str())
+        .execute(&mut **tx)
+        .await?;
+    Ok(true)
 }
 
 /// A query with an `INSERT`'s parameters bound so far.
@@ -1730,7 +1611,7 @@ fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
         created_at: parse_time(id, &row.try_get::<String, _>("created_at")?)?,
         state: state_text.parse().map_err(corrupt)?,
         diff: match row.try_get::<Option<String>, _>("added")? {
-            // Version 1 of a created plan: its diff adds the whole document (`insert_new_rows`).
+            // Version 1 of a created plan: its diff adds the whole document (`insert_new`).
             Some(document) => {
                 let document: Value = from_json(id, &document)?;
                 serde_json::json!([{"op": "add", "path": "", "value": document}])
@@ -1749,39 +1630,6 @@ fn decode_version(id: &str, row: &AnyRow) -> Result<VersionRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn multi_row_placeholders_follow_the_backend() {
-        let tuple = [None, Some("1"), None];
-        assert_eq!(
-            multi_row_sql(
-                Backend::Postgres,
-                "INSERT INTO t (a, b, c)",
-                2,
-                &tuple,
-                "RETURNING a"
-            ),
-            "INSERT INTO t (a, b, c) VALUES ($1, 1, $2), ($3, 1, $4) RETURNING a"
-        );
-        assert_eq!(
-            multi_row_sql(Backend::Sqlite, "INSERT INTO t (a, b, c)", 2, &tuple, ""),
-            "INSERT INTO t (a, b, c) VALUES (?, 1, ?), (?, 1, ?) "
-        );
-    }
-
-    #[test]
-    fn batches_split_into_few_statement_sizes() {
-        let sizes = |rows| chunk_ranges(rows).map(|r| r.len()).collect::<Vec<_>>();
-        assert!(sizes(0).is_empty());
-        assert_eq!(sizes(1), [1]);
-        assert_eq!(sizes(300), [256, 32, 8, 4]);
-        for rows in 0..600 {
-            let ranges: Vec<_> = chunk_ranges(rows).collect();
-            assert_eq!(ranges.iter().map(|r| r.len()).sum::<usize>(), rows);
-            assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
-            assert!(ranges.iter().all(|r| CHUNK_ROWS.contains(&r.len())));
-        }
-    }
 
     #[test]
     fn locations_parse() {
