@@ -2,7 +2,9 @@
 # Load test on loopback (a bench, not a test): `POST /v1/plans` at 64 concurrent clients for a
 # fixed time against `plansmith serve` (scripted model that answers instantly; every plan is
 # persisted) and against a bare axum handler returning the same payload
-# (crates/plansmith-server/examples/bare_handler.rs). Prints plans/s, p50, p99 and the ratio.
+# (crates/plansmith-server/examples/bare_handler.rs). Prints plans/s, p50, p99 and the ratio,
+# and per request the CPU time of the server (and of its SQLite writer thread) and of wrk, and
+# the bytes the server wrote to disk (from /proc, over the wrk run).
 #
 #   scripts/load-test.sh [SECONDS]      # default 15; needs wrk (Debian) and curl
 #
@@ -34,14 +36,33 @@ LUA
 wait_up() { for _ in $(seq 150); do curl -s -o /dev/null "http://$1$2" && return 0; sleep 0.2; done; echo "load-test: $1 did not start" >&2; exit 1; }
 total() { curl -sf "http://$1/v1/plans?limit=1&exact_total=true" | python3 -c 'import json,sys;print(json.load(sys.stdin)["total"])'; }
 
-# run NAME ADDR: wrk for $secs seconds; prints "NAME rps p50 p99 non2xx"
+# ticks PID [COMM]: CPU clock ticks (user + system) of PID's threads, or of those named COMM.
+ticks() {
+  local sum=0 t
+  for t in /proc/"$1"/task/*; do
+    [ -n "${2:-}" ] && [ "$(cat "$t/comm" 2>/dev/null)" != "$2" ] && continue
+    sum=$((sum + $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$sum"
+}
+written() { awk '/^write_bytes/{print $2}' /proc/"$1"/io; }
+
+# run NAME ADDR PID: wrk for $secs seconds against the server PID; prints "NAME rps p50 p99
+# non2xx errors cpu wrk_cpu writer_cpu disk": CPU µs per request of the server, of wrk and of
+# the server's SQLite writer thread, and bytes the server wrote to disk per request.
 run() {
-  local out
-  out=$(wrk -t"$threads" -c"$conns" -d"${secs}s" --latency -s "$work/post.lua" "http://$2/v1/plans")
-  echo "$out" >"$work/$1.wrk"
-  python3 - "$1" "$work/$1.wrk" <<'PY'
+  local out s0 w0 d0 s1 w1 d1 wrk_cpu
+  s0=$(ticks "$3"); w0=$(ticks "$3" plansmith-sqlit); d0=$(written "$3")
+  out=$( { TIMEFORMAT='%U %S'; time wrk -t"$threads" -c"$conns" -d"${secs}s" --latency \
+    -s "$work/post.lua" "http://$2/v1/plans" >"$work/$1.wrk"; } 2>&1)
+  wrk_cpu=$out
+  s1=$(ticks "$3"); w1=$(ticks "$3" plansmith-sqlit); d1=$(written "$3")
+  python3 - "$1" "$work/$1.wrk" "$((s1 - s0))" "$((w1 - w0))" "$((d1 - d0))" "$(getconf CLK_TCK)" \
+    $wrk_cpu <<'PY'
 import re, sys
 name, text = sys.argv[1], open(sys.argv[2]).read()
+server, writer, disk, hz = (int(v) for v in sys.argv[3:7])
+wrk_s = float(sys.argv[7]) + float(sys.argv[8])
 def ms(v):
     n, unit = re.match(r"([\d.]+)(us|ms|s)", v).groups()
     return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
@@ -51,7 +72,10 @@ rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
 errs = re.search(r"Socket errors: (.*)", text)
 errs = errs.group(1).replace(" ", "") if errs else "none"
-print(f"{name} {rps:.0f} {p50:.2f} {p99:.2f} {bad.group(1) if bad else 0} {errs}")
+done = int(re.search(r"(\d+) requests in", text).group(1))
+us = lambda ticks: f"{ticks / hz * 1e6 / done:.1f}"
+print(f"{name} {rps:.0f} {p50:.2f} {p99:.2f} {bad.group(1) if bad else 0} {errs} "
+      f"{us(server)} {wrk_s * 1e6 / done:.1f} {us(writer)} {disk // done}")
 PY
 }
 
@@ -66,7 +90,7 @@ measure() {
   curl -sf -XPOST "http://$addr/v1/plans" -H 'content-type: application/json' -d "$body" >"$work/payload.json"
   local before after line
   before=$(total "$addr")
-  line=$(run "$name" "$addr")
+  line=$(run "$name" "$addr" "${pids[-1]}")
   after=$(total "$addr")
   local persisted=$((after - before))
   results+=("$line $persisted")
@@ -75,7 +99,7 @@ measure() {
 
 measure plansmith-sqlite 18291 "sqlite:$work/plans.db"
 # Bytes on disk per stored plan (database, WAL and index pages, after the server stopped).
-sqlite_plans=$(($(read -r -a r <<<"${results[-1]}"; echo "${r[6]}") + 1))
+sqlite_plans=$(($(read -r -a r <<<"${results[-1]}"; echo "${r[10]}") + 1))
 sqlite_bytes=$(cat "$work"/plans.db* | wc -c)
 if [ -n "${PLANSMITH_TEST_POSTGRES_URL:-}" ]; then
   # A fresh database each run (with psql): plans left by earlier runs would slow this one.
@@ -92,16 +116,24 @@ fi
 "$bare" 127.0.0.1:18292 "$work/payload.json" 2>/dev/null &
 pids+=($!)
 wait_up 127.0.0.1:18292 /
-results+=("$(run bare 127.0.0.1:18292) -")
+results+=("$(run bare 127.0.0.1:18292 "${pids[-1]}") -")
 
 echo
 echo "POST /v1/plans, $conns connections, $threads wrk threads, ${secs} s each, $(nproc) cores, payload $(wc -c <"$work/payload.json") bytes"
 printf '%-20s %10s %10s %9s %9s %8s %s\n' target "req/s" "plans/s" "p50 ms" "p99 ms" non-2xx "socket errors"
 bare_rps=""
 for r in "${results[@]}"; do
-  read -r name rps p50 p99 bad errors persisted <<<"$r"
+  read -r name rps p50 p99 bad errors _ _ _ _ persisted <<<"$r"
   if [ "$persisted" = "-" ]; then plans="-"; bare_rps=$rps; else plans=$(python3 -c "print(f'{$persisted/$secs:.0f}')"); fi
   printf '%-20s %10s %10s %9s %9s %8s %s\n' "$name" "$rps" "$plans" "$p50" "$p99" "$bad" "$errors"
+done
+echo
+echo "Per request: CPU µs of the server (all its threads; PostgreSQL's own processes not counted),"
+echo "of it the SQLite writer thread's, of wrk, and the bytes the server wrote to disk"
+printf '%-20s %10s %10s %10s %10s\n' target "server µs" "writer µs" "wrk µs" "disk B"
+for r in "${results[@]}"; do
+  read -r name _ _ _ _ _ cpu wrk_cpu writer disk _ <<<"$r"
+  printf '%-20s %10s %10s %10s %10s\n' "$name" "$cpu" "$writer" "$wrk_cpu" "$disk"
 done
 for r in "${results[@]}"; do
   read -r name rps _ <<<"$r"
