@@ -312,6 +312,9 @@ fn tier(value: &Value) -> Tier {
 
 fn extract(raw: &str) -> Result<Extracted, ParseError> {
     let text = strip_think(raw);
+    if let Some(whole) = whole_plan(&text) {
+        return Ok(whole);
+    }
     let mut best: Option<(Tier, Extracted)> = None;
     let mut first_error: Option<String> = None;
     let mut consider = |found: RegionResult, best: &mut Option<(Tier, Extracted)>| -> bool {
@@ -345,6 +348,29 @@ fn extract(raw: &str) -> Result<Extracted, ParseError> {
         (None, Some(message)) => Err(ParseError::Unrepairable(message)),
         (None, None) => Err(ParseError::NoJson),
     }
+}
+
+/// The text as one JSON value that looks like a plan, read as written from its first byte to its
+/// last (raw control characters inside strings allowed, see [`read_as_written`]); `None`
+/// otherwise, and the fences and candidates are searched.
+///
+/// Checked before the fences because a line inside a string that starts with ```` ``` ```` is
+/// not a fence: strict JSON escapes a line break in a string, but constrained decoding may let a
+/// model write it raw (llama-cpp-python's grammar does), and a model that echoes markdown into a
+/// string then leaves fences there, around text that can hold a bracketed array of objects.
+fn whole_plan(text: &str) -> Option<Extracted> {
+    let trimmed = text.trim();
+    if !trimmed.starts_with(['{', '[']) {
+        return None;
+    }
+    let value = read_as_written(trimmed)?;
+    (tier(&value) == Tier::Plan).then_some(Extracted {
+        value,
+        repaired: false,
+        truncated: false,
+        cut_step: CutStep::Outside,
+        double_encoded: false,
+    })
 }
 
 /// What one region of text yielded.
