@@ -201,6 +201,9 @@ fn parse_impl(
 /// * `<think>…</think>` and `<thinking>…</thinking>` blocks are dropped (any case, several of
 ///   them). Text before a closing tag that has no opening tag is reasoning too and is dropped; an
 ///   opening tag that is never closed is dropped alone, so JSON after it is still found.
+/// * A text that is one JSON value from its first byte to its last, read as written (raw line
+///   breaks inside strings allowed), and looks like a plan is taken whole: a line inside one of
+///   its strings that starts with ```` ``` ```` is not a fence.
 /// * Markdown code fences (any or no language tag, a missing closing fence): the first fence that
 ///   holds a JSON object or array wins.
 /// * Otherwise the whole text is scanned: at each `{` or `[`, a string- and escape-aware bracket
