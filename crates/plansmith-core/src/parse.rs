@@ -363,7 +363,11 @@ fn extract(raw: &str) -> Result<Extracted, ParseError> {
 /// string then leaves fences there, around text that can hold a bracketed array of objects.
 fn whole_plan(text: &str) -> Option<Extracted> {
     let trimmed = text.trim();
-    if !trimmed.starts_with(['{', '[']) {
+    // A fenced reply, prose around the JSON or output cut off cannot be one value: no reading
+    // (and no escape pre-pass) is spent on them here.
+    if !(trimmed.starts_with('{') && trimmed.ends_with('}')
+        || trimmed.starts_with('[') && trimmed.ends_with(']'))
+    {
         return None;
     }
     let value = read_as_written(trimmed)?;
