@@ -11,10 +11,10 @@
 //! On PostgreSQL the writer is a task that writes each batch through the pool as one statement
 //! (one round trip). On SQLite it is a thread of its own with its own connection
 //! ([`rusqlite`], the same SQLite library as sqlx's), which writes a whole batch in one call
-//! with the same single-row statements as [`insert_new`]: through sqlx every statement of the batch (begin, the
-//! inserts, commit) was a round trip to sqlx's connection thread, and under load each round
-//! trip waited for both threads to be scheduled, so the batch's wall time, which every caller
-//! in it waits for, was mostly waiting.
+//! with the same single-row statements as [`insert_new`]: through sqlx every statement of the
+//! batch (begin, the inserts, commit) was a round trip to sqlx's connection thread, and under
+//! load each round trip waited for both threads to be scheduled, so the batch's wall time,
+//! which every caller in it waits for, was mostly waiting.
 //!
 //! One failing row must not fail its neighbours: an id that is taken is reported to its caller
 //! alone (`ON CONFLICT DO NOTHING` leaves the batch intact), and if the batch's transaction
@@ -102,9 +102,10 @@ const CHECKPOINT_EVERY: usize = 200;
 /// Left to SQLite, the checkpoint runs in the connection that commits past 1000 WAL pages:
 /// inside the writer, so every caller waiting for the next batch also waited for 4 MB to be
 /// copied and flushed (the p99 of `POST /v1/plans` under load). A `PASSIVE` checkpoint on
-/// another connection does that copying while the writer goes on; SQLite's own checkpoint
-/// stays as it was, and now finds the pages already copied (it is what resets the WAL, which a
-/// checkpoint beside a busy writer cannot do).
+/// another connection does most of that copying while the writer goes on; SQLite's own
+/// checkpoint stays as it was (it is what resets the WAL, which a checkpoint beside a busy
+/// writer cannot do) and copies only what was written since, then flushes the database: in the
+/// load test's profile it still takes ~6 % of the server's CPU.
 struct Checkpointer {
     /// Plans written since the last checkpoint started.
     since: usize,
@@ -158,18 +159,14 @@ async fn write_each(pool: &sqlx::AnyPool, jobs: Vec<Job>) {
 /// row's id (written on their own after the others, where they find the id taken).
 fn split_repeats(batch: Vec<Job>) -> (Vec<Job>, Vec<Job>) {
     let mut seen = HashSet::with_capacity(batch.len());
-    let repeats: Vec<bool> = batch
+    let first: Vec<bool> = batch
         .iter()
-        .map(|job| !seen.insert(job.row.plan.id.as_str()))
+        .map(|job| seen.insert(job.row.plan.id.as_str()))
         .collect();
-    let (distinct, repeats): (Vec<_>, Vec<_>) = batch
+    let mut first = first.into_iter();
+    batch
         .into_iter()
-        .zip(repeats)
-        .partition(|(_, repeat)| !repeat);
-    (
-        distinct.into_iter().map(|(job, _)| job).collect(),
-        repeats.into_iter().map(|(job, _)| job).collect(),
-    )
+        .partition(|_| first.next().unwrap_or(true))
 }
 
 /// PostgreSQL: the batch's distinct ids in one statement ([`postgres_batch_sql`]), which is
