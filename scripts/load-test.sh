@@ -51,11 +51,10 @@ written() { awk '/^write_bytes/{print $2}' /proc/"$1"/io; }
 # non2xx errors cpu wrk_cpu writer_cpu disk": CPU µs per request of the server, of wrk and of
 # the server's SQLite writer thread, and bytes the server wrote to disk per request.
 run() {
-  local out s0 w0 d0 s1 w1 d1 wrk_cpu
+  local s0 w0 d0 s1 w1 d1 wrk_cpu
   s0=$(ticks "$3"); w0=$(ticks "$3" plansmith-sqlit); d0=$(written "$3")
-  out=$( { TIMEFORMAT='%U %S'; time wrk -t"$threads" -c"$conns" -d"${secs}s" --latency \
+  wrk_cpu=$( { TIMEFORMAT='%U %S'; time wrk -t"$threads" -c"$conns" -d"${secs}s" --latency \
     -s "$work/post.lua" "http://$2/v1/plans" >"$work/$1.wrk" 2>"$work/$1.err"; } 2>&1)
-  wrk_cpu=$out
   s1=$(ticks "$3"); w1=$(ticks "$3" plansmith-sqlit); d1=$(written "$3")
   python3 - "$1" "$work/$1.wrk" "$((s1 - s0))" "$((w1 - w0))" "$((d1 - d0))" "$(getconf CLK_TCK)" \
     $wrk_cpu <<'PY'

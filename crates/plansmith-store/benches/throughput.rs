@@ -32,18 +32,18 @@ fn plan(id: &str) -> Plan {
     plan
 }
 
+/// Creates the plan `id` in `state`.
+async fn create(store: &PlanStore, id: &str, state: ReviewState) {
+    store
+        .create(plan(id), state, Review::default(), "bench")
+        .await
+        .unwrap();
+}
+
 async fn measure(name: &str, store: PlanStore, n: usize) {
     let started = Instant::now();
     for idx in 0..n {
-        store
-            .create(
-                plan(&format!("p{idx}")),
-                ReviewState::Draft,
-                Review::default(),
-                "bench",
-            )
-            .await
-            .unwrap();
+        create(&store, &format!("p{idx}"), ReviewState::Draft).await;
     }
     let creates = n as f64 / started.elapsed().as_secs_f64();
 
@@ -108,15 +108,12 @@ async fn group_commit_creates(store: &PlanStore, n: usize) -> f64 {
             let store = store.clone();
             tokio::spawn(async move {
                 for idx in 0..n / CALLERS {
-                    store
-                        .create(
-                            plan(&format!("g{caller}-{idx}")),
-                            ReviewState::AwaitingReview,
-                            Review::default(),
-                            "bench",
-                        )
-                        .await
-                        .unwrap();
+                    create(
+                        &store,
+                        &format!("g{caller}-{idx}"),
+                        ReviewState::AwaitingReview,
+                    )
+                    .await;
                 }
             })
         })
