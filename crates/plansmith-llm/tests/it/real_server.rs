@@ -266,7 +266,10 @@ async fn plan_with(
         seen: Mutex::new(Vec::new()),
     });
     let planner = Planner::new(catalog, recording.clone());
-    let request = PlanRequest::new("What's the weather in Paris in celsius?");
+    let mut request = PlanRequest::new("What's the weather in Paris in celsius?");
+    // The prompt carries the request's time: pinned, SmolLM2's greedy reply is the same on
+    // every run, so a failure here can be reproduced (with the wall clock it changed each second).
+    request.now = Some(serde_json::from_value(json!("2026-03-02T09:30:00Z")).unwrap());
     let outcome = tokio::time::timeout(Duration::from_secs(300), planner.plan(&request))
         .await
         .unwrap_or_else(|_| panic!("{strategy:?}: no plan in 300 s:\n{}", server.log_tail()))

@@ -19,6 +19,13 @@ fn smollm2() -> LocalConfig {
     config
 }
 
+/// The time every request here carries. The prompt holds the request's time; pinned, the
+/// greedy replies are the same on every run, so a failure can be reproduced (with the wall
+/// clock they changed each second).
+fn pinned_now() -> chrono::DateTime<chrono::Utc> {
+    "2026-03-02T09:30:00Z".parse().expect("an RFC 3339 time")
+}
+
 /// The model, loaded once for the whole binary (model tests run one at a time through it).
 fn model() -> Arc<LocalModel> {
     static MODEL: OnceLock<Arc<LocalModel>> = OnceLock::new();
@@ -152,6 +159,7 @@ fn smollm2_plans_are_schema_valid_by_construction() {
         });
         let planner = Planner::new(Catalog::from_json(&tools).unwrap(), recording.clone());
         let mut request = PlanRequest::new(query);
+        request.now = Some(pinned_now());
         request.options.max_steps = 3;
         request.options.max_repairs = 0;
         request.options.max_string_length = 160;
@@ -260,6 +268,7 @@ fn a_repeated_prefix_is_reused_from_the_kv_cache() {
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]);
     let planner = Planner::new(Catalog::from_json(&tools).unwrap(), model.clone());
     let mut request = PlanRequest::new("Weather in Oslo?");
+    request.now = Some(pinned_now());
     request.options.max_repairs = 0;
     request.options.max_tokens = 300;
     request.options.max_string_length = 120;
@@ -484,6 +493,7 @@ fn a_streamed_reply_arrives_as_it_is_decoded() {
     let planner = Planner::new(Catalog::from_json(&tools).unwrap(), model.clone());
     let mut request =
         PlanRequest::new("Get the weather in Oslo, then email it to ann@example.com.");
+    request.now = Some(pinned_now());
     request.options.max_repairs = 0;
     request.options.max_tokens = 400;
     request.options.max_string_length = 80;
