@@ -46,17 +46,18 @@ ticks() {
   done
   echo "$sum"
 }
-written() { awk '/^write_bytes/{print $2}' /proc/"$1"/io; }
+# written PID: bytes PID has written to disk (0 if it is gone).
+written() { awk '/^write_bytes/{print $2}' /proc/"$1"/io 2>/dev/null || echo 0; }
 # db_stat: "TICKS BYTES", the CPU clock ticks and the bytes written to disk of every process named
 # `postgres` on this machine (a PostgreSQL cluster here, its server and backends; 0 0 if none).
 db_stat() {
-  local p ticks=0 bytes=0
+  local p sum=0 bytes=0
   for p in /proc/[0-9]*; do
     [ "$(cat "$p/comm" 2>/dev/null)" = postgres ] || continue
-    ticks=$((ticks + $(awk '{print $14 + $15}' "$p/stat" 2>/dev/null || echo 0)))
-    bytes=$((bytes + $(awk '/^write_bytes/{print $2}' "$p/io" 2>/dev/null || echo 0)))
+    sum=$((sum + $(ticks "${p#/proc/}")))
+    bytes=$((bytes + $(written "${p#/proc/}")))
   done
-  echo "$ticks $bytes"
+  echo "$sum $bytes"
 }
 
 # run NAME ADDR PID [db]: wrk for $secs seconds against the server PID; prints "NAME rps p50 p99

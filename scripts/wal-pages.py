@@ -19,11 +19,16 @@ store that holds some plans; `--review-bytes N` pads or cuts the review JSON to 
 
 import argparse
 import collections
+import datetime
 import os
 import sqlite3
 import struct
 import sys
 import tempfile
+
+# The first plan's time, and the store's format for times (RFC 3339, microseconds, `Z`).
+START = datetime.datetime(2026, 11, 29)
+TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def main():
@@ -36,6 +41,8 @@ def main():
     ap.add_argument("--without-rowid-versions", action="store_true",
                     help="plan_versions as a WITHOUT ROWID table")
     args = ap.parse_args()
+    if args.batch < 1 or args.commits < 1 or args.warm < 0:
+        sys.exit("wal-pages: --batch and --commits must be at least 1, --warm at least 0")
     if not os.path.exists(args.store):
         sys.exit(f"wal-pages: no store at {args.store} (see the usage at the top of this script)")
 
@@ -53,12 +60,16 @@ def main():
     ).fetchone()
     if row is None:
         sys.exit(f"wal-pages: {args.store} holds no plan with a version 1")
+
+    with tempfile.TemporaryDirectory(prefix="wal-pages.") as work:
+        count(args, os.path.join(work, "plans.db"), schema, row)
+
+
+def count(args, path, schema, row):
+    """Writes the commits into a new store at `path` and prints its WAL pages by B-tree."""
     state, title, document, review, trigger, actor = row
     if args.review_bytes is not None:
         review = (review + " " * args.review_bytes)[: args.review_bytes]
-
-    work = tempfile.mkdtemp(prefix="wal-pages.")
-    path = os.path.join(work, "plans.db")
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = FULL")
@@ -78,9 +89,7 @@ def main():
                 made += 1
                 # Time-ordered ids and times, as the server makes them (UUIDv7, microseconds).
                 plan_id = "plan-%032x" % ((0x019AD << 108) + made * 7919)
-                at = "2026-11-29T%02d:%02d:%02d.%06dZ" % (
-                    made // 3_600_000_000 % 24, made // 60_000_000 % 60, made // 1_000_000 % 60,
-                    made % 1_000_000)
+                at = (START + datetime.timedelta(microseconds=made)).strftime(TIME)
                 db.execute(
                     "INSERT INTO plans (id, version, state, owner, conversation_id, thread_id, "
                     "title, document, review, created_at, updated_at) "
@@ -117,15 +126,12 @@ def main():
     print(
         f"{len(pages) / plans:.2f} WAL pages per plan ({len(pages)} in {args.commits} commits of "
         f"{args.batch}; row: document {len(document)} B, review {len(review)} B; "
-        f"{os.path.getsize(path) // (made or 1)} B on disk per plan)"
+        f"{os.path.getsize(path) // made} B on disk per plan)"
     )
     print(f"{'per plan':>9} {'per commit':>10}  B-tree (page kind)")
     for (name, kind), count in by_owner.most_common():
         print(f"{count / plans:9.3f} {count / args.commits:10.2f}  {name} ({kind})")
     db.close()
-    for name in os.listdir(work):
-        os.remove(os.path.join(work, name))
-    os.rmdir(work)
 
 
 if __name__ == "__main__":
