@@ -15,7 +15,10 @@ cd "$(dirname "$0")/.."
 version=0.3.36 # the sdist pinned in scripts/llama-sdist.sh
 root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
 out="$root/llama-cpp-python-$version"
-if [ -x "$out/bin/python" ] && "$out/bin/python" -c "import llama_cpp.server; llama_cpp.llama_backend_init()" 2>/dev/null; then
+# Reused only while it holds the libraries of the current llama.cpp build (their compiler flags,
+# recorded by scripts/llama-server.sh, are the same): the package keeps copies of them.
+if [ -x "$out/bin/python" ] && "$out/bin/python" -c "import llama_cpp.server; llama_cpp.llama_backend_init()" 2>/dev/null &&
+  cmp -s "$out/llama-flags" "$root/llama.cpp-$version/flags"; then
   echo "$out/bin/python"
   exit 0
 fi
@@ -44,6 +47,7 @@ CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" \
 pkg=$("$out/bin/python" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("llama_cpp").origin))')
 mkdir -p "$pkg/lib"
 cp -P "$tools"/lib/*.so* "$pkg/lib/"
+cp "$tools/flags" "$out/llama-flags"
 "$out/bin/python" -c "import llama_cpp.server; llama_cpp.llama_backend_init()" || {
   echo "llama-cpp-python: the installed server does not import" >&2
   rm -rf "$out"

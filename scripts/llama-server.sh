@@ -17,7 +17,13 @@ cd "$(dirname "$0")/.."
 version=0.3.36 # the sdist pinned in scripts/llama-sdist.sh
 root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
 out="$root/llama.cpp-$version"
-if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -e "$out/lib/libllama.so" ]; then
+# Built for this machine (GGML_NATIVE) but without ggml's AMX kernels: on a Xeon with AMX (this
+# workplace's machines have had it since 2026-12-01) `-march=native` compiles them in, and
+# llama-server crashed in ggml_backend_amx_mul_mat (SIGSEGV) loading SmolLM2's Q4_1 weights.
+# GCC keeps an explicit -mno-* over what -march=native turns on, whatever their order.
+flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -e "$out/lib/libllama.so" ] &&
+  [ "$(cat "$out/flags" 2>/dev/null)" = "$flags" ]; then
   echo "$out"
   exit 0
 fi
@@ -33,7 +39,8 @@ cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib;$ORIGIN' \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_CURL=OFF -DGGML_NATIVE=ON >"$work/cmake.log" 2>&1 || {
+  -DLLAMA_CURL=OFF -DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" \
+  >"$work/cmake.log" 2>&1 || {
   tail -40 "$work/cmake.log" >&2
   exit 1
 }
@@ -49,6 +56,7 @@ find "$work/build" -name '*.so*' \( -type f -o -type l \) -exec cp -P {} "$out.p
   echo "llama-server: the built server does not start (libraries: $(ls "$out.partial/lib"))" >&2
   exit 1
 }
+echo "$flags" >"$out.partial/flags"
 rm -rf "$out"
 mv "$out.partial" "$out"
 echo "$out"
