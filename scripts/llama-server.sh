@@ -17,10 +17,12 @@ cd "$(dirname "$0")/.."
 version=0.3.36 # the sdist pinned in scripts/llama-sdist.sh
 root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
 out="$root/llama.cpp-$version"
-# Built for this machine (GGML_NATIVE) but without ggml's AMX kernels: on a Xeon with AMX (this
-# workplace's machines have had it since 2026-12-01) `-march=native` compiles them in, and
-# llama-server crashed in ggml_backend_amx_mul_mat (SIGSEGV) loading SmolLM2's Q4_1 weights.
-# GCC keeps an explicit -mno-* over what -march=native turns on, whatever their order.
+# Built for this machine (GGML_NATIVE) but without ggml's AMX kernels: on a Xeon with AMX (a
+# development machine on 2026-12-01) `-march=native` compiles them in, and llama-server crashed
+# in ggml_backend_amx_mul_mat (SIGSEGV) loading SmolLM2's Q4_1 weights. An explicit -mno-* wins
+# over what -march=native turns on, whatever their order. `--version` below loads no model, so
+# the start check cannot see such a crash; the provider tests do. A build made with other flags
+# (the `flags` file) is not reused.
 flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -e "$out/lib/libllama.so" ] &&
   [ "$(cat "$out/flags" 2>/dev/null)" = "$flags" ]; then
