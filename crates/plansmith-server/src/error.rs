@@ -32,6 +32,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 pub const ERROR_TABLE: &[(&str, u16)] = &[
     ("bad_request", 400),
     ("unauthorized", 401),
+    ("forbidden", 403),
     ("not_found", 404),
     ("method_not_allowed", 405),
     ("conflict", 409),

@@ -395,6 +395,12 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
             "`unauthorized`: tokens are configured and the bearer token is missing or unknown",
         ));
     }
+    // Every route: the guard refuses a request from the wrong site before anything else.
+    codes.push((
+        "403",
+        "`forbidden`: without tokens, a `Host` that is not a loopback name (DNS rebinding); or \
+         a browser `Origin` that is neither this server's nor listed in `cors_origins`",
+    ));
     if path.contains("{step}") {
         codes.push((
             "404",

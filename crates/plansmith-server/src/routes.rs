@@ -393,9 +393,14 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
         Ok(owner) => owner.unwrap_or_default(),
         Err(()) => "\u{0}unauthenticated".to_owned(),
     };
-    let mut response = admitted(&state, &key, req, next)
-        .instrument(tracing::info_span!("request", id = %request_id))
-        .await;
+    let mut response = match refused_site(&state, req.headers()) {
+        Some(err) => err.into_response(),
+        None => {
+            admitted(&state, &key, req, next)
+                .instrument(tracing::info_span!("request", id = %request_id))
+                .await
+        }
+    };
     let status = response.status().as_u16();
     let seconds = started.elapsed().as_secs_f64();
     state.metrics.record_http(&route, status, seconds);
@@ -415,7 +420,107 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
     if let Ok(value) = header::HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(X_REQUEST_ID, value);
     }
+    // No page of another site may frame the review page (clickjacking its buttons).
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    headers.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
     response
+}
+
+/// Why a request must be refused for where it comes from, if it must (`403 forbidden`),
+/// before any other check:
+/// - Without API tokens (single user, bound to loopback only) the `Host` must be a loopback
+///   name or address (`localhost`, `127.0.0.1`, `[::1]`, any loopback IP, which includes the
+///   address the server is bound to). A page whose own name an attacker made resolve to 127.0.0.1 (DNS
+///   rebinding) sends its own name as `Host`, so it is refused; `/mcp` follows the same rule
+///   (rmcp's own check). With tokens, callers authenticate, and the server may sit behind a
+///   proxy under any name.
+/// - A browser's `Origin` must be the server's own (the review page), or one listed in
+///   [`crate::ServerConfig::cors_origins`]: a page of another site may not make the API act,
+///   even where CORS would keep the answer from it.
+///
+/// A request without these headers (not a browser; HTTP/1.0) is not refused here.
+fn refused_site(state: &AppState, headers: &header::HeaderMap) -> Option<ApiError> {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    if state.config.tokens.is_empty()
+        && let Some(host) = host
+        && !is_loopback_host(host)
+    {
+        return Some(ApiError::new(
+            "forbidden",
+            format!(
+                "`Host: {}` is not this server's: without API tokens it answers only to                  loopback names (localhost, 127.0.0.1, [::1]); configure tokens to serve                  other names",
+                printable(host)
+            ),
+        ));
+    }
+    let origin = headers.get(header::ORIGIN)?;
+    let origin_text = origin.to_str().unwrap_or("");
+    let listed = state
+        .config
+        .cors_origins
+        .iter()
+        .any(|o| o == "*" || o.eq_ignore_ascii_case(origin_text));
+    let same_site = host.is_some_and(|host| {
+        origin_text
+            .split_once("://")
+            .is_some_and(|(scheme, authority)| {
+                matches!(scheme, "http" | "https") && authority.eq_ignore_ascii_case(host)
+            })
+    });
+    if listed || same_site {
+        return None;
+    }
+    Some(ApiError::new(
+        "forbidden",
+        format!(
+            "requests from pages on `{}` are refused: list the origin in cors_origins              (--cors-origin, PLANSMITH_CORS_ORIGINS) to allow them",
+            printable(origin_text)
+        ),
+    ))
+}
+
+/// `text` cut to 100 characters with control characters escaped, for a message.
+fn printable(text: &str) -> String {
+    text.chars()
+        .take(100)
+        .flat_map(char::escape_debug)
+        .collect()
+}
+
+/// Whether a `Host` header's value names a loopback host: `localhost` or a loopback IP (any
+/// port: the port is the listener's business).
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, tail)) if tail.is_empty() || tail.starts_with(':') => v6,
+            _ => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => false,
+    }
 }
 
 /// The header that names a request, in the answer and in the access log.
@@ -1487,4 +1592,39 @@ async fn current(
 /// A receiver whose channel is closed (ends a stream after its last event).
 fn closed_receiver() -> broadcast::Receiver<PlanBusEvent> {
     broadcast::channel(1).1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for local in [
+            "localhost",
+            "LocalHost:8080",
+            "localhost.:80",
+            "127.0.0.1",
+            "127.0.0.1:3000",
+            "127.1.2.3:9",
+            "[::1]",
+            "[::1]:8080",
+        ] {
+            assert!(is_loopback_host(local), "{local}");
+        }
+        for other in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:80",
+            "10.0.0.1:80",
+            "[::2]:80",
+            "[::1",
+            "[::1]x",
+            "localhost:80x",
+            "",
+        ] {
+            assert!(!is_loopback_host(other), "{other}");
+        }
+    }
 }

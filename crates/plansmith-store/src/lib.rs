@@ -68,6 +68,7 @@ pub mod error;
 pub mod exec;
 mod group;
 pub mod notify;
+pub mod patch;
 pub mod review;
 pub mod store;
 pub mod templates;

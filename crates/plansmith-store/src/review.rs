@@ -526,7 +526,7 @@ impl PlanStore {
         actor: &str,
     ) -> Result<(StoredPlan, Vec<Diagnostic>)> {
         let current = self.get(id).await?;
-        let (plan, diagnostics) = patched(&current, patch, catalog)?;
+        let (plan, diagnostics) = patched_off_runtime(&current, patch, catalog).await?;
         if diagnostics.iter().any(Diagnostic::is_error) {
             return Err(StoreError::Invalid { diagnostics });
         }
@@ -558,7 +558,7 @@ impl PlanStore {
         patch: &Value,
         catalog: &Catalog,
     ) -> Result<(Plan, Vec<Diagnostic>)> {
-        patched(&self.get(id).await?, patch, catalog)
+        patched_off_runtime(&self.get(id).await?, patch, catalog).await
     }
 
     /// ValueCell's handoff: a copy of the plan under `new_id` in a new conversation, keeping the
@@ -741,21 +741,35 @@ fn need_planner<'p>(planner: Option<&'p Planner>, operation: &str) -> Result<&'p
     planner.ok_or_else(|| StoreError::BadEdit(format!("`{operation}` needs a planner")))
 }
 
-/// `patch` applied to `current`'s plan and validated against `catalog` with the plan's
-/// options: the plan [`PlanStore::patch`] would write (if no finding is an error) and the
-/// findings. Only plans under review may be edited.
+/// [`patched`] on a blocking thread: applying and validating a patch is CPU work that grows
+/// with the plan, and must not hold up the async workers (and the other requests on them).
+async fn patched_off_runtime(
+    current: &StoredPlan,
+    patch: &Value,
+    catalog: &Catalog,
+) -> Result<(Plan, Vec<Diagnostic>)> {
+    current.require(ReviewAction::Patch)?;
+    let (current, patch, catalog) = (current.clone(), patch.clone(), catalog.clone());
+    tokio::task::spawn_blocking(move || patched(&current, &patch, &catalog))
+        .await
+        .map_err(|err| StoreError::BadEdit(format!("the edit could not be checked: {err}")))?
+}
+
+/// `patch` applied to `current`'s plan (within the bounds of [`crate::patch`]) and validated
+/// against `catalog` with the plan's options: the plan [`PlanStore::patch`] would write (if no
+/// finding is an error) and the findings. Only plans under review may be edited.
 fn patched(
     current: &StoredPlan,
     patch: &Value,
     catalog: &Catalog,
 ) -> Result<(Plan, Vec<Diagnostic>)> {
     current.require(ReviewAction::Patch)?;
-    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
-        .map_err(|err| StoreError::BadEdit(format!("not a JSON Patch: {err}")))?;
     let mut document =
         serde_json::to_value(&current.plan).map_err(|err| StoreError::BadEdit(err.to_string()))?;
-    json_patch::patch(&mut document, &operations)
-        .map_err(|err| StoreError::BadEdit(err.to_string()))?;
+    crate::patch::apply(&mut document, patch)?;
+    if let Some(steps) = document.get("steps").and_then(Value::as_array) {
+        crate::patch::check_steps(steps.len())?;
+    }
     let edited: Plan = serde_json::from_value(document)
         .map_err(|err| StoreError::BadEdit(format!("the result is not a plan: {err}")))?;
     let mut options = current

@@ -1254,7 +1254,8 @@ async fn named(s: &crate::Server, path: &str, id: Option<&str>) -> (u16, String)
 }
 
 /// Without origins configured (the default) nothing is allowed across origins: no CORS
-/// headers, and a preflight is an unknown method. With `*`, any origin.
+/// headers, and a request from another origin, a preflight too, is refused. With `*`, any
+/// origin.
 #[tokio::test]
 async fn no_cross_origin_calls_unless_configured() {
     let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
@@ -1266,7 +1267,7 @@ async fn no_cross_origin_calls_unless_configured() {
         .send()
         .await
         .unwrap();
-    assert_eq!(preflight.status(), 405);
+    assert_eq!(preflight.status(), 403);
     assert!(
         preflight
             .headers()

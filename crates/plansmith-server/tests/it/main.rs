@@ -5,6 +5,7 @@ mod api;
 mod browser;
 mod openapi;
 mod run;
+mod security;
 mod templates;
 
 use std::collections::HashMap;

@@ -221,6 +221,43 @@ fn lifecycle_on(store: &str) {
         "{}",
         text(&invalid.stderr)
     );
+    // Twenty copies that each double the steps: refused before the plan outgrows its bound,
+    // at once, and nothing is stored.
+    let doubling: Vec<serde_json::Value> = (0..20)
+        .map(|_| serde_json::json!({"op": "copy", "from": "/steps", "path": "/steps/0"}))
+        .collect();
+    let started = std::time::Instant::now();
+    let amplified = run(
+        store,
+        &[
+            "plans",
+            "edit",
+            &id,
+            "--tools",
+            "examples/tools.json",
+            "--patch",
+            &serde_json::Value::Array(doubling).to_string(),
+        ],
+        "",
+    );
+    assert_exit(&amplified, 2);
+    assert!(
+        text(&amplified.stderr).contains("would make the plan larger than"),
+        "{}",
+        text(&amplified.stderr)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let shown = run(store, &["plans", "show", &id, "--json"], "");
+    assert_exit(&shown, 0);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(
+        shown["plan"]["version"], 3,
+        "only the valid edit was stored"
+    );
 
     let accepted = run(store, &["plans", "accept", &id], "");
     assert_exit(&accepted, 0);

@@ -1,0 +1,219 @@
+//! Attacks on the service from outside: bodies that grow on the server, and pages of other
+//! sites that reach a loopback server through the browser.
+
+use std::time::{Duration, Instant};
+
+use plansmith_server::ServerConfig;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::{assert_error, call, create, reply, start, weather};
+
+/// `n` operations that each double the plan's steps.
+fn doubling(n: usize) -> Value {
+    Value::Array(
+        (0..n)
+            .map(|_| json!({"op": "copy", "from": "/steps", "path": "/steps/0"}))
+            .collect(),
+    )
+}
+
+/// A body of twenty doubling copies (1.3 KB) is refused at once, on the feedback route and the
+/// check route alike, and stores nothing; a patch of too many operations is refused unread;
+/// the server answers other requests meanwhile.
+#[tokio::test]
+async fn json_patch_cannot_amplify_a_request() {
+    let s = start(reply("weather-email.json", 1), ServerConfig::default()).await;
+    let created = create(&s, None).await;
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let feedback = format!("/v1/plans/{id}/feedback");
+    let check = format!("/v1/plans/{id}/check");
+    for (path, body) in [
+        (&feedback, json!({"action": "patch", "patch": doubling(20)})),
+        (&check, json!({"patch": doubling(20)})),
+    ] {
+        assert!(body.to_string().len() < 1500, "the attack is a small body");
+        let started = Instant::now();
+        let (status, answer) = call(&s, Method::POST, path, Some(body), None).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{path} took {:?}",
+            started.elapsed()
+        );
+        assert_error(status, &answer, 400, "bad_request");
+        let message = answer["message"].as_str().unwrap();
+        assert!(
+            message.contains("would make the plan larger than"),
+            "{message}"
+        );
+    }
+    let many: Vec<Value> = (0..1001)
+        .map(|_| json!({"op": "test", "path": "/id", "value": id}))
+        .collect();
+    let (status, answer) = call(&s, Method::POST, &check, Some(json!({"patch": many})), None).await;
+    assert_error(status, &answer, 400, "bad_request");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 1000 operations"),
+        "{answer}"
+    );
+    // Steps may be added by hand, up to a bound checked before validation.
+    let adds: Vec<Value> = (0..600)
+        .map(|i| {
+            json!({"op": "add", "path": "/steps/-", "value": {
+                "id": format!("x{i}"), "title": "t",
+                "action": {"type": "reply", "text": "ok"}}})
+        })
+        .collect();
+    let (status, answer) = call(&s, Method::POST, &check, Some(json!({"patch": adds})), None).await;
+    assert_error(status, &answer, 400, "bad_request");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("a plan may hold at most 500"),
+        "{answer}"
+    );
+    let (_, current) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(current["plan"]["version"], 1, "nothing was stored");
+    assert_eq!(
+        current["plan"]["steps"].as_array().unwrap().len(),
+        created["stored"]["plan"]["steps"].as_array().unwrap().len()
+    );
+}
+
+/// `method path` with the given `Host` and `Origin` headers: the status and the error code.
+async fn from_site(
+    s: &crate::Server,
+    method: Method,
+    path: &str,
+    host: Option<&str>,
+    origin: Option<&str>,
+    token: Option<&str>,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let mut request = s
+        .client
+        .request(method.clone(), format!("{}{path}", s.base));
+    if let Some(host) = host {
+        request = request.header("host", host);
+    }
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if method == Method::POST {
+        request = request
+            .header("content-type", "application/json")
+            .body(weather().to_string());
+    }
+    let answer = request.send().await.unwrap();
+    let status = answer.status().as_u16();
+    let headers = answer.headers().clone();
+    let body = serde_json::from_str(&answer.text().await.unwrap()).unwrap_or(Value::Null);
+    (status, body, headers)
+}
+
+/// Without tokens the server answers only to loopback names: a page whose own name resolves
+/// to 127.0.0.1 (DNS rebinding) cannot make it plan, on any route, `/mcp` included; a page of
+/// another site cannot either, though the request names the server right; the review page's
+/// own requests and listed origins can; and no site may frame the page.
+#[tokio::test]
+async fn pages_of_other_sites_cannot_drive_a_loopback_server() {
+    let s = start(reply("weather-email.json", 4), ServerConfig::default()).await;
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+    let rebound = format!("rebind.attacker.example:{port}");
+    let rebound_origin = format!("http://{rebound}");
+    for (method, path) in [
+        (Method::POST, "/v1/plans"),
+        (Method::GET, "/v1/plans"),
+        (Method::GET, "/"),
+        (Method::GET, "/healthz"),
+        (Method::POST, "/mcp"),
+    ] {
+        let (status, body, _) = from_site(
+            &s,
+            method.clone(),
+            path,
+            Some(&rebound),
+            Some(&rebound_origin),
+            None,
+        )
+        .await;
+        assert_error(status, &body, 403, "forbidden");
+        assert!(
+            body["message"].as_str().unwrap().contains("loopback names"),
+            "{method} {path}: {body}"
+        );
+    }
+    // Another site's page calling http://127.0.0.1:PORT: the right Host, a foreign Origin.
+    let (status, body, _) = from_site(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        None,
+        Some("http://attacker.example"),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 403, "forbidden");
+    assert!(
+        body["message"].as_str().unwrap().contains("cors_origins"),
+        "{body}"
+    );
+    let (_, list, _) = from_site(&s, Method::GET, "/v1/plans", None, None, None).await;
+    assert_eq!(list["plans"], json!([]), "no plan was made: {list}");
+    // The review page's own requests (same origin), under each loopback name.
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+    ] {
+        let origin = format!("http://{host}");
+        let (status, body, _) = from_site(
+            &s,
+            Method::POST,
+            "/v1/plans",
+            Some(&host),
+            Some(&origin),
+            None,
+        )
+        .await;
+        assert_eq!(status, 201, "{host}: {body}");
+    }
+    // A client that is no browser sends no Origin.
+    let (status, _, headers) = from_site(&s, Method::GET, "/", None, None, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-security-policy"], "frame-ancestors 'none'");
+    assert_eq!(headers["x-frame-options"], "DENY");
+
+    // A listed origin may call; with tokens any Host is served (callers authenticate, and a
+    // proxy may name the server anything), but other origins are still refused.
+    let app = "http://app.example:3000";
+    let mut config = crate::tokens(&[("ta", "alice")]);
+    config.cors_origins = vec![app.to_owned()];
+    let s = start(reply("weather-email.json", 2), config).await;
+    let (status, body, _) = from_site(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some("plans.internal.example"),
+        Some(app),
+        Some("ta"),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body, _) = from_site(
+        &s,
+        Method::POST,
+        "/v1/plans",
+        Some("plans.internal.example"),
+        Some("http://attacker.example"),
+        Some("ta"),
+    )
+    .await;
+    assert_error(status, &body, 403, "forbidden");
+}
