@@ -170,6 +170,15 @@ impl CatalogTool {
                     crate::template::DESCRIPTION_MAX,
                 ),
                 signature: crate::template::signature(&self.tool.name, &self.tool.input_schema),
+                function: crate::calls::function_line(
+                    &self.tool.name,
+                    &crate::template::short_description(
+                        &self.tool.description,
+                        crate::template::DESCRIPTION_MAX,
+                    ),
+                    &crate::template::short_parameter_descriptions(&self.tool.input_schema),
+                    self.tool.output_schema.as_ref(),
+                ),
             })
         })
     }

@@ -78,6 +78,7 @@
 //! `in_progress`, `completed`, `blocked`, `failed`, `skipped`.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod calls;
 pub mod catalog;
 pub mod diagnostic;
 pub mod export;
@@ -108,6 +109,6 @@ pub use memory::{MemoryReport, Turn};
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};
 pub use plan::{Action, PLAIN_STEP, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
 pub use plan_template::{PlanTemplate, PlanTemplateError, TemplateParameter};
-pub use request::{FallbackPolicy, Feedback, PlanOptions, PlanRequest, Shape};
+pub use request::{FallbackPolicy, Feedback, PlanFormat, PlanOptions, PlanRequest, Shape};
 pub use retrieve::{Bm25Index, Retriever};
 pub use template::Templates;

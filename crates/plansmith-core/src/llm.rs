@@ -97,6 +97,19 @@ pub enum OutputConstraint {
         /// JSON Schema of the parameters (shared: it is sent again with every repair).
         parameters: Arc<Value>,
     },
+    /// Output is the model's own tool-call format ([`crate::calls`]): one to `max_calls`
+    /// `<tool_call>` blocks, each a JSON object matching `schema`, or plain text of at most
+    /// `max_text` characters (no call). A backend without constrained decoding sends no
+    /// constraint: the prompt asks for the format and the text is read as it comes.
+    ToolCalls {
+        /// JSON Schema of one call (`{"name", "arguments"}`, one member per tool; shared: it
+        /// is sent again with every repair).
+        schema: Arc<Value>,
+        /// Most calls in one answer.
+        max_calls: u32,
+        /// Longest plain-text answer, in characters.
+        max_text: u32,
+    },
     /// Output must be a JSON object (no schema).
     JsonObject,
 }

@@ -167,6 +167,25 @@ pub(crate) fn parse_for_pipeline(
     parse_impl(raw, defaults, false)
 }
 
+/// [`parse_for_pipeline`] for an answer in the tool-call format ([`crate::calls`]): its calls
+/// (or its text, as a reply) read as a plan; an answer that is neither goes the usual way.
+pub(crate) fn parse_calls_for_pipeline(
+    raw: &str,
+    defaults: &ParseDefaults<'_>,
+) -> Result<Parsed, ParseError> {
+    let Some(document) = crate::calls::to_plan_json(raw) else {
+        return parse_impl(raw, defaults, false);
+    };
+    let (plan, shape, diagnostics) = to_plan_impl(document, defaults, CutStep::Outside)?;
+    Ok(Parsed {
+        plan,
+        shape,
+        json: Value::Null,
+        repaired: false,
+        diagnostics,
+    })
+}
+
 fn parse_impl(
     raw: &str,
     defaults: &ParseDefaults<'_>,

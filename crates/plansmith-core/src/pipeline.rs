@@ -20,7 +20,7 @@ use crate::llm::{
 use crate::memory::MemoryReport;
 use crate::parse::{self, ParseDefaults, SourceShape};
 use crate::plan::{Action, Plan, Question, Step, StepStatus, TaskKind};
-use crate::request::{FallbackPolicy, PlanRequest};
+use crate::request::{FallbackPolicy, PlanFormat, PlanOptions, PlanRequest, Shape};
 use crate::retrieve::{Bm25Index, Retriever, select};
 use crate::schema::SchemaCache;
 use crate::stream::StepScanner;
@@ -150,6 +150,9 @@ pub struct Diagnostics {
     /// The structured-output strategy used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
+    /// How the model wrote the plan (`json` or `calls`), when a model planned it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<PlanFormat>,
     /// How the request was routed.
     pub triage: Triage,
     /// The triage call's reason for its decision (with `options.triage`).
@@ -410,17 +413,38 @@ impl Planner {
             outcome.diagnostics.timings.total_us = micros(started);
             return Ok(outcome);
         }
-        let system = self.templates.system(request.options.shape, &context)?;
+        let strategy = Strategy::negotiate(self.model.capabilities());
+        diagnostics.strategy = Some(strategy);
+        let calls = uses_calls(&request.options, strategy, agents.is_empty());
+        diagnostics.format = Some(if calls {
+            PlanFormat::Calls
+        } else {
+            PlanFormat::Json
+        });
+        let system = if calls {
+            self.templates.calls_system(&context)?
+        } else {
+            self.templates.system(request.options.shape, &context)?
+        };
         let user = self.templates.user(&context)?;
         let mut base_messages = vec![Message::system(system)];
         base_messages.extend(history);
         base_messages.push(Message::user(user));
-        let strategy = Strategy::negotiate(self.model.capabilities());
-        diagnostics.strategy = Some(strategy);
         // Prompt-only and JSON-mode backends get no schema: building it is most of the non-model
         // cost of a request.
         let schema = || self.schemas.get(&selected, &agents, &request.options);
         let constraint = match strategy {
+            // The tool-call format is constrained on a grammar backend only; any other is asked
+            // for it in the prompt (`calls_schema` is per request: a handful of tools).
+            Strategy::Grammar if calls => Some(OutputConstraint::ToolCalls {
+                schema: Arc::new(crate::calls::calls_schema(
+                    &selected,
+                    u64::from(request.options.max_string_length),
+                )),
+                max_calls: u32::try_from(request.options.max_steps.max(1)).unwrap_or(u32::MAX),
+                max_text: request.options.max_string_length,
+            }),
+            _ if calls => None,
             Strategy::Grammar | Strategy::JsonSchema => Some(OutputConstraint::JsonSchema {
                 name: "plan".into(),
                 schema: schema(),
@@ -463,7 +487,7 @@ impl Planner {
             let generated = match on_event.as_deref_mut() {
                 None => self.model.complete(call).await,
                 Some(on_event) => {
-                    self.generate_streamed(call, attempt_index, request, &defaults, on_event)
+                    self.generate_streamed(call, attempt_index, request, &defaults, on_event, calls)
                         .await
                 }
             };
@@ -527,7 +551,11 @@ impl Planner {
             }
 
             let stage = Instant::now();
-            let parsed = parse::parse_for_pipeline(&raw, &defaults);
+            let parsed = if calls {
+                parse::parse_calls_for_pipeline(&raw, &defaults)
+            } else {
+                parse::parse_for_pipeline(&raw, &defaults)
+            };
             diagnostics.timings.parse_us += micros(stage);
             let parsed = match parsed {
                 Ok(parsed) => parsed,
@@ -550,6 +578,7 @@ impl Planner {
                         diagnostics: Vec::new(),
                         parse_error: Some(message),
                         rejected: cut(&raw, REJECTED_QUOTE),
+                        calls,
                     })?;
                     messages = repair_messages(&base_messages, &raw, repair);
                     continue;
@@ -593,6 +622,7 @@ impl Planner {
                 diagnostics: problems,
                 parse_error: None,
                 rejected: cut(&raw, REJECTED_QUOTE),
+                calls,
             })?;
             messages = repair_messages(&base_messages, &raw, repair);
         }
@@ -620,15 +650,26 @@ impl Planner {
         request: &PlanRequest,
         defaults: &ParseDefaults<'_>,
         on_event: OnEvent<'_>,
+        calls: bool,
     ) -> Result<Completion, LlmError> {
         use futures::StreamExt;
         let mut stream = self.model.stream(call);
         let mut scanner = StepScanner::new();
         let mut steps: Vec<Value> = Vec::new();
+        // The tool-call format: the text so far, read again for calls that have closed.
+        let mut written = String::new();
         while let Some(event) = stream.next().await {
             match event? {
                 StreamEvent::Delta(text) => {
-                    let found = scanner.feed(&text);
+                    let found = if calls {
+                        written.push_str(&text);
+                        crate::calls::complete_steps(&written)
+                            .into_iter()
+                            .skip(steps.len())
+                            .collect()
+                    } else {
+                        scanner.feed(&text)
+                    };
                     on_event(PlanEvent::Token { attempt, text });
                     for step in found {
                         steps.push(step);
@@ -638,7 +679,16 @@ impl Planner {
                 StreamEvent::Done(completion) => {
                     // A backend that does not stream gives everything at once: its steps are
                     // still reported, before the outcome.
-                    if scanner.text().is_empty() {
+                    if calls {
+                        let rest: Vec<Value> = crate::calls::complete_steps(&completion.text)
+                            .into_iter()
+                            .skip(steps.len())
+                            .collect();
+                        for step in rest {
+                            steps.push(step);
+                            self.emit_step(&steps, attempt, request, defaults, on_event);
+                        }
+                    } else if scanner.text().is_empty() {
                         let whole = match completion.tool_calls.first() {
                             Some(call) if completion.text.trim().is_empty() => &call.arguments,
                             _ => &completion.text,
@@ -1269,6 +1319,17 @@ impl Planner {
 }
 
 /// `value` without object members that are `null`, recursively.
+/// Whether a planning call uses the tool-call format ([`crate::calls`]): asked for, or `auto`
+/// on a grammar backend (the embedded model) with no agents; only for `tool_steps` plans.
+fn uses_calls(options: &PlanOptions, strategy: Strategy, no_agents: bool) -> bool {
+    options.shape == Shape::ToolSteps
+        && match options.format {
+            PlanFormat::Calls => true,
+            PlanFormat::Json => false,
+            PlanFormat::Auto => strategy == Strategy::Grammar && no_agents,
+        }
+}
+
 fn drop_nulls(value: Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(

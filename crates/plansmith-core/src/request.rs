@@ -150,6 +150,49 @@ impl std::str::FromStr for Shape {
     }
 }
 
+/// How the model writes a `tool_steps` plan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PlanFormat {
+    /// `calls` on a model with constrained decoding (the embedded model) when the catalog has
+    /// no agents, else `json`.
+    #[default]
+    Auto,
+    /// One JSON plan document (`{"thought", "title", "steps": [...]}`), constrained by the
+    /// plan's JSON Schema.
+    Json,
+    /// The model's own tool-calling format (`<tool_call>{"name", "arguments"}</tool_call>`,
+    /// one per step, or plain text for a reply): see [`crate::calls`].
+    Calls,
+}
+
+impl PlanFormat {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanFormat::Auto => "auto",
+            PlanFormat::Json => "json",
+            PlanFormat::Calls => "calls",
+        }
+    }
+}
+
+impl std::str::FromStr for PlanFormat {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<PlanFormat, String> {
+        match text {
+            "auto" => Ok(PlanFormat::Auto),
+            "json" => Ok(PlanFormat::Json),
+            "calls" => Ok(PlanFormat::Calls),
+            other => Err(format!(
+                "unknown plan format `{other}`: use auto, json or calls"
+            )),
+        }
+    }
+}
+
 /// What to return when no valid plan could be had.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -189,6 +232,8 @@ pub struct PlanOptions {
     pub iteration: u32,
     /// The plan shape asked of the model.
     pub shape: Shape,
+    /// How the model writes a `tool_steps` plan (other shapes are always JSON).
+    pub format: PlanFormat,
     /// What to return when no valid plan could be had.
     pub fallback: FallbackPolicy,
     /// The user confirmed recurring schedules; without it they become a question.
@@ -223,6 +268,7 @@ impl Default for PlanOptions {
             max_repairs: 2,
             iteration: 0,
             shape: Shape::ToolSteps,
+            format: PlanFormat::Auto,
             fallback: FallbackPolicy::Guidance,
             allow_recurring: false,
             max_string_length: crate::schema::DEFAULT_TEXT_MAX,

@@ -1,7 +1,8 @@
 //! Prompt templates (minijinja): one system template per [`Shape`], a user template and a repair
 //! template, built in and overridable from a directory.
 //!
-//! Template names: `tool_steps.system.j2`, `research.system.j2`, `agent_tasks.system.j2`,
+//! Template names: `tool_steps.system.j2`, `tool_calls.system.j2` (the tool-call format,
+//! [`crate::calls`]), `research.system.j2`, `agent_tasks.system.j2`,
 //! `user.j2`, `repair.j2`, `triage.system.j2` (the optional routing call before planning). A user directory holding a file of one of these names replaces the
 //! built-in one; other files there are ignored. The context each template sees is
 //! [`PromptContext`] (and [`RepairContext`] for `repair.j2`).
@@ -15,10 +16,14 @@ use serde::Serialize;
 
 use crate::request::Shape;
 
-const BUILTIN: [(&str, &str); 6] = [
+const BUILTIN: [(&str, &str); 7] = [
     (
         "tool_steps.system.j2",
         include_str!("../templates/tool_steps.system.j2"),
+    ),
+    (
+        "tool_calls.system.j2",
+        include_str!("../templates/tool_calls.system.j2"),
     ),
     (
         "research.system.j2",
@@ -70,6 +75,9 @@ pub struct ToolView {
     pub description: String,
     /// `name(city*: string, unit: "c"|"f")`.
     pub signature: String,
+    /// The tool as chat templates list it for tool calling: a one-line JSON function object
+    /// (see [`crate::calls::function_line`]).
+    pub function: String,
 }
 
 /// A skill of an agent as the prompt shows it.
@@ -139,6 +147,9 @@ pub struct RepairContext {
     pub parse_error: Option<String>,
     /// The rejected output (cut when very long).
     pub rejected: String,
+    /// The output was in the tool-call format ([`crate::calls`]), and the repair asks for
+    /// that format again.
+    pub calls: bool,
 }
 
 /// The fields of [`PromptContext`] that stay the same across requests that choose the same
@@ -148,9 +159,10 @@ pub struct RepairContext {
 /// kept instead of rendered again.
 const STABLE_FIELDS: [&str; 5] = ["profile", "locale", "max_steps", "tools", "agents"];
 
-/// The system templates, by shape.
-const SYSTEM_TEMPLATES: [&str; 3] = [
+/// The system templates: one per shape, and the tool-call format's.
+const SYSTEM_TEMPLATES: [&str; 4] = [
     "tool_steps.system.j2",
+    "tool_calls.system.j2",
     "research.system.j2",
     "agent_tasks.system.j2",
 ];
@@ -252,6 +264,19 @@ impl Templates {
             Shape::Research => "research.system.j2",
             Shape::AgentTasks => "agent_tasks.system.j2",
         };
+        self.system_named(name, context)
+    }
+
+    /// The system prompt of the tool-call format ([`crate::calls`]): `tool_calls.system.j2`.
+    pub fn calls_system(&self, context: &PromptContext) -> Result<String, TemplateError> {
+        self.system_named("tool_calls.system.j2", context)
+    }
+
+    fn system_named(
+        &self,
+        name: &'static str,
+        context: &PromptContext,
+    ) -> Result<String, TemplateError> {
         if !self.cacheable.contains(&name) {
             return self.render(name, context);
         }
@@ -363,6 +388,7 @@ fn stable_key(name: &str, context: &PromptContext) -> String {
         field(&mut key, &tool.name);
         field(&mut key, &tool.description);
         field(&mut key, &tool.signature);
+        field(&mut key, &tool.function);
     }
     field(&mut key, &context.agents.len().to_string());
     for agent in &context.agents {
@@ -437,6 +463,34 @@ fn type_label(schema: &serde_json::Value) -> String {
             .join("|"),
         _ => "any".into(),
     }
+}
+
+/// Longest parameter description shown in a tool's function object, in characters.
+pub const PARAMETER_DESCRIPTION_MAX: usize = 100;
+
+/// `input_schema` with every `description` string cut to [`PARAMETER_DESCRIPTION_MAX`]
+/// characters (a prompt lists several tools; their parameters' long descriptions would
+/// crowd it).
+pub fn short_parameter_descriptions(input_schema: &serde_json::Value) -> serde_json::Value {
+    fn cut(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, item) in map.iter_mut() {
+                    match item {
+                        serde_json::Value::String(text) if key == "description" => {
+                            *text = short_description(text, PARAMETER_DESCRIPTION_MAX);
+                        }
+                        other => cut(other),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(cut),
+            _ => {}
+        }
+    }
+    let mut schema = input_schema.clone();
+    cut(&mut schema);
+    schema
 }
 
 /// Cuts a description to `max` characters at a word boundary.
@@ -520,7 +574,10 @@ mod tests {
             std::fs::write(dir.path().join(name), source).unwrap();
         }
         let templates = Templates::with_overrides(dir.path()).unwrap();
-        assert_eq!(templates.cacheable, vec!["agent_tasks.system.j2"]);
+        assert_eq!(
+            templates.cacheable,
+            vec!["tool_calls.system.j2", "agent_tasks.system.j2"]
+        );
         let mut other = context();
         other.query = "Weather in Rome?".into();
         let first = templates.system(Shape::ToolSteps, &context()).unwrap();
@@ -546,6 +603,12 @@ mod tests {
                 signature: signature(
                     "get_weather",
                     &json!({"properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}),
+                ),
+                function: crate::calls::function_line(
+                    "get_weather",
+                    "Weather for a city",
+                    &json!({"properties": {"city": {"type": "string"}}}),
+                    None,
                 ),
             })],
             agents: vec![],
@@ -598,6 +661,7 @@ mod tests {
                 ],
                 parse_error: None,
                 rejected: "{\"steps\": []}".into(),
+                calls: false,
             })
             .unwrap();
         assert!(

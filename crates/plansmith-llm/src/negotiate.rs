@@ -57,7 +57,8 @@ pub(crate) fn wanted(constraint: Option<&OutputConstraint>) -> (Strategy, Option
             }),
         ),
         Some(OutputConstraint::JsonObject) => (Strategy::JsonMode, None),
-        None => (Strategy::PromptOnly, None),
+        // The prompt asks for the tool-call format; the reply's text is read as it comes.
+        Some(OutputConstraint::ToolCalls { .. }) | None => (Strategy::PromptOnly, None),
     }
 }
 

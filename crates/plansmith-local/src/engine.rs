@@ -619,6 +619,7 @@ impl Session<'_, '_> {
             .model
             .apply_chat_template(&self.template, &messages, true)
             .map_err(|err| backend_error("chat template", err))?;
+        tracing::trace!(%prompt, "prompt");
         let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
         let max_tokens = usize::try_from(request.max_tokens.max(1)).unwrap_or(usize::MAX);
         let context = usize::try_from(self.config.context).unwrap_or(usize::MAX);
@@ -635,16 +636,21 @@ impl Session<'_, '_> {
         // the end of the request: the reply is decoded without a grammar and the pipeline's
         // validation and repair take over, as for any model without constrained decoding.
         let grammar_started = Instant::now();
-        let schema = match &request.constraint {
+        let grammar = match &request.constraint {
             Some(OutputConstraint::JsonSchema { schema, .. })
             | Some(OutputConstraint::ToolCall {
                 parameters: schema, ..
-            }) => Some(schema),
+            }) => Some(json_grammar(schema)),
+            Some(OutputConstraint::ToolCalls {
+                schema,
+                max_calls,
+                max_text,
+            }) => Some(calls_grammar(schema, *max_calls, *max_text)),
             _ => None,
         };
         let mut unconstrained_instead = false;
-        let mut matcher = match (schema, &self.factory) {
-            (Some(schema), Some(factory)) => match schema_matcher(factory, schema) {
+        let mut matcher = match (grammar, &self.factory) {
+            (Some(grammar), Some(factory)) => match grammar_matcher(factory, grammar) {
                 Ok(matcher) => Some(matcher),
                 Err(err) => {
                     tracing::warn!(
@@ -911,13 +917,49 @@ fn guidance_options() -> Value {
     })
 }
 
-/// A matcher for one request's output schema, or why the schema has no grammar.
-fn schema_matcher(factory: &ParserFactory, schema: &Value) -> Result<Matcher, String> {
+/// The grammar of a JSON Schema, written as [`guidance_options`] says.
+fn json_grammar(schema: &Value) -> TopLevelGrammar {
+    TopLevelGrammar::from_json_schema(guided(schema))
+}
+
+/// `schema` with [`guidance_options`].
+fn guided(schema: &Value) -> Value {
     let mut schema = schema.clone();
     if let Some(object) = schema.as_object_mut() {
         object.insert("x-guidance".to_owned(), guidance_options());
     }
-    let matcher = Matcher::new(factory.create_parser(TopLevelGrammar::from_json_schema(schema)));
+    schema
+}
+
+/// The grammar of the tool-call format (`plansmith_core::calls`): one to `max_calls` calls
+/// joined by line breaks, each a JSON object matching `call_schema`, tagged as the Qwen /
+/// Hermes chat templates write them (`<tool_call>\n{JSON}\n</tool_call>`), in a Markdown
+/// JSON fence, or bare: small models that saw less of the tags write the other two
+/// (Qwen2.5-Coder-0.5B answers llama.cpp's own tool-calling prompt with a fenced object), and
+/// a grammar that forbids the form a model prefers makes it write text instead. Or plain text
+/// of at most about `max_text` characters (bounded in tokens: a token is at least one
+/// character) that does not start with `<`, `{`, `[`, `` ` `` or white space, so the first
+/// token decides between a reply and calls.
+fn calls_grammar(call_schema: &Value, max_calls: u32, max_text: u32) -> TopLevelGrammar {
+    let calls = match max_calls.max(1) - 1 {
+        0 => "call".to_owned(),
+        more => format!("call (\"\\n\" call){{0,{more}}}"),
+    };
+    let text_tokens = max_text.max(1);
+    let schema = guided(call_schema);
+    TopLevelGrammar::from_lark(format!(
+        "start: reply | calls\n\
+         calls: {calls}\n\
+         call: \"<tool_call>\\n\" call_json \"\\n</tool_call>\" \
+             | \"```json\\n\" call_json \"\\n```\" | call_json\n\
+         call_json: %json {schema}\n\
+         reply[max_tokens={text_tokens}]: /[^<{{\\[`\\s][^<`]*/\n"
+    ))
+}
+
+/// A matcher for one request's grammar, or why it cannot be had (an unsatisfiable schema).
+fn grammar_matcher(factory: &ParserFactory, grammar: TopLevelGrammar) -> Result<Matcher, String> {
+    let matcher = Matcher::new(factory.create_parser(grammar));
     match matcher.get_error() {
         Some(err) => Err(err),
         None => Ok(matcher),

