@@ -459,7 +459,8 @@ fn refused_site(state: &AppState, headers: &header::HeaderMap) -> Option<ApiErro
         return Some(ApiError::new(
             "forbidden",
             format!(
-                "`Host: {}` is not this server's: without API tokens it answers only to                  loopback names (localhost, 127.0.0.1, [::1]); configure tokens to serve                  other names",
+                "`Host: {}` is not this server's: without API tokens it answers only to loopback names (localhost, 127.0.0.1, [::1]); configure tokens to \
+                 serve other names",
                 printable(host)
             ),
         ));
@@ -484,7 +485,8 @@ fn refused_site(state: &AppState, headers: &header::HeaderMap) -> Option<ApiErro
     Some(ApiError::new(
         "forbidden",
         format!(
-            "requests from pages on `{}` are refused: list the origin in cors_origins              (--cors-origin, PLANSMITH_CORS_ORIGINS) to allow them",
+            "requests from pages on `{}` are refused: list the origin in cors_origins \
+             (--cors-origin, PLANSMITH_CORS_ORIGINS) to allow them",
             printable(origin_text)
         ),
     ))
