@@ -180,6 +180,17 @@ fn plan_recorded(
     (recording, outcome)
 }
 
+/// Whether the pipeline failed to read the model's first reply (a parse error, or no
+/// attempt at all).
+fn first_reply_unread(outcome: &plansmith_core::Outcome) -> bool {
+    outcome.diagnostics.attempts.first().is_none_or(|attempt| {
+        attempt
+            .diagnostics
+            .iter()
+            .any(|d| d.code == plansmith_core::Code::ParseError)
+    })
+}
+
 #[test]
 fn smollm2_plans_are_schema_valid_by_construction() {
     let _serial = serial();
@@ -247,13 +258,7 @@ fn smollm2_plans_are_schema_valid_by_construction() {
         }
         match outcome {
             Ok(outcome) => {
-                let parse_errors = outcome.diagnostics.attempts.first().map_or(1, |a| {
-                    a.diagnostics
-                        .iter()
-                        .filter(|d| d.code == plansmith_core::Code::ParseError)
-                        .count()
-                });
-                if parse_errors > 0 {
+                if first_reply_unread(&outcome) {
                     failures.push(format!("{name}: the pipeline could not parse the reply"));
                 }
             }
@@ -334,13 +339,7 @@ fn smollm2_tool_calls_are_schema_valid_by_construction() {
                     Some(plansmith_core::PlanFormat::Calls),
                     "{name}"
                 );
-                let parse_errors = outcome.diagnostics.attempts.first().map_or(1, |a| {
-                    a.diagnostics
-                        .iter()
-                        .filter(|d| d.code == plansmith_core::Code::ParseError)
-                        .count()
-                });
-                if parse_errors > 0 {
+                if first_reply_unread(&outcome) {
                     failures.push(format!(
                         "{name}: the pipeline could not read the reply: {text}"
                     ));
