@@ -308,35 +308,44 @@ async fn run_command(
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     let timeout = Duration::from_millis(timeout_ms.unwrap_or(300_000));
-    let work = async {
-        let write = async {
-            if let Some(mut pipe) = stdin.take() {
-                // A command that does not read its stdin closes the pipe: not an error.
-                let _ = pipe.write_all(&input).await;
-                let _ = pipe.shutdown().await;
-            }
-        };
-        let (_, out, err, status) = tokio::join!(
-            write,
-            read_bounded(stdout.as_mut()),
-            read_bounded(stderr.as_mut()),
-            child.wait()
-        );
-        (out, err, status)
+    let write = async {
+        if let Some(mut pipe) = stdin.take() {
+            // A command that does not read its stdin closes the pipe: not an error.
+            let _ = pipe.write_all(&input).await;
+            let _ = pipe.shutdown().await;
+        }
     };
-    // On a timeout `group` kills the command's processes as it is dropped; so it does when
-    // this call is dropped (the step was stopped, the run aborted, the plan deleted).
+    let read = async {
+        // Output over the limit ends the reading at once: the command, blocked on the pipe
+        // nobody reads any more, is then killed as `group` is dropped.
+        let (out, err) = tokio::try_join!(
+            read_bounded(program, "stdout", stdout.as_mut()),
+            read_bounded(program, "stderr", stderr.as_mut())
+        )?;
+        let status = child
+            .wait()
+            .await
+            .map_err(|err| InvokeError::transient(format!("`{program}`: {err}")))?;
+        Ok::<_, InvokeError>((out, err, status))
+    };
+    // Writing stops when the reading ends (a command may exit without reading its input).
+    let work = async {
+        tokio::pin!(read);
+        tokio::select! {
+            output = &mut read => output,
+            () = write => read.await,
+        }
+    };
+    // On a timeout or an error `group` kills the command's processes as it is dropped; so it
+    // does when this call is dropped (the step was stopped, the run aborted, the plan deleted).
     let (out, err, status) = tokio::time::timeout(timeout, work).await.map_err(|_| {
         InvokeError::transient(format!(
             "`{program}` timed out after {} ms",
             timeout.as_millis()
         ))
-    })?;
+    })??;
     // The command ended by itself: what it left running on purpose stays.
     group.disarm();
-    let status = status.map_err(|err| InvokeError::transient(format!("`{program}`: {err}")))?;
-    let out = out?;
-    let err = err?;
     if !status.success() {
         let stderr_text = String::from_utf8_lossy(&err);
         let tail: String = tail(stderr_text.trim(), 400);
@@ -392,6 +401,8 @@ impl Drop for GroupGuard {
 }
 
 async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(
+    program: &str,
+    what: &str,
     pipe: Option<&mut R>,
 ) -> Result<Vec<u8>, InvokeError> {
     let mut buf = Vec::new();
@@ -403,7 +414,9 @@ async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(
             .map_err(|err| InvokeError::transient(format!("reading output: {err}")))?;
         if buf.len() > MAX_OUTPUT_BYTES {
             return Err(InvokeError::permanent(format!(
-                "output larger than {MAX_OUTPUT_BYTES} bytes"
+                "`{program}` output too large: its {what} is over {MAX_OUTPUT_BYTES} bytes ({} MiB), \
+                 the most read from a command",
+                MAX_OUTPUT_BYTES >> 20
             )));
         }
     }

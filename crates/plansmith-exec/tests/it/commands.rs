@@ -114,3 +114,34 @@ async fn stopping_a_run_stops_what_its_commands_started() {
         "the stopped tool's child {child} still runs"
     );
 }
+
+/// A command printing more than the 16 MiB the invoker reads is stopped at once and fails
+/// for good, saying so: it used to block on the full pipe until its timeout, then be retried
+/// as if it had timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_over_the_limit_fails_at_once_and_is_not_retried() {
+    let env = env().await;
+    env.plan("big", json!([step("s1", "big")]), json!({})).await;
+    let big = Endpoint::Command {
+        command: ["sh", "-c", "head -c 20000000 /dev/zero"]
+            .map(str::to_owned)
+            .to_vec(),
+        env: Default::default(),
+        cwd: None,
+        timeout_ms: Some(20_000),
+    };
+    let began = Instant::now();
+    let report = Executor::new(env.store.clone(), invokers(vec![("big", big)]), config("n"))
+        .run("big")
+        .await
+        .unwrap();
+    let elapsed = began.elapsed();
+    assert_eq!(report.state, RunState::Failed, "{report:?}");
+    let error = report.steps[0].error.as_deref().unwrap_or("");
+    assert!(
+        error.contains("output too large") && error.contains("16777216 bytes"),
+        "{error}"
+    );
+    assert_eq!(report.steps[0].attempts, 1, "{report:?}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+}
