@@ -49,6 +49,7 @@ pub struct ServerConfig {
     /// Requests per second per owner (0: unlimited). Each owner of a token has its own bucket
     /// (a burst of one second's worth); requests without a valid token share one bucket, and
     /// without tokens every request shares one. Over it: `429 rate_limited` with `Retry-After`.
+    /// The probes (`/healthz`, `/readyz`) are not limited.
     pub rate_limit_per_sec: u32,
     /// Longest time to answer a request (SSE streams excepted once they started).
     pub request_timeout: Duration,

@@ -377,7 +377,7 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// Rate limit (per owner), timeout, and latency metrics for every request.
+/// Rate limit (per owner; not for the probes), timeout, and latency metrics for every request.
 async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req
@@ -393,10 +393,13 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
         Ok(owner) => owner.unwrap_or_default(),
         Err(()) => "\u{0}unauthenticated".to_owned(),
     };
+    // The probes stay cheap and are not rate limited: callers without a valid token, who
+    // share one bucket, must not make a load balancer or an orchestrator see the server down.
+    let limited = !matches!(route.as_str(), "/healthz" | "/readyz");
     let mut response = match refused_site(&state, req.headers()) {
         Some(err) => err.into_response(),
         None => {
-            admitted(&state, &key, req, next)
+            admitted(&state, &key, limited, req, next)
                 .instrument(tracing::info_span!("request", id = %request_id))
                 .await
         }
@@ -543,9 +546,15 @@ fn request_id(headers: &header::HeaderMap) -> String {
         .map_or_else(|| uuid::Uuid::now_v7().simple().to_string(), str::to_owned)
 }
 
-/// The request through the rate limit and the timeout.
-async fn admitted(state: &AppState, key: &str, req: Request, next: Next) -> Response {
-    if let Err(retry_after) = state.admit(key) {
+/// The request through the rate limit (`key`'s bucket, when `limited`) and the timeout.
+async fn admitted(
+    state: &AppState,
+    key: &str,
+    limited: bool,
+    req: Request,
+    next: Next,
+) -> Response {
+    if limited && let Err(retry_after) = state.admit(key) {
         let mut response = ApiError::new(
             "rate_limited",
             format!("too many requests; retry in {retry_after} s"),

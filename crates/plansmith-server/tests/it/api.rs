@@ -976,7 +976,7 @@ async fn rate_limit_answers_429() {
     let s = start(Vec::new(), config).await;
     let mut statuses = Vec::new();
     for _ in 0..8 {
-        let (status, body) = call(&s, Method::GET, "/healthz", None, None).await;
+        let (status, body) = call(&s, Method::GET, "/v1/plans", None, None).await;
         if status == 429 {
             assert_error(status, &body, 429, "rate_limited");
         }
@@ -986,6 +986,30 @@ async fn rate_limit_answers_429() {
         statuses.contains(&200) && statuses.contains(&429),
         "{statuses:?}"
     );
+}
+
+/// The probes are not rate limited: a flood of requests with bad tokens empties the bucket
+/// they share with every caller without a valid token, and `/healthz` and `/readyz` (which
+/// take no token) still answer `200` while an API route answers `429`.
+#[tokio::test]
+async fn probes_answer_while_bad_tokens_are_rate_limited() {
+    let mut config = tokens(&[("ta", "alice")]);
+    config.rate_limit_per_sec = 2;
+    let s = start(Vec::new(), config).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let (status, _) = call(&s, Method::GET, "/v1/plans", None, Some("wrong")).await;
+        statuses.push(status);
+    }
+    assert_eq!(statuses, [401, 401, 429, 429]);
+    for _ in 0..3 {
+        for probe in ["/healthz", "/readyz"] {
+            let (status, body) = call(&s, Method::GET, probe, None, None).await;
+            assert_eq!(status, 200, "{probe}: {body}");
+        }
+    }
+    let (status, body) = call(&s, Method::GET, "/v1/plans", None, Some("wrong")).await;
+    assert_error(status, &body, 429, "rate_limited");
 }
 
 #[tokio::test]
@@ -1223,11 +1247,11 @@ async fn every_answer_names_its_request() {
     let limited = start(reply("weather-email.json", 1), config).await;
     let open = start(reply("weather-email.json", 1), ServerConfig::default()).await;
     let fresh = |id: &str| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
-    let (status, first) = named(&limited, "/healthz", None).await;
+    let (status, first) = named(&limited, "/v1/plans", None).await;
     assert_eq!(status, 200);
     assert!(fresh(&first), "{first}");
     // Over the rate limit (one a second): refused, and named all the same.
-    let (status, second) = named(&limited, "/healthz", None).await;
+    let (status, second) = named(&limited, "/v1/plans", None).await;
     assert_eq!(status, 429);
     assert!(fresh(&second) && second != first, "{second} after {first}");
     let (status, echoed) = named(&open, "/v1/plans/nope", Some("trace-42.a_b:c")).await;
