@@ -221,7 +221,7 @@ impl AppState {
     }
 
     /// Mounts an MCP endpoint (e.g. `plansmith_mcp::server::http_service`, streamable HTTP) at
-    /// `/mcp`, behind the same rate limit, timeout and metrics as the other routes. The
+    /// `/mcp`, behind the same rate limit, body limit, timeout and metrics as the other routes. The
     /// service does its own authentication. This crate does not depend on the MCP crate: the
     /// CLI builds the service and passes it in.
     pub fn with_mcp<S>(mut self, service: S) -> AppState
@@ -238,10 +238,18 @@ impl AppState {
         self
     }
 
-    /// The router the routes are added to: empty, or with the MCP endpoint nested at `/mcp`.
+    /// The router the routes are added to: empty, or with the MCP endpoint nested at `/mcp`
+    /// (its request bodies bounded as the API's are).
     fn base_router(&self) -> Router<AppState> {
         match &self.mcp {
-            Some(mcp) => Router::new().nest_service("/mcp", mcp.clone()),
+            Some(mcp) => Router::new().nest_service(
+                "/mcp",
+                mcp.clone()
+                    .layer(axum::middleware::from_fn(routes::buffered_body))
+                    .layer(axum::extract::DefaultBodyLimit::max(
+                        self.config.max_body_bytes,
+                    )),
+            ),
             None => Router::new(),
         }
     }

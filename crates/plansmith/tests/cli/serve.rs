@@ -338,6 +338,38 @@ fn pages_on_listed_origins_reach_the_api_and_mcp() {
     assert!(!head.contains("access-control-allow-origin"), "{head}");
 }
 
+/// `/mcp` takes no body over `--max-body-bytes` (`PLANSMITH_MAX_BODY_BYTES`), like the REST
+/// routes: `413 payload_too_large` in the API's error shape, and the server stays up; a body
+/// within the limit still opens a session.
+#[test]
+fn mcp_bodies_are_bounded_like_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let serve = serve_with(&store, None, &[("PLANSMITH_MAX_BODY_BYTES", "4096")], None);
+    let initialize = |name: &str| {
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": name, "version": "1"}}})
+        .to_string()
+    };
+    let accept = "accept: application/json, text/event-stream\r\n";
+    let (status, body) = crate::http_request(
+        &serve.addr,
+        "POST /mcp",
+        accept,
+        &initialize(&"x".repeat(8_000)),
+    )
+    .unwrap();
+    assert_eq!(status, 413, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["code"], "payload_too_large", "{body}");
+    let (status, _) = get(&serve.addr, "/healthz", None).unwrap();
+    assert_eq!(status, 200);
+    let (status, body) =
+        crate::http_request(&serve.addr, "POST /mcp", accept, &initialize("small")).unwrap();
+    assert_eq!(status, 200, "{body}");
+}
+
 /// The access log (`PLANSMITH_LOG=plansmith::http=info`): one line per answered request, named
 /// by the request's id (the caller's, here), with the route, status, time and owner (never the
 /// token).
