@@ -92,6 +92,7 @@ pub mod plan_template;
 pub mod request;
 pub mod retrieve;
 pub mod schema;
+pub mod secrets;
 pub mod stream;
 pub mod template;
 pub mod validate;

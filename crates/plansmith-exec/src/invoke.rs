@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plansmith_core::llm::BoxFuture;
+use plansmith_core::secrets::{self, ProviderKeys};
 use plansmith_core::{Action, CompletionRequest, LanguageModel, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -165,7 +166,8 @@ pub enum Endpoint {
     Command {
         /// Program and arguments.
         command: Vec<String>,
-        /// Extra environment variables.
+        /// Extra environment variables (added to ours, which lack the provider key
+        /// variables: see [`CommandInvoker`]).
         #[serde(default)]
         env: BTreeMap<String, String>,
         /// Working directory (default: the executor's).
@@ -203,19 +205,33 @@ pub struct CommandMap {
 /// `"tool", "arguments"` for a tool or `"agent", "query"` for an agent; commands also get
 /// `PLANSMITH_IDEMPOTENCY_KEY`, `PLANSMITH_ATTEMPT`, `PLANSMITH_PLAN_ID` and
 /// `PLANSMITH_STEP_ID` in their environment.
+///
+/// Commands do not inherit the provider key variables ([`ProviderKeys`]; a command's own
+/// `env` may still set one), and a key's value is `[redacted]` in whatever a command or
+/// callback returns, result or error.
 #[derive(Debug, Clone)]
 pub struct CommandInvoker {
     endpoints: HashMap<String, Endpoint>,
     http: reqwest::Client,
+    keys: ProviderKeys,
 }
 
 impl CommandInvoker {
-    /// An invoker over `endpoints` (name → endpoint).
+    /// An invoker over `endpoints` (name → endpoint), withholding the default provider key
+    /// variables.
     pub fn new(endpoints: impl IntoIterator<Item = (String, Endpoint)>) -> CommandInvoker {
         CommandInvoker {
             endpoints: endpoints.into_iter().collect(),
             http: reqwest::Client::new(),
+            keys: ProviderKeys::default(),
         }
+    }
+
+    /// Withholds and redacts `keys` (the configured `api_key_env` variables added to the
+    /// defaults) instead of the default ones.
+    pub fn with_provider_keys(mut self, keys: ProviderKeys) -> CommandInvoker {
+        self.keys = keys;
+        self
     }
 
     /// The names it can run.
@@ -255,25 +271,47 @@ impl Invoker for CommandInvoker {
             if let (Some(body), Some(extra)) = (body.as_object_mut(), payload.as_object()) {
                 body.extend(extra.clone());
             }
-            match endpoint {
+            let result = match endpoint {
                 Endpoint::Command {
                     command,
                     env,
                     cwd,
                     timeout_ms,
-                } => run_command(call, command, env, cwd.as_ref(), *timeout_ms, &body).await,
+                } => {
+                    run_command(
+                        call,
+                        command,
+                        env,
+                        &self.keys,
+                        cwd.as_ref(),
+                        *timeout_ms,
+                        &body,
+                    )
+                    .await
+                }
                 Endpoint::Http { url, timeout_ms } => {
                     post_json(&self.http, url, *timeout_ms, &call.idempotency_key, &body).await
                 }
-            }
+            };
+            // A tool that prints a key anyway (it read it elsewhere, or its own `env` set
+            // it) does not get it into the run's results, events and errors.
+            let keys = self.keys.values();
+            result
+                .map(|value| secrets::redact_json(value, &keys))
+                .map_err(|err| InvokeError {
+                    message: secrets::redact_all(&err.message, &keys),
+                    ..err
+                })
         })
     }
 }
 
+/// Runs `command` with its own `env` and without the `withheld` variables.
 async fn run_command(
     call: &Call,
     command: &[String],
     env: &BTreeMap<String, String>,
+    withheld: &ProviderKeys,
     cwd: Option<&PathBuf>,
     timeout_ms: Option<u64>,
     body: &Value,
@@ -282,6 +320,10 @@ async fn run_command(
         return Err(InvokeError::permanent("empty command"));
     };
     let mut cmd = tokio::process::Command::new(program);
+    // Removed first, so that the command's own `env` may still set one on purpose.
+    for name in withheld.variables() {
+        cmd.env_remove(name);
+    }
     cmd.args(args)
         .envs(env)
         .env("PLANSMITH_IDEMPOTENCY_KEY", &call.idempotency_key)

@@ -7,11 +7,16 @@
 //! slot: the key goes in the request's `_meta` (`plansmith/idempotency_key`, with
 //! `plansmith/plan_id`, `plansmith/step_id`, `plansmith/attempt`) for servers that read it;
 //! to the others an MCP call re-run after its node died is at-least-once.
+//!
+//! A provider key's value ([`ProviderKeys`]) is `[redacted]` in a result or error, as for
+//! commands; the servers themselves do not inherit the key variables
+//! ([`plansmith_mcp::ClientOptions::provider_keys`]).
 
 use std::sync::Arc;
 
 use plansmith_core::Action;
 use plansmith_core::llm::BoxFuture;
+use plansmith_core::secrets::{self, ProviderKeys};
 use plansmith_mcp::{CallExtras, McpError, McpTools, ToolProgress};
 use serde_json::Value;
 
@@ -21,6 +26,7 @@ use crate::invoke::{Call, CallProgress, InvokeError, Invoker};
 pub struct McpInvoker {
     tools: Arc<McpTools>,
     fallback: Option<Arc<dyn Invoker>>,
+    keys: ProviderKeys,
 }
 
 impl std::fmt::Debug for McpInvoker {
@@ -34,7 +40,18 @@ impl std::fmt::Debug for McpInvoker {
 impl McpInvoker {
     /// MCP tools from connected servers, with an optional invoker for the other tools.
     pub fn new(tools: Arc<McpTools>, fallback: Option<Arc<dyn Invoker>>) -> McpInvoker {
-        McpInvoker { tools, fallback }
+        McpInvoker {
+            tools,
+            fallback,
+            keys: ProviderKeys::default(),
+        }
+    }
+
+    /// Redacts the values of `keys` (the configured `api_key_env` variables added to the
+    /// defaults) instead of the default ones.
+    pub fn with_provider_keys(mut self, keys: ProviderKeys) -> McpInvoker {
+        self.keys = keys;
+        self
     }
 }
 
@@ -62,11 +79,12 @@ impl Invoker for McpInvoker {
                     ))),
                 };
             }
+            let keys = self.keys.values();
             let report = |tool: ToolProgress| {
                 progress(CallProgress {
                     progress: tool.progress,
                     total: tool.total,
-                    message: tool.message,
+                    message: tool.message.map(|text| secrets::redact_all(&text, &keys)),
                 });
             };
             // MCP's `tools/call` has no idempotency slot: the key goes in `_meta`, for servers
@@ -89,19 +107,20 @@ impl Invoker for McpInvoker {
                 .await
                 .map_err(|err| match err {
                     McpError::UnknownTool(_) => InvokeError::permanent(err.to_string()),
-                    other => InvokeError::transient(other.to_string()),
+                    other => InvokeError::transient(secrets::redact_all(&other.to_string(), &keys)),
                 })?;
             if output.is_error {
-                return Err(InvokeError::transient(format!(
-                    "`{name}` answered an error: {}",
-                    output.text.trim()
+                return Err(InvokeError::transient(secrets::redact_all(
+                    &format!("`{name}` answered an error: {}", output.text.trim()),
+                    &keys,
                 )));
             }
-            Ok(match output.structured {
+            let result = match output.structured {
                 Some(value) => value,
                 None => serde_json::from_str(output.text.trim())
                     .unwrap_or_else(|_| Value::String(output.text)),
-            })
+            };
+            Ok(secrets::redact_json(result, &keys))
         })
     }
 }

@@ -24,10 +24,7 @@ impl Secret {
 
     /// Replaces every occurrence of the key in `text` (an error body that echoes it back).
     pub fn redact(&self, text: &str) -> String {
-        if self.0.len() < 4 {
-            return text.to_owned();
-        }
-        text.replace(&self.0, "[redacted]")
+        plansmith_core::secrets::redact(text, &self.0)
     }
 }
 

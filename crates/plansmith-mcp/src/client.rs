@@ -15,6 +15,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use plansmith_core::secrets::ProviderKeys;
 use plansmith_core::{Catalog, CatalogProblem};
 use process_wrap::tokio::CommandWrap;
 #[cfg(unix)]
@@ -55,6 +56,9 @@ pub struct ClientOptions {
     /// Most `tools/list` pages read from one server (a server that keeps handing out cursors
     /// is cut off there, with a problem).
     pub max_pages: usize,
+    /// The provider key variables a spawned server does not inherit (a server's own `env`
+    /// may still set one).
+    pub provider_keys: ProviderKeys,
 }
 
 impl Default for ClientOptions {
@@ -65,6 +69,7 @@ impl Default for ClientOptions {
             call_timeout: Duration::from_secs(60),
             max_call: Duration::from_secs(3600),
             max_pages: 100,
+            provider_keys: ProviderKeys::default(),
         }
     }
 }
@@ -471,6 +476,10 @@ impl Connection {
                         cwd,
                     } => {
                         let mut cmd = tokio::process::Command::new(command);
+                        // Removed first, so that the server's own `env` may still set one.
+                        for name in options.provider_keys.variables() {
+                            cmd.env_remove(name);
+                        }
                         cmd.args(args).envs(env);
                         if let Some(cwd) = cwd {
                             cmd.current_dir(cwd);

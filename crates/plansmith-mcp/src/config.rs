@@ -38,7 +38,7 @@ pub enum Transport {
         command: String,
         /// Its arguments.
         args: Vec<String>,
-        /// Extra environment variables (added to ours).
+        /// Extra environment variables (added to ours, which lack the provider key variables).
         env: BTreeMap<String, String>,
         /// Working directory, if not ours.
         cwd: Option<PathBuf>,

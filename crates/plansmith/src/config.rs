@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{Context, anyhow};
+use plansmith_core::secrets::ProviderKeys;
 use plansmith_llm::ProviderTable;
 use serde::Deserialize;
 
@@ -75,6 +76,16 @@ pub fn init(explicit: Option<&Path>) -> Result<(), CliError> {
 /// The loaded settings (defaults when [`init`] was not called or found no file).
 pub fn current() -> &'static FileConfig {
     CONFIG.get_or_init(FileConfig::default)
+}
+
+/// The provider key variables that tool commands and MCP servers do not inherit and whose
+/// values are redacted in tool results: `OPENAI_API_KEY`, `ANTHROPIC_API_KEY` and those the
+/// file names (`api_key_env`).
+pub fn provider_keys() -> ProviderKeys {
+    let providers = &current().providers;
+    ProviderKeys::default()
+        .with_variable(providers.openai.key_variable("OPENAI_API_KEY"))
+        .with_variable(providers.anthropic.key_variable("ANTHROPIC_API_KEY"))
 }
 
 /// `$XDG_CONFIG_HOME/plansmith/config.toml`, else `~/.config/plansmith/config.toml`.

@@ -59,6 +59,15 @@ fn read_config(path: &Path) -> Result<ServersConfig, CliError> {
     ServersConfig::load(path).map_err(CliError::input)
 }
 
+/// The client's options: the defaults, and the configured provider key variables withheld
+/// from the servers it spawns.
+fn client_options() -> ClientOptions {
+    ClientOptions {
+        provider_keys: crate::config::provider_keys(),
+        ..ClientOptions::default()
+    }
+}
+
 /// The tools imported from MCP servers.
 pub struct Import {
     /// The valid tools.
@@ -80,7 +89,7 @@ pub fn import(path: &Path) -> Result<Import, CliError> {
         .context("cannot start the async runtime")
         .map_err(CliError::failed)?;
     Ok(runtime.block_on(async {
-        let imported = McpTools::connect(&config, ClientOptions::default()).await;
+        let imported = McpTools::connect(&config, client_options()).await;
         let routes = imported
             .tools
             .routes()
@@ -131,7 +140,7 @@ pub fn extend(catalog: Catalog, mcp: Option<&Path>) -> Result<Catalog, CliError>
 /// is an error naming it.
 pub async fn connect(catalog: Catalog, path: &Path) -> Result<(Catalog, McpTools), CliError> {
     let config = read_config(path)?;
-    let imported = McpTools::connect(&config, ClientOptions::default()).await;
+    let imported = McpTools::connect(&config, client_options()).await;
     for problem in &imported.problems {
         crate::notice::say(
             tracing::Level::WARN,

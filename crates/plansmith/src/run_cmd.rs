@@ -119,15 +119,20 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     let mut invokers = Invokers::default();
     if let Some(path) = &args.commands {
         let map = read_commands(path)?;
-        invokers.tools = Some(Arc::new(CommandInvoker::new(map.tools)));
-        invokers.agents = Some(Arc::new(CommandInvoker::new(map.agents)));
+        invokers.tools = Some(Arc::new(
+            CommandInvoker::new(map.tools).with_provider_keys(crate::config::provider_keys()),
+        ));
+        invokers.agents = Some(Arc::new(
+            CommandInvoker::new(map.agents).with_provider_keys(crate::config::provider_keys()),
+        ));
     }
     let servers = mcp.clone();
     if let Some(tools) = mcp {
         let fallback = invokers.tools.take();
-        invokers.tools = Some(Arc::new(plansmith_exec::mcp::McpInvoker::new(
-            tools, fallback,
-        )));
+        invokers.tools = Some(Arc::new(
+            plansmith_exec::mcp::McpInvoker::new(tools, fallback)
+                .with_provider_keys(crate::config::provider_keys()),
+        ));
     }
     let model = match &args.model {
         Some(spec) => Some(crate::model::load(Some(spec))?),

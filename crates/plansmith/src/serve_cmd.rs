@@ -319,15 +319,22 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             };
             if let Some(path) = &args.exec.commands {
                 let map = crate::run_cmd::read_commands(path)?;
-                invokers.tools = Some(Arc::new(plansmith_exec::CommandInvoker::new(map.tools)));
-                invokers.agents = Some(Arc::new(plansmith_exec::CommandInvoker::new(map.agents)));
+                invokers.tools = Some(Arc::new(
+                    plansmith_exec::CommandInvoker::new(map.tools)
+                        .with_provider_keys(crate::config::provider_keys()),
+                ));
+                invokers.agents = Some(Arc::new(
+                    plansmith_exec::CommandInvoker::new(map.agents)
+                        .with_provider_keys(crate::config::provider_keys()),
+                ));
             }
             // MCP tools run on their servers; any other tool goes to the commands.
             if let Some(tools) = mcp_tools {
                 let fallback = invokers.tools.take();
-                invokers.tools = Some(Arc::new(plansmith_exec::mcp::McpInvoker::new(
-                    tools, fallback,
-                )));
+                invokers.tools = Some(Arc::new(
+                    plansmith_exec::mcp::McpInvoker::new(tools, fallback)
+                        .with_provider_keys(crate::config::provider_keys()),
+                ));
             }
             let mut exec = plansmith_exec::ExecConfig::new(plansmith_exec::node_name());
             exec.concurrency = args.exec.exec_concurrency.max(1);

@@ -26,6 +26,7 @@ fn quick() -> ClientOptions {
         call_timeout: Duration::from_secs(3),
         max_call: Duration::from_secs(3),
         max_pages: 100,
+        ..ClientOptions::default()
     }
 }
 

@@ -126,6 +126,113 @@ fn run_a_plan_file_with_progress_and_summary() {
     assert_exit(&again, 5);
 }
 
+/// Tool commands and MCP servers do not inherit the provider keys (`OPENAI_API_KEY`,
+/// `ANTHROPIC_API_KEY`, and the variable the config file's `api_key_env` names), and a key a
+/// tool prints anyway (its own `env` gave it one) is `[redacted]` in its result and error and
+/// nowhere in the store.
+#[test]
+fn tools_get_no_provider_keys_and_a_printed_key_is_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.openai]\napi_key_env = \"GATEWAY_KEY\"\n",
+    )
+    .unwrap();
+    let keys = [
+        ("OPENAI_API_KEY", "sk-openai-test-1234"),
+        ("ANTHROPIC_API_KEY", "sk-ant-test-5678"),
+        ("GATEWAY_KEY", "gw-test-9012"),
+    ];
+    let sh = |script: &str| serde_json::json!(["sh", "-c", script]);
+    let commands = dir.path().join("commands.json");
+    write(
+        &commands,
+        &serde_json::json!({"tools": {
+            "env": {"command": sh(
+                "echo \"[$OPENAI_API_KEY|$ANTHROPIC_API_KEY|$GATEWAY_KEY|$PLANSMITH_STEP_ID]\"")},
+            "leak": {"command": sh("echo \"{\\\"key\\\": \\\"$OPENAI_API_KEY\\\"}\""),
+                     "env": {"OPENAI_API_KEY": keys[0].1}},
+            "fail": {"command": sh("echo \"refused: $GATEWAY_KEY\" >&2; exit 3"),
+                     "env": {"GATEWAY_KEY": keys[2].1}},
+        }}),
+    );
+    // A stdio MCP server that writes down the environment it was given (and exits: its tools
+    // are not needed).
+    let server_env = dir.path().join("server-env.txt");
+    let servers = dir.path().join("servers.json");
+    write(
+        &servers,
+        &serde_json::json!({"mcpServers": {"envdump": {
+            "command": "sh", "args": ["-c", format!("env > '{}'", server_env.display())]}}}),
+    );
+    let plan = dir.path().join("plan.json");
+    write(
+        &plan,
+        &serde_json::json!({"title": "keys", "steps": [
+            {"id": "s1", "type": "tool", "title": "env", "name": "env", "arguments": {}},
+            {"id": "s2", "type": "tool", "title": "leak", "name": "leak", "arguments": {}},
+            {"id": "s3", "type": "tool", "title": "fail", "name": "fail", "arguments": {}}
+        ]}),
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["run", plan.to_str().unwrap(), "--store", &store])
+        .args(["--commands", commands.to_str().unwrap()])
+        .args(["--mcp", servers.to_str().unwrap()])
+        .args(["--retries", "0", "--on-failure", "skip", "--json"])
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .env("PLANSMITH_CONFIG", &config)
+        .envs(keys)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "stdout:\n{}\nstderr:\n{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        )
+    });
+    let steps = &report["steps"];
+    assert_eq!(steps[0]["result"], "[|||s1]", "{report}");
+    assert_eq!(
+        steps[1]["result"],
+        serde_json::json!({"key": "[redacted]"}),
+        "{report}"
+    );
+    let error = steps[2]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("refused: [redacted]"), "{report}");
+    let seen = std::fs::read_to_string(&server_env).unwrap();
+    assert!(seen.contains("PATH="), "{seen}");
+    for (name, value) in keys {
+        assert!(
+            !seen.contains(name) && !seen.contains(value),
+            "{name} reached the MCP server"
+        );
+        assert!(
+            !report.to_string().contains(value),
+            "{name}'s value in {report}"
+        );
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("plans.db")
+            {
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    !bytes.windows(value.len()).any(|w| w == value.as_bytes()),
+                    "{name}'s value stored in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
 /// A one-step plan whose step (a tool that appends to `effects`) needs approval, run until the
 /// run pauses at the gate (exit 10).
 struct Gated {
