@@ -111,5 +111,5 @@ pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Pl
 pub use plan::{Action, PLAIN_STEP, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
 pub use plan_template::{PlanTemplate, PlanTemplateError, TemplateParameter};
 pub use request::{FallbackPolicy, Feedback, PlanFormat, PlanOptions, PlanRequest, Shape};
-pub use retrieve::{Bm25Index, Retriever};
+pub use retrieve::{Bm25Index, Fusion, Retriever};
 pub use template::Templates;

@@ -3,7 +3,9 @@
 //! A planning prompt can hold a few dozen tool descriptions, not thousands, so the pipeline asks a
 //! [`Retriever`] for the tools that best match the request and [`select`]s them, together with
 //! the tools the caller pinned. The retriever shipped here is [`Bm25Index`], a keyword index with
-//! per-field weighting (BM25F) over a tool's name, description and parameters.
+//! per-field weighting (BM25F) over a tool's name, description and parameters; [`Fusion`]
+//! combines it with other rankings (the embedded sentence-embedding index of `plansmith-local`)
+//! by reciprocal-rank fusion.
 //!
 //! # Example
 //!
@@ -34,9 +36,9 @@ use crate::catalog::{Catalog, Tool};
 
 /// Ranks the tools of one catalog against a request.
 ///
-/// The trait is the seam for other retrieval methods: keyword search ([`Bm25Index`]) is the
-/// one implemented today; embedding retrieval, or a hybrid of both, can be added later behind
-/// the same two-line interface without touching [`select`] or the pipeline.
+/// The trait is the seam between retrieval methods and their users: keyword search
+/// ([`Bm25Index`]), embedding search, and their [`Fusion`] all sit behind it, and [`select`] and
+/// the pipeline do not know which one they use.
 pub trait Retriever: Send + Sync {
     /// The tools that match `query`, best first, at most `limit` of them.
     ///
@@ -44,6 +46,14 @@ pub trait Retriever: Send + Sync {
     /// (and is empty for an empty query or `limit == 0`). Equal scores are ordered by
     /// [`Scored::index`], so the result is deterministic.
     fn rank(&self, query: &str, limit: usize) -> Vec<Scored>;
+
+    /// Orders a catalog that is offered whole: [`select`] calls this instead of
+    /// [`Retriever::rank`] when every tool is shown anyway, so the ranking decides only the
+    /// order. A retriever that is costly to start (an embedding model) may answer from a cheaper
+    /// ranking here; the default is [`Retriever::rank`].
+    fn order(&self, query: &str, limit: usize) -> Vec<Scored> {
+        self.rank(query, limit)
+    }
 }
 
 /// A tool and how well it matches a query.
@@ -65,6 +75,7 @@ pub struct Scored {
 ///   catalog of at most `top_k` tools is always offered whole, and the result always has
 ///   `min(top_k, catalog.len())` tools, or the pinned count if larger.
 /// - `top_k == 0` turns retrieval off: every tool, pinned ones first, then catalog order.
+/// - A catalog offered whole (at most `top_k` tools) is ordered with [`Retriever::order`].
 pub fn select(
     catalog: &Catalog,
     retriever: &dyn Retriever,
@@ -89,7 +100,12 @@ pub fn select(
     };
     if top_k != 0 && chosen.len() < wanted {
         // At most `chosen.len()` of the `top_k` best are pinned ones, so this is enough.
-        for scored in retriever.rank(query, top_k) {
+        let ranked = if wanted == n_tools {
+            retriever.order(query, top_k)
+        } else {
+            retriever.rank(query, top_k)
+        };
+        for scored in ranked {
             if chosen.len() >= wanted {
                 break;
             }
@@ -106,6 +122,73 @@ pub fn select(
         idx += 1;
     }
     chosen
+}
+
+/// Reciprocal-rank fusion of several rankings of the same catalog (Cormack, Clarke and
+/// Büttcher, 2009): a tool scores `Σ 1 / (K + rank)` over the rankings it appears in, with
+/// rank 1 for the best, and `K` = [`Fusion::K`].
+///
+/// Fusing ranks rather than scores needs no calibration between retrievers whose scores live
+/// on different scales (BM25F is unbounded, a cosine is in `-1..=1`), and a tool that both
+/// rankings place high beats one that only one of them likes. Each retriever is asked for its
+/// best [`Fusion::DEPTH`] tools (or `limit`, if more), so a tool one of them misses entirely can
+/// still come in from the other.
+///
+/// [`Retriever::order`] asks only the first retriever: a catalog offered whole needs an order,
+/// not a search, and the others (an embedding model) need not start for it.
+pub struct Fusion {
+    parts: Vec<std::sync::Arc<dyn Retriever>>,
+}
+
+impl std::fmt::Debug for Fusion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fusion")
+            .field("parts", &self.parts.len())
+            .finish()
+    }
+}
+
+impl Fusion {
+    /// The constant of the fusion, the value of the original paper (not tuned here): it damps
+    /// the difference between the first ranks, so one retriever's top tool does not outweigh
+    /// agreement between both.
+    pub const K: f32 = 60.0;
+
+    /// How many tools each retriever is asked for, at least.
+    pub const DEPTH: usize = 50;
+
+    /// Fuses these rankings; the first also orders catalogs that are offered whole.
+    pub fn new(parts: Vec<std::sync::Arc<dyn Retriever>>) -> Fusion {
+        Fusion { parts }
+    }
+}
+
+impl Retriever for Fusion {
+    fn rank(&self, query: &str, limit: usize) -> Vec<Scored> {
+        if limit == 0 {
+            return Vec::new();
+        }
+        let depth = limit.max(Fusion::DEPTH);
+        let mut scores: HashMap<usize, f32> = HashMap::new();
+        for part in &self.parts {
+            for (rank, scored) in part.rank(query, depth).iter().enumerate() {
+                *scores.entry(scored.index).or_default() += 1.0 / (Fusion::K + (rank + 1) as f32);
+            }
+        }
+        top(
+            scores
+                .into_iter()
+                .map(|(index, score)| Scored { index, score }),
+            limit,
+        )
+    }
+
+    fn order(&self, query: &str, limit: usize) -> Vec<Scored> {
+        self.parts
+            .first()
+            .map(|part| part.order(query, limit))
+            .unwrap_or_default()
+    }
 }
 
 /// Weight and length normalisation of one field of a tool in [`Bm25Index`].
@@ -406,8 +489,14 @@ impl Retriever for Bm25Index {
     }
 }
 
-/// The `limit` best candidates with a positive score, best first: a bounded heap whose top is
-/// the worst kept, so a query costs `O(candidates · log limit)` and no large intermediate list.
+/// The `limit` best candidates with a positive score, best first (equal scores by index): a
+/// bounded heap whose top is the worst kept, so a query costs `O(candidates · log limit)` and
+/// no large intermediate list. For retrievers outside this module.
+pub fn top(candidates: impl Iterator<Item = Scored>, limit: usize) -> Vec<Scored> {
+    best(candidates, limit, limit.min(1024))
+}
+
+/// [`top`] with the heap's capacity given.
 fn best(candidates: impl Iterator<Item = Scored>, limit: usize, capacity: usize) -> Vec<Scored> {
     let mut heap: BinaryHeap<WorstFirst> = BinaryHeap::with_capacity(capacity);
     for candidate in candidates.filter(|c| c.score > 0.0) {
@@ -761,6 +850,61 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A ranking fixed in advance: tools in this order, whatever the query.
+    struct Fixed(Vec<usize>);
+
+    impl Retriever for Fixed {
+        fn rank(&self, _query: &str, limit: usize) -> Vec<Scored> {
+            self.0
+                .iter()
+                .take(limit)
+                .enumerate()
+                .map(|(rank, &index)| Scored {
+                    index,
+                    score: 1.0 / (rank + 1) as f32,
+                })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn fusion_prefers_agreement_and_keeps_what_one_ranking_alone_found() {
+        let fused = Fusion::new(vec![
+            std::sync::Arc::new(Fixed(vec![0, 1, 2])),
+            std::sync::Arc::new(Fixed(vec![1, 3, 0])),
+        ]);
+        let order: Vec<usize> = fused.rank("q", 10).iter().map(|s| s.index).collect();
+        // 1 is second and first; 0 first and third; 3 (only the second ranking) before 2.
+        assert_eq!(order, [1, 0, 3, 2]);
+        assert_eq!(fused.rank("q", 2).len(), 2);
+        assert!(fused.rank("q", 0).is_empty());
+        // A catalog offered whole is ordered by the first ranking alone.
+        let whole: Vec<usize> = fused.order("q", 10).iter().map(|s| s.index).collect();
+        assert_eq!(whole, [0, 1, 2]);
+    }
+
+    #[test]
+    fn select_orders_a_whole_catalog_without_searching() {
+        struct OrderOnly;
+        impl Retriever for OrderOnly {
+            fn rank(&self, _: &str, _: usize) -> Vec<Scored> {
+                panic!("a catalog offered whole needs no search")
+            }
+            fn order(&self, _: &str, _: usize) -> Vec<Scored> {
+                vec![Scored {
+                    index: 1,
+                    score: 1.0,
+                }]
+            }
+        }
+        let catalog = Catalog::from_json(&json!([
+            {"name": "a", "input_schema": {"type": "object"}},
+            {"name": "b", "input_schema": {"type": "object"}},
+        ]))
+        .unwrap();
+        assert_eq!(select(&catalog, &OrderOnly, "q", 8, &[]), [1, 0]);
+    }
 
     #[test]
     fn tokenizer_table() {

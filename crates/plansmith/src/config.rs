@@ -11,6 +11,7 @@
 //! ```toml
 //! model = "openai:gpt-4o-mini"          # default for --model
 //! store = "sqlite:/var/lib/plansmith/plans.db"
+//! retriever = "hybrid"                  # bm25, dense or hybrid (PLANSMITH_RETRIEVER)
 //!
 //! [providers.openai]                   # openai: and openai-compatible: models
 //! base_url = "http://127.0.0.1:8080/v1"
@@ -45,6 +46,8 @@ pub struct FileConfig {
     pub model: Option<String>,
     /// Default plan store (see `--store`).
     pub store: Option<String>,
+    /// Default tool retriever: `bm25`, `dense` or `hybrid` (see `PLANSMITH_RETRIEVER`).
+    pub retriever: Option<crate::retrieval::RetrieverKind>,
     /// Provider client settings.
     #[serde(default)]
     pub providers: ProviderTable,

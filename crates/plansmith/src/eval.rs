@@ -11,7 +11,6 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use plansmith_core::catalog::Catalog;
-use plansmith_core::retrieve::{Bm25Index, Retriever};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -43,7 +42,7 @@ struct Case {
 }
 
 /// Ranks every case of `cases_path` (JSONL `{"id", "query", "relevant": [tool names]}`) against
-/// the catalog at `catalog_path` with the default BM25 retriever, keeping the `top` best tools.
+/// the catalog at `catalog_path` with the retriever `kind`, keeping the `top` best tools.
 ///
 /// Writes one `{"id", "ranked": [tool names, best first]}` line per case to `out_path` and
 /// returns the summary. The catalog may be in any form `Catalog::from_json_lenient` accepts;
@@ -54,6 +53,7 @@ pub fn retrieval(
     cases_path: &Path,
     out_path: &Path,
     top: usize,
+    kind: crate::retrieval::RetrieverKind,
 ) -> anyhow::Result<RetrievalSummary> {
     let text = fs::read_to_string(catalog_path)
         .with_context(|| format!("failed to read catalog {}", catalog_path.display()))?;
@@ -82,7 +82,7 @@ pub fn retrieval(
         bail!("{}: no retrieval cases", cases_path.display());
     }
 
-    let index = Bm25Index::new(&catalog);
+    let index = crate::retrieval::build(&catalog, kind);
     let file = fs::File::create(out_path)
         .with_context(|| format!("failed to create {}", out_path.display()))?;
     let mut out = BufWriter::new(file);
@@ -151,7 +151,14 @@ mod tests {
              {\"id\": \"b\", \"query\": \"email Bob\", \"relevant\": [\"get_weather\"]}\n",
         )
         .unwrap();
-        let summary = retrieval(&catalog, &cases, &out, 5).unwrap();
+        let summary = retrieval(
+            &catalog,
+            &cases,
+            &out,
+            5,
+            crate::retrieval::RetrieverKind::Bm25,
+        )
+        .unwrap();
         assert_eq!(
             (summary.n_tools, summary.n_catalog_problems, summary.n_cases),
             (2, 1, 2)
@@ -165,7 +172,14 @@ mod tests {
         );
 
         fs::write(&cases, "{\"id\": \"a\", \"query\": \"x\"}\n\nnot json\n").unwrap();
-        let err = retrieval(&catalog, &cases, &out, 5).unwrap_err();
+        let err = retrieval(
+            &catalog,
+            &cases,
+            &out,
+            5,
+            crate::retrieval::RetrieverKind::Bm25,
+        )
+        .unwrap_err();
         assert!(format!("{err:#}").contains("cases.jsonl:3:"), "{err:#}");
     }
 
@@ -340,6 +354,7 @@ pub fn plan(
         format,
         templates,
     } = run;
+    let retriever_kind = crate::retrieval::kind(None)?;
     // Read once here, so a bad directory fails before the first case.
     if let Some(dir) = templates {
         plansmith_core::Templates::with_overrides(dir).context("cannot load the templates")?;
@@ -408,7 +423,8 @@ pub fn plan(
         bar.set_message(case.id.clone());
         let (catalog, _) = Catalog::from_json_lenient(&case.tools).unwrap_or_default();
         let n_tools = catalog.len();
-        let mut planner = Planner::new(catalog, model.clone());
+        let retriever = crate::retrieval::build(&catalog, retriever_kind);
+        let mut planner = Planner::new(catalog, model.clone()).with_retriever(retriever);
         if let Some(dir) = templates {
             let templates = plansmith_core::Templates::with_overrides(dir)
                 .context("cannot load the templates")?;

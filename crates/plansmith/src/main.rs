@@ -40,6 +40,7 @@ mod notice;
 mod plan_cmd;
 mod plan_progress;
 mod plans_cmd;
+mod retrieval;
 mod run_cmd;
 mod serve_cmd;
 mod signals;
@@ -223,6 +224,9 @@ struct RetrievalArgs {
     /// Length of each ranked list.
     #[arg(long, default_value_t = 50)]
     top: usize,
+    /// The retriever to score (default: `PLANSMITH_RETRIEVER`, the config file, else hybrid).
+    #[arg(long, value_enum)]
+    retriever: Option<retrieval::RetrieverKind>,
 }
 
 /// Logs on stderr: `PLANSMITH_LOG` filters (any `tracing` filter, default `warn`);
@@ -339,13 +343,15 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 EXIT_OK
             }),
         Command::Eval(EvalCommand::Retrieval(args)) => {
-            eval::retrieval(&args.catalog, &args.cases, &args.out, args.top)
+            let kind = retrieval::kind(args.retriever).map_err(CliError::input)?;
+            eval::retrieval(&args.catalog, &args.cases, &args.out, args.top, kind)
                 .map(|summary| {
                     println!(
-                        "{} cases over {} tools ({} invalid catalog entries skipped); wrote {}",
+                        "{} cases over {} tools ({} invalid catalog entries skipped), {}; wrote {}",
                         summary.n_cases,
                         summary.n_tools,
                         summary.n_catalog_problems,
+                        kind.name(),
                         args.out.display()
                     );
                     let recalls: Vec<String> = eval::RECALL_AT

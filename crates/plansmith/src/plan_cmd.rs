@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Args;
 use plansmith_core::{
-    Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest, Planner,
-    Severity, Shape, Templates,
+    Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest, Severity,
+    Shape, Templates,
 };
 
 use crate::plan_progress::{PlanProgress, ProgressMode};
@@ -120,7 +120,7 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     let catalog = crate::mcp_cmd::extend(catalog, args.mcp.as_deref())?;
     let model = crate::model::load(args.model.as_deref())?;
     let model_name = model.name();
-    let mut planner = Planner::new(catalog, model);
+    let mut planner = crate::retrieval::planner(catalog, model)?;
     if let Some(dir) = &args.templates {
         planner = planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
     }

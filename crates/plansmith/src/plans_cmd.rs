@@ -230,7 +230,7 @@ impl PlannerArgs {
     fn planner(&self) -> Result<Planner, CliError> {
         let catalog = crate::plan_cmd::load_catalog(self.tools.as_deref(), self.agents.as_deref())?;
         let model = crate::model::load(self.model.as_deref())?;
-        let mut planner = Planner::new(catalog, model);
+        let mut planner = crate::retrieval::planner(catalog, model)?;
         if let Some(dir) = &self.templates {
             planner =
                 planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);

@@ -20,9 +20,9 @@ use anyhow::{Context, anyhow};
 use chrono::Utc;
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use plansmith_core::PlanOptions;
 use plansmith_core::parse::{self, ParseDefaults};
 use plansmith_core::validate::validate;
-use plansmith_core::{PlanOptions, Planner};
 use plansmith_exec::{
     CommandInvoker, CommandMap, ExecConfig, ExecError, ExecEvent, Executor, Invokers, OnFailure,
     RunReport, TaskInvoker,
@@ -168,7 +168,7 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         }));
     if let Some(model) = model {
         executor = executor
-            .with_planner(Arc::new(Planner::new(catalog, model.clone())))
+            .with_planner(Arc::new(crate::retrieval::planner(catalog, model.clone())?))
             .with_summary_model(model);
     }
     let mut signals = Interrupts::install().map_err(CliError::failed)?;

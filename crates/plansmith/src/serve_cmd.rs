@@ -248,7 +248,13 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             }
             None => (catalog, None),
         };
-        let planner = Planner::new(catalog.clone(), model.clone());
+        // One retriever for both planners: a large catalog's vectors are loaded once.
+        let retriever = crate::retrieval::build(
+            &catalog,
+            crate::retrieval::kind(None).map_err(CliError::input)?,
+        );
+        let planner =
+            Planner::new(catalog.clone(), model.clone()).with_retriever(retriever.clone());
         // Many clients: new plans share transactions (group commit, see PlanStore).
         let store = crate::plans_cmd::open(layer.store.as_deref())
             .await?
@@ -343,7 +349,9 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             say(Level::INFO, &format!("running plans as node {}", exec.node));
             let executor = plansmith_exec::Executor::new(store, invokers, exec)
                 .with_catalog(catalog.clone())
-                .with_planner(Arc::new(Planner::new(catalog, model.clone())))
+                .with_planner(Arc::new(
+                    Planner::new(catalog, model.clone()).with_retriever(retriever),
+                ))
                 .with_summary_model(model);
             state = state.with_executor(executor, true);
         }

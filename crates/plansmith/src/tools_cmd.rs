@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 use clap::Args;
-use plansmith_core::retrieve::{Bm25Index, Retriever};
 use plansmith_core::{Catalog, CatalogError};
 
 use crate::plan_cmd::{load_catalog, read_json};
@@ -24,6 +23,10 @@ pub struct SearchArgs {
     /// Print the ranking as JSON.
     #[arg(long)]
     json: bool,
+    /// The retriever (default: `PLANSMITH_RETRIEVER`, the config file, else hybrid: keyword
+    /// search fused with the embedded sentence-embedding model).
+    #[arg(long, value_enum)]
+    retriever: Option<crate::retrieval::RetrieverKind>,
 }
 
 /// Loads a catalog and reports every problem; exit 2 when there is any.
@@ -67,7 +70,8 @@ pub fn check(path: &Path, json: bool) -> Result<u8, CliError> {
 /// Ranks the catalog's tools for a query.
 pub fn search(args: SearchArgs) -> Result<u8, CliError> {
     let catalog = load_catalog(Some(&args.tools), None)?;
-    let index = Bm25Index::new(&catalog);
+    let kind = crate::retrieval::kind(args.retriever).map_err(CliError::input)?;
+    let index = crate::retrieval::build(&catalog, kind);
     let ranked = index.rank(&args.query, args.top_k);
     if args.json {
         let rows: Vec<_> = ranked
@@ -92,7 +96,7 @@ pub fn search(args: SearchArgs) -> Result<u8, CliError> {
             let description =
                 plansmith_core::template::short_description(&tool.tool.description, 90);
             println!(
-                "{:>2}. {:<40} {:>6.2}  {description}",
+                "{:>2}. {:<40} {:>7.4}  {description}",
                 rank + 1,
                 tool.tool.name,
                 hit.score

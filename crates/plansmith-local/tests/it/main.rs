@@ -4,5 +4,7 @@
 
 /// Pull, verify, and every way a pull can fail without leaving anything behind.
 mod acquire;
+/// The real all-MiniLM-L6-v2 embedding model: dense retrieval, fusion, the vector cache.
+mod embed;
 /// The real SmolLM2-135M model: schema-valid plans for a table of prompts.
 mod model;

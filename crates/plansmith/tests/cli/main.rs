@@ -472,6 +472,61 @@ fn tools_check_and_search() {
     assert!(first.contains("send_email"), "{}", text(&output.stdout));
 }
 
+// The embedding model is one of the embedded models: without the `local` feature there is none.
+#[cfg(feature = "local")]
+#[test]
+fn tools_search_finds_by_meaning_what_keywords_miss() {
+    let output = plansmith(&["models", "pull", "all-minilm-l6-v2"]);
+    assert_exit(&output, 0);
+    let cache = tempfile::tempdir().unwrap();
+    let search = |retriever: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+            .args([
+                "tools",
+                "search",
+                "will I need an umbrella in Oslo tomorrow",
+            ])
+            .args(["--tools", "examples/tools.json", "--top-k", "3", "--json"])
+            .args(["--retriever", retriever])
+            .current_dir(root())
+            .env("PLANSMITH_CACHE_DIR", cache.path())
+            .output()
+            .unwrap();
+        assert_exit(&output, 0);
+        let rows: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["name"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    // No word of the request is in any tool: keyword search finds nothing.
+    assert!(search("bm25").is_empty());
+    assert_eq!(
+        search("dense").first().map(String::as_str),
+        Some("get_weather")
+    );
+    assert_eq!(
+        search("hybrid").first().map(String::as_str),
+        Some("get_weather")
+    );
+    // The vectors were cached for the next start.
+    assert!(cache.path().join("vectors").read_dir().unwrap().count() >= 1);
+
+    let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["tools", "search", "x", "--tools", "examples/tools.json"])
+        .current_dir(root())
+        .env("PLANSMITH_RETRIEVER", "fuzzy")
+        .output()
+        .unwrap();
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stderr).contains("bm25, dense or hybrid"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
 #[test]
 fn templates_directory_overrides_the_prompt() {
     let dir = tempfile::tempdir().unwrap();
