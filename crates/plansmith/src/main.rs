@@ -21,6 +21,20 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+// The CLI's own print macros, for every module below: what they print has its control
+// characters made visible, and a closed pipe ends the output, not the process (see `term`).
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::term::out(&::std::format!($($arg)*)) };
+}
+macro_rules! println {
+    () => { $crate::term::out("\n") };
+    ($($arg:tt)*) => { $crate::term::out(&::std::format!("{}\n", ::std::format_args!($($arg)*))) };
+}
+macro_rules! eprintln {
+    () => { $crate::term::err("\n") };
+    ($($arg:tt)*) => { $crate::term::err(&::std::format!("{}\n", ::std::format_args!($($arg)*))) };
+}
+
 use clap::{Args, Parser, Subcommand};
 
 /// mimalloc instead of glibc's allocator: a served request allocates and frees thousands of small
@@ -45,6 +59,7 @@ mod run_cmd;
 mod serve_cmd;
 mod signals;
 mod templates_cmd;
+mod term;
 mod tools_cmd;
 mod validate_cmd;
 

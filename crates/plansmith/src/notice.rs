@@ -4,7 +4,6 @@
 //! log's own lines (`timestamp`, `level`, `message`, `target`), so that a log shipper can read
 //! every line of stderr as JSON.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::Level;
@@ -24,8 +23,7 @@ pub fn say(level: Level, target: &str, prefix: &str, message: &str) {
     } else {
         format!("{prefix}: {message}")
     };
-    // Like `eprintln!`, minus the panic when stderr is gone.
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    eprintln!("{line}");
 }
 
 fn json_line(level: Level, target: &str, message: &str) -> String {

@@ -69,7 +69,7 @@ impl PlanProgress {
                     format!("attempt {}: repairing with {}", attempt + 1, self.model)
                 };
                 match &self.bar {
-                    Some(bar) => bar.set_message(text),
+                    Some(bar) => bar.set_message(crate::term::safe(&text).into_owned()),
                     None => eprintln!("{text}"),
                 }
             }
@@ -110,7 +110,7 @@ impl PlanProgress {
 
     fn line(&self, text: String) {
         match &self.bar {
-            Some(bar) => bar.println(text),
+            Some(bar) => bar.println(crate::term::safe(&text)),
             None => eprintln!("{text}"),
         }
     }

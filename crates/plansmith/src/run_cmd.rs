@@ -458,7 +458,7 @@ impl Progress {
                     bar.finish_and_clear();
                     bars.remove(&bar);
                 }
-                let _ = bars.println(text);
+                let _ = bars.println(crate::term::safe(&text));
             }
             None => eprintln!("{text}"),
         }
@@ -500,7 +500,7 @@ impl Progress {
                             ProgressStyle::with_template("{spinner} {msg} {elapsed}")
                                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
                         );
-                        bar.set_message(text);
+                        bar.set_message(crate::term::safe(&text).into_owned());
                         bar.enable_steady_tick(Duration::from_millis(100));
                         if let Ok(mut running) = self.running.lock() {
                             running.insert(step_id.clone(), bar);
@@ -530,7 +530,7 @@ impl Progress {
                         text.push_str(" · ");
                         text.push_str(message.trim());
                     }
-                    bar.set_message(text);
+                    bar.set_message(crate::term::safe(&text).into_owned());
                 }
             }
             ExecEvent::StepCompleted {

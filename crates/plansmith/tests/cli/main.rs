@@ -528,6 +528,75 @@ fn tools_search_finds_by_meaning_what_keywords_miss() {
 }
 
 #[test]
+fn terminal_escapes_from_the_model_are_printed_visibly() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hostile.json");
+    // A step title and a thought with an OSC window title, a screen clear and a C1 CSI.
+    let plan = serde_json::json!({
+        "thought": "\u{1b}[2Jall clear",
+        "title": "Weather\u{1b}]0;pwned\u{7}",
+        "steps": [{"id": "s1", "type": "tool", "title": "Get\u{9b}31m the weather",
+                   "name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]
+    });
+    let reply =
+        serde_json::json!({"capabilities": {"json_schema": true}, "turns": [plan.to_string()]});
+    std::fs::write(&script, reply.to_string()).unwrap();
+    let model = format!("scripted:{}", script.display());
+    let args = [
+        "plan",
+        "weather in Paris",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        &model,
+    ];
+    for extra in [&[][..], &["-v"][..], &["--json"][..]] {
+        let mut args = args.to_vec();
+        args.extend_from_slice(extra);
+        let output = plansmith(&args);
+        assert_exit(&output, 0);
+        for stream in [&output.stdout, &output.stderr] {
+            assert!(
+                !stream.iter().any(|&b| b == 0x1b || b == 0x07),
+                "raw escape in {}",
+                String::from_utf8_lossy(stream)
+            );
+            assert!(
+                !text(stream).contains('\u{9b}'),
+                "raw C1 in {}",
+                text(stream)
+            );
+        }
+        let stdout = text(&output.stdout);
+        if extra == ["--json"] {
+            // Still JSON, and the text survives the round trip unchanged.
+            let plan: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(plan["steps"][0]["title"], "Get\u{9b}31m the weather");
+        } else {
+            assert!(stdout.contains("Get\\u009b31m the weather"), "{stdout}");
+        }
+    }
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(WEATHER)
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before anything is written, as `| head -0` would.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
 fn templates_directory_overrides_the_prompt() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("user.j2"), "{{ query }}").unwrap();
