@@ -4,13 +4,16 @@
 //! It prints its findings on standard output: a JSON list of `{"source", "text"}`, an object
 //! `{"findings": [...]}`, or plain text (one finding whose source is the command). It must finish
 //! within the budget (`--investigate-timeout`), or it is killed; a non-zero exit, a kill or
-//! unreadable output is an investigation failure that planning survives (a warning).
+//! unreadable output is an investigation failure that planning survives (a warning). Like tool
+//! commands, it does not inherit the provider API keys, and a key it prints anyway is redacted
+//! before its findings reach the prompt.
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plansmith_core::llm::BoxFuture;
+use plansmith_core::secrets::{ProviderKeys, redact_all};
 use plansmith_core::{Finding, Investigator};
 use serde_json::Value;
 
@@ -18,18 +21,25 @@ use serde_json::Value;
 #[derive(Debug)]
 pub struct CommandInvestigator {
     command: String,
+    keys: ProviderKeys,
 }
 
 impl CommandInvestigator {
-    /// Investigates with `command` (a shell command line).
+    /// Investigates with `command` (a shell command line), withholding the configured
+    /// provider keys from it.
     pub fn new(command: impl Into<String>) -> CommandInvestigator {
         CommandInvestigator {
             command: command.into(),
+            keys: crate::config::provider_keys(),
         }
     }
 
     fn run(&self, query: &str, budget: Duration) -> Result<Vec<Finding>, String> {
-        let mut child = Command::new("sh")
+        let mut command = Command::new("sh");
+        for name in self.keys.variables() {
+            command.env_remove(name);
+        }
+        let mut child = command
             .arg("-c")
             .arg(&self.command)
             .env("PLANSMITH_QUERY", query)
@@ -85,7 +95,15 @@ impl CommandInvestigator {
                 }
             ));
         }
-        parse_findings(&out, &self.command)
+        let secrets = self.keys.values();
+        let findings = parse_findings(&out, &self.command)?;
+        Ok(findings
+            .into_iter()
+            .map(|finding| Finding {
+                source: redact_all(&finding.source, &secrets),
+                text: redact_all(&finding.text, &secrets),
+            })
+            .collect())
     }
 }
 

@@ -849,5 +849,42 @@ fn background_investigation_by_a_command() {
     );
 }
 
+/// An investigation command gets no provider key, and one it prints anyway is redacted before
+/// its findings reach the prompt.
+#[test]
+fn investigation_commands_get_no_provider_keys() {
+    let run = |command: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+            .args([
+                "plan",
+                "Research the European EV market",
+                "--shape",
+                "research",
+            ])
+            .args(["--investigate", command, "--outcome-json"])
+            .args([
+                "--model",
+                "scripted:examples/replies/research-investigated.json",
+            ])
+            .current_dir(root())
+            .env_remove("PLANSMITH_MODEL")
+            .env("OPENAI_API_KEY", "sk-test-investigate-0001")
+            .env("ANTHROPIC_API_KEY", "sk-ant-investigate-0002")
+            .output()
+            .unwrap();
+        assert_exit(&output, 0);
+        let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        outcome["diagnostics"]["investigation"]["findings"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let inherited = run("echo \"openai=[$OPENAI_API_KEY] anthropic=[$ANTHROPIC_API_KEY]\"");
+    assert_eq!(inherited, "openai=[] anthropic=[]");
+    // Given the key some other way, the command prints it; the prompt sees it redacted.
+    let printed = run("echo 'found sk-test-investigate-0001 in a file'");
+    assert_eq!(printed, "found [redacted] in a file");
+}
+
 /// `plansmith run`: progress and summary, approval gate, resume after SIGKILL.
 mod run;
