@@ -102,9 +102,7 @@ pub fn default_path() -> Option<PathBuf> {
 
 /// Reads and checks one file.
 pub fn read(path: &Path) -> Result<FileConfig, CliError> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the config file {}", path.display()))
-        .map_err(CliError::input)?;
+    let text = crate::input::read_text_as(path, "the config file ").map_err(CliError::input)?;
     let mut config = parse(&text)
         .with_context(|| format!("invalid config file {}", path.display()))
         .map_err(CliError::input)?;

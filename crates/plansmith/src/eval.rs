@@ -55,8 +55,7 @@ pub fn retrieval(
     top: usize,
     kind: crate::retrieval::RetrieverKind,
 ) -> anyhow::Result<RetrievalSummary> {
-    let text = fs::read_to_string(catalog_path)
-        .with_context(|| format!("failed to read catalog {}", catalog_path.display()))?;
+    let text = crate::input::read_text_as(catalog_path, "the catalog ")?;
     let document: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("catalog {} is not valid JSON", catalog_path.display()))?;
     let (catalog, problems) = Catalog::from_json_lenient(&document)

@@ -45,6 +45,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod config;
 mod eval;
+mod input;
 mod investigate_cmd;
 mod mcp_cmd;
 mod model;

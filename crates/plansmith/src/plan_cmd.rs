@@ -199,9 +199,7 @@ pub fn load_catalog(tools: Option<&Path>, agents: Option<&Path>) -> Result<Catal
 
 /// Reads and parses a JSON file.
 pub fn read_json(path: &Path) -> Result<serde_json::Value, CliError> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))
-        .map_err(CliError::input)?;
+    let text = crate::input::read_text(path).map_err(CliError::input)?;
     serde_json::from_str(&text)
         .with_context(|| format!("{} is not valid JSON", path.display()))
         .map_err(CliError::input)
@@ -210,9 +208,7 @@ pub fn read_json(path: &Path) -> Result<serde_json::Value, CliError> {
 /// `text` or `@FILE`.
 fn text_or_file(value: &str) -> Result<String, CliError> {
     match value.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {path}"))
-            .map_err(CliError::input),
+        Some(path) => crate::input::read_text(Path::new(path)).map_err(CliError::input),
         None => Ok(value.to_owned()),
     }
 }

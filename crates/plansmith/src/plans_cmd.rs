@@ -484,8 +484,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
         } => match (text, patch) {
             (_, Some(patch)) => {
                 let patch_text = match patch.strip_prefix('@') {
-                    Some(path) => std::fs::read_to_string(path)
-                        .with_context(|| format!("cannot read {path}"))
+                    Some(path) => crate::input::read_text(std::path::Path::new(path))
                         .map_err(CliError::input)?,
                     None => patch,
                 };

@@ -368,9 +368,7 @@ async fn resolve_plan(
     if !path.is_file() {
         return Ok(plan.to_owned());
     }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))
-        .map_err(CliError::input)?;
+    let text = crate::input::read_text(path).map_err(CliError::input)?;
     let fresh = plansmith_core::Plan::new_id();
     let defaults = ParseDefaults {
         plan_id: &fresh,
@@ -409,9 +407,7 @@ async fn resolve_plan(
 
 /// Reads a commands file (JSON, or TOML by extension).
 pub(crate) fn read_commands(path: &Path) -> Result<CommandMap, CliError> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))
-        .map_err(CliError::input)?;
+    let text = crate::input::read_text(path).map_err(CliError::input)?;
     let parsed = if path.extension().is_some_and(|e| e == "toml") {
         toml::from_str::<CommandMap>(&text).map_err(anyhow::Error::new)
     } else {

@@ -325,9 +325,7 @@ fn pair(item: &str, what: &str) -> Result<(String, String), CliError> {
 }
 
 fn read_plan(path: &std::path::Path) -> Result<Plan, CliError> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))
-        .map_err(CliError::input)?;
+    let text = crate::input::read_text(path).map_err(CliError::input)?;
     let plan_id = plansmith_core::Plan::new_id();
     let defaults = ParseDefaults {
         plan_id: &plan_id,

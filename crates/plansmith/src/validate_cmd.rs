@@ -116,9 +116,19 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
+            .take(crate::input::MAX_INPUT_BYTES + 1)
             .read_to_string(&mut text)
             .context("cannot read the plan from standard input")?;
-        return Ok(text);
+        if text.len() as u64 > crate::input::MAX_INPUT_BYTES {
+            anyhow::bail!(
+                "the plan on standard input is larger than {} MiB, the most an input may be",
+                crate::input::MAX_INPUT_BYTES >> 20
+            );
+        }
+        return Ok(text
+            .strip_prefix('\u{feff}')
+            .map(str::to_owned)
+            .unwrap_or(text));
     }
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    crate::input::read_text(path)
 }

@@ -597,6 +597,35 @@ fn a_closed_stdout_is_not_a_crash() {
 }
 
 #[test]
+fn input_files_may_start_with_a_byte_order_mark_and_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = std::fs::read_to_string(root().join("examples/tools.json")).unwrap();
+    let bom = dir.path().join("bom.json");
+    std::fs::write(&bom, format!("\u{feff}{catalog}")).unwrap();
+    let output = plansmith(&["tools", "check", bom.to_str().unwrap()]);
+    assert_exit(&output, 0);
+    assert!(
+        text(&output.stdout).contains("11 valid tool(s)"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    // A 65 MiB file (sparse: no disk is used) is refused by its size, not read whole.
+    let big = dir.path().join("big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(65 << 20)
+        .unwrap();
+    let output = plansmith(&["tools", "check", big.to_str().unwrap()]);
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stderr).contains("larger than 64 MiB"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
 fn templates_directory_overrides_the_prompt() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("user.j2"), "{{ query }}").unwrap();
