@@ -107,7 +107,16 @@ pub enum ParseError {
     /// Valid JSON in no known plan shape; the message describes what was found.
     #[error("the JSON is in no known plan shape: {0}")]
     UnknownShape(String),
+    /// The document lists more steps than any plan may hold ([`MAX_PLAN_STEPS`]); it is
+    /// refused before its steps are read.
+    #[error("the plan lists {0} steps; a plan may hold at most {MAX_PLAN_STEPS}")]
+    TooManySteps(usize),
 }
+
+/// The most steps a plan document may list, whoever wrote it (a model, an edit, a client of
+/// the API or MCP): far above any real plan, and low enough that reading, validating and
+/// storing a hostile one stays cheap.
+pub const MAX_PLAN_STEPS: usize = 500;
 
 impl ParseError {
     /// The diagnostic code for this error ([`Code::ParseError`] or [`Code::UnknownShape`]).
@@ -115,6 +124,7 @@ impl ParseError {
         match self {
             ParseError::NoJson | ParseError::Unrepairable(_) => Code::ParseError,
             ParseError::UnknownShape(_) => Code::UnknownShape,
+            ParseError::TooManySteps(_) => Code::MaxStepsExceeded,
         }
     }
 }
@@ -948,6 +958,9 @@ fn to_plan_impl(
 ) -> Result<(Plan, SourceShape, Vec<Diagnostic>), ParseError> {
     let mut diags = Vec::new();
     let mut doc = recognise(json, 0, &mut diags)?;
+    if doc.items.len() > MAX_PLAN_STEPS {
+        return Err(ParseError::TooManySteps(doc.items.len()));
+    }
     let cut_item = match cut_step {
         CutStep::Broken => doc.items.pop(),
         CutStep::Prose | CutStep::Outside => None,

@@ -25,7 +25,7 @@ pub const MAX_PATCHED_PLAN_BYTES: usize = 4 << 20;
 
 /// The most steps a patched plan may hold; validation time grows with the steps, and no plan
 /// a person reviews needs more.
-pub const MAX_PATCHED_STEPS: usize = 500;
+pub const MAX_PATCHED_STEPS: usize = plansmith_core::parse::MAX_PLAN_STEPS;
 
 /// Applies `patch` to `document` within the bounds of the module docs. On an error the
 /// document is left part-patched: callers patch a copy.

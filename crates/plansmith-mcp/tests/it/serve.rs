@@ -176,6 +176,17 @@ async fn plan_feedback_and_planning_tools() {
         missing,
         "Parameter `plan_id` is required for command: create"
     );
+    // A hostile step list is refused before its steps are read, for create and update alike.
+    let many: Vec<String> = (0..600).map(|i| format!("step {i}")).collect();
+    for command in ["create", "update"] {
+        let refused = s
+            .fails(
+                "planning",
+                json!({"command": command, "plan_id": "trip", "title": "T", "steps": many}),
+            )
+            .await;
+        assert!(refused.contains("at most 500"), "{command}: {refused}");
+    }
     s.ok(
         "planning",
         json!({"command": "set_active", "plan_id": "trip"}),

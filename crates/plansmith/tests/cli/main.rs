@@ -626,6 +626,40 @@ fn input_files_may_start_with_a_byte_order_mark_and_are_bounded() {
 }
 
 #[test]
+fn a_plan_file_with_too_many_steps_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps: Vec<serde_json::Value> = (1..=20_000)
+        .map(|i| {
+            let deps = if i == 1 {
+                vec![]
+            } else {
+                vec![format!("s{}", i - 1)]
+            };
+            serde_json::json!({"id": format!("s{i}"), "type": "tool", "title": "w",
+                "name": "get_weather", "arguments": {"city": "Paris"}, "depends_on": deps})
+        })
+        .collect();
+    let path = dir.path().join("huge.json");
+    std::fs::write(
+        &path,
+        serde_json::json!({"title": "t", "steps": steps}).to_string(),
+    )
+    .unwrap();
+    let output = plansmith(&[
+        "validate",
+        path.to_str().unwrap(),
+        "--tools",
+        "examples/tools.json",
+    ]);
+    assert_exit(&output, 2);
+    assert!(
+        text(&output.stderr).contains("lists 20000 steps; a plan may hold at most 500"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
 fn templates_directory_overrides_the_prompt() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("user.j2"), "{{ query }}").unwrap();
