@@ -63,7 +63,7 @@ impl Plan {
     /// A fresh plan id, `plan-` and 32 hex digits: a UUIDv7, so ids made later sort later (the
     /// process guarantees the order). Stores index plans by id, and a random id (UUIDv4) put
     /// every new plan on a random leaf page of that index: each commit rewrote one 4 KiB page
-    /// per plan per index, which halved the service's persisted plans per second (README, "Load").
+    /// per plan per index, which halved the service's persisted plans per second (docs/guide/service.md, "Load test").
     pub fn new_id() -> String {
         format!("plan-{}", uuid::Uuid::now_v7().simple())
     }

@@ -1,6 +1,6 @@
 //! `plansmith`: the command line front end of the planning engine.
 //!
-//! Exit codes (also in the README):
+//! Exit codes (also in `docs/guide/commands.md`):
 //!
 //! | code | meaning |
 //! |---|---|
@@ -39,7 +39,7 @@ use clap::{Args, Parser, Subcommand};
 
 /// mimalloc instead of glibc's allocator: a served request allocates and frees thousands of small
 /// strings and JSON nodes across threads, and glibc's malloc/free (with its consolidation of
-/// freed chunks) took ~17 % of the server's CPU under load; see README, "Load".
+/// freed chunks) took ~17 % of the server's CPU under load; see docs/guide/service.md, "Load test".
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
