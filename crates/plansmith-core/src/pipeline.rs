@@ -291,6 +291,16 @@ impl Planner {
     /// A planner with BM25 retrieval over the catalog and the built-in templates.
     pub fn new(catalog: Catalog, model: Arc<dyn LanguageModel>) -> Planner {
         let retriever = Arc::new(Bm25Index::new(&catalog));
+        Planner::with_retrieval(catalog, retriever, model)
+    }
+
+    /// A planner with this retriever (it must index the same catalog) and the built-in
+    /// templates; [`Planner::new`] without building the BM25 index it would replace.
+    pub fn with_retrieval(
+        catalog: Catalog,
+        retriever: Arc<dyn Retriever>,
+        model: Arc<dyn LanguageModel>,
+    ) -> Planner {
         Planner {
             catalog,
             retriever,

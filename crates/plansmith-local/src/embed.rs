@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
-use plansmith_core::catalog::Tool;
+use plansmith_core::catalog::{Catalog, Tool};
 use plansmith_core::retrieve::{Retriever, Scored, top};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -642,7 +642,7 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()
 /// cause and what to do, and every search then returns nothing, so a [`plansmith_core::Fusion`]
 /// with keyword search falls back to keyword order alone.
 pub struct LazyDense {
-    tools: Vec<Tool>,
+    catalog: Catalog,
     models_dir: PathBuf,
     cache: Option<VectorCache>,
     index: OnceLock<Option<DenseIndex>>,
@@ -651,18 +651,18 @@ pub struct LazyDense {
 impl std::fmt::Debug for LazyDense {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LazyDense")
-            .field("tools", &self.tools.len())
+            .field("tools", &self.catalog.len())
             .field("built", &self.index.get().is_some())
             .finish()
     }
 }
 
 impl LazyDense {
-    /// Dense retrieval over `tools` with the pinned model of `models_dir`, caching vectors in
-    /// `cache` (none: embed at every start).
-    pub fn new(tools: Vec<Tool>, models_dir: PathBuf, cache: Option<VectorCache>) -> LazyDense {
+    /// Dense retrieval over the catalog's tools with the pinned model of `models_dir`, caching
+    /// vectors in `cache` (none: embed at every start).
+    pub fn new(catalog: Catalog, models_dir: PathBuf, cache: Option<VectorCache>) -> LazyDense {
         LazyDense {
-            tools,
+            catalog,
             models_dir,
             cache,
             index: OnceLock::new(),
@@ -674,7 +674,8 @@ impl LazyDense {
         self.index
             .get_or_init(|| {
                 let built = Embedder::shared(&self.models_dir).and_then(|embedder| {
-                    DenseIndex::build(embedder, self.tools.iter(), self.cache.as_ref())
+                    let tools = self.catalog.tools().map(|t| &t.tool);
+                    DenseIndex::build(embedder, tools, self.cache.as_ref())
                 });
                 match built {
                     Ok((index, stats)) => {
@@ -698,7 +699,7 @@ impl LazyDense {
 
 impl Retriever for LazyDense {
     fn rank(&self, query: &str, limit: usize) -> Vec<Scored> {
-        if limit == 0 || self.tools.is_empty() {
+        if limit == 0 || self.catalog.is_empty() {
             return Vec::new();
         }
         self.index()

@@ -423,7 +423,7 @@ pub fn plan(
         let (catalog, _) = Catalog::from_json_lenient(&case.tools).unwrap_or_default();
         let n_tools = catalog.len();
         let retriever = crate::retrieval::build(&catalog, retriever_kind);
-        let mut planner = Planner::new(catalog, model.clone()).with_retriever(retriever);
+        let mut planner = Planner::with_retrieval(catalog, retriever, model.clone());
         if let Some(dir) = templates {
             let templates = plansmith_core::Templates::with_overrides(dir)
                 .context("cannot load the templates")?;

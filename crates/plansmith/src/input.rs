@@ -14,24 +14,29 @@ pub const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// The text of `path`; errors say `cannot read {label}{path}: …`.
 pub fn read_text_as(path: &Path, label: &str) -> anyhow::Result<String> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read {label}{}", path.display()))?;
+    let what = format!("{label}{}", path.display());
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {what}"))?;
+    read_bounded(file, &what)
+}
+
+/// At most [`MAX_INPUT_BYTES`] of UTF-8 text from `reader` (a file, standard input), a leading
+/// byte-order mark dropped; errors say `cannot read {what}: …`.
+pub fn read_bounded(reader: impl Read, what: &str) -> anyhow::Result<String> {
     // `take` also bounds what is not a regular file (a pipe, a device) and has no size.
     let mut bytes = Vec::new();
-    file.take(MAX_INPUT_BYTES + 1)
+    reader
+        .take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
-        .with_context(|| format!("cannot read {label}{}", path.display()))?;
+        .with_context(|| format!("cannot read {what}"))?;
     if bytes.len() as u64 > MAX_INPUT_BYTES {
         bail!(
-            "cannot read {label}{}: it is larger than {} MiB, the most an input file may be",
-            path.display(),
+            "cannot read {what}: it is larger than {} MiB, the most an input file may be",
             MAX_INPUT_BYTES >> 20
         );
     }
     let text = String::from_utf8(bytes).map_err(|err| {
         anyhow::anyhow!(
-            "cannot read {label}{}: not UTF-8 text (byte {})",
-            path.display(),
+            "cannot read {what}: not UTF-8 text (byte {})",
             err.utf8_error().valid_up_to()
         )
     })?;

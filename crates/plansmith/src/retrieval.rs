@@ -70,7 +70,7 @@ pub fn build(catalog: &Catalog, kind: RetrieverKind) -> Arc<dyn Retriever> {
 fn dense(catalog: &Catalog) -> Option<Arc<dyn Retriever>> {
     use plansmith_local::{acquire, embed};
     Some(Arc::new(embed::LazyDense::new(
-        catalog.tools().map(|t| t.tool.clone()).collect(),
+        catalog.clone(),
         acquire::default_dir(),
         Some(embed::VectorCache::new(embed::VectorCache::default_dir())),
     )))
@@ -90,5 +90,5 @@ fn dense(_catalog: &Catalog) -> Option<Arc<dyn Retriever>> {
 /// A planner over `catalog` with the configured retriever.
 pub fn planner(catalog: Catalog, model: Arc<dyn LanguageModel>) -> Result<Planner, CliError> {
     let retriever = build(&catalog, kind(None).map_err(CliError::input)?);
-    Ok(Planner::new(catalog, model).with_retriever(retriever))
+    Ok(Planner::with_retrieval(catalog, retriever, model))
 }

@@ -253,8 +253,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             &catalog,
             crate::retrieval::kind(None).map_err(CliError::input)?,
         );
-        let planner =
-            Planner::new(catalog.clone(), model.clone()).with_retriever(retriever.clone());
+        let planner = Planner::with_retrieval(catalog.clone(), retriever.clone(), model.clone());
         // Many clients: new plans share transactions (group commit, see PlanStore).
         let store = crate::plans_cmd::open(layer.store.as_deref())
             .await?
@@ -349,9 +348,11 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             say(Level::INFO, &format!("running plans as node {}", exec.node));
             let executor = plansmith_exec::Executor::new(store, invokers, exec)
                 .with_catalog(catalog.clone())
-                .with_planner(Arc::new(
-                    Planner::new(catalog, model.clone()).with_retriever(retriever),
-                ))
+                .with_planner(Arc::new(Planner::with_retrieval(
+                    catalog,
+                    retriever,
+                    model.clone(),
+                )))
                 .with_summary_model(model);
             state = state.with_executor(executor, true);
         }

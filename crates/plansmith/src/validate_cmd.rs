@@ -2,7 +2,6 @@
 //! SAGE, deer-flow, ValueCell, OpenManus, nl2sql), validates it against a catalog with the same
 //! rules as planning, and prints the diagnostics with the plan, in any shape.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -114,21 +113,7 @@ pub fn print_rendered(plan: &Plan, format: SeedFormat) -> Result<(), CliError> {
 
 fn read_input(path: &Path) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .take(crate::input::MAX_INPUT_BYTES + 1)
-            .read_to_string(&mut text)
-            .context("cannot read the plan from standard input")?;
-        if text.len() as u64 > crate::input::MAX_INPUT_BYTES {
-            anyhow::bail!(
-                "the plan on standard input is larger than {} MiB, the most an input may be",
-                crate::input::MAX_INPUT_BYTES >> 20
-            );
-        }
-        return Ok(text
-            .strip_prefix('\u{feff}')
-            .map(str::to_owned)
-            .unwrap_or(text));
+        return crate::input::read_bounded(std::io::stdin(), "the plan from standard input");
     }
     crate::input::read_text(path)
 }

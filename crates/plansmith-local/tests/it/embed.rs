@@ -94,8 +94,7 @@ fn embeddings_are_unit_vectors_that_put_paraphrases_together() {
 #[test]
 fn dense_and_fused_retrieval_find_a_tool_that_shares_no_word_with_the_request() {
     let catalog = catalog();
-    let tools: Vec<Tool> = catalog.tools().map(|t| t.tool.clone()).collect();
-    let dense = Arc::new(LazyDense::new(tools, models_dir(), None));
+    let dense = Arc::new(LazyDense::new(catalog.clone(), models_dir(), None));
     let query = "book me somewhere to eat tonight";
     assert_eq!(
         names(&catalog, &dense.rank(query, 1)),
@@ -145,8 +144,8 @@ fn vectors_are_cached_per_model_and_tool() {
 fn a_missing_model_leaves_an_empty_ranking_not_an_error() {
     let empty = tempfile::tempdir().unwrap();
     let catalog = catalog();
-    let tools: Vec<Tool> = catalog.tools().map(|t| t.tool.clone()).collect();
-    let dense: Arc<dyn Retriever> = Arc::new(LazyDense::new(tools, empty.path().into(), None));
+    let dense: Arc<dyn Retriever> =
+        Arc::new(LazyDense::new(catalog.clone(), empty.path().into(), None));
     assert!(dense.rank("weather in Oslo", 3).is_empty());
     // Fused with keyword search, keyword order is what remains.
     let bm25: Arc<dyn Retriever> = Arc::new(Bm25Index::new(&catalog));
