@@ -60,6 +60,13 @@ pub struct ServerConfig {
     /// across origins (CORS), with their bearer token; `*` for any. Empty (the default): no
     /// cross-origin calls, which the review page (served from here) does not need.
     pub cors_origins: Vec<String>,
+    /// Longest wait for a request's headers, from when the connection is ready for the next
+    /// request: a client that sends partial headers, or keeps an idle connection open, is
+    /// disconnected after this long.
+    pub header_timeout: Duration,
+    /// Most connections served at once (review pages' event streams included); more wait to be
+    /// accepted until one closes.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +78,8 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(120),
             list_total_cap: plansmith_store::store::DEFAULT_TOTAL_CAP,
             cors_origins: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            max_connections: 512,
         }
     }
 }
@@ -94,13 +103,23 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// A limit of zero, which would serve nothing.
+    #[error("{0} is 0: nothing could be served (give at least 1)")]
+    Zero(&'static str),
 }
 
 impl ServerConfig {
-    /// Checks that the address is loopback when no tokens are configured.
+    /// Checks that the address is loopback when no tokens are configured, and that the
+    /// connection limits can serve anything.
     pub fn check_bind(&self, addr: SocketAddr) -> Result<(), ConfigError> {
         if self.tokens.is_empty() && !addr.ip().is_loopback() {
             return Err(ConfigError::OpenWithoutTokens(addr));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Zero("the connection limit"));
+        }
+        if self.header_timeout.is_zero() {
+            return Err(ConfigError::Zero("the header timeout"));
         }
         Ok(())
     }
@@ -324,27 +343,77 @@ pub fn router(state: AppState) -> Router {
 /// are, or [`ShutdownOutcome::GaveUp`] when some are still running after the request timeout
 /// plus [`SHUTDOWN_SLACK`] (a request's handler is bounded by the timeout; a planning stream
 /// may run longer).
+///
+/// Each connection must send a request's headers within [`ServerConfig::header_timeout`] of
+/// being ready for it (so neither slow headers nor idle keep-alive connections hold it), and
+/// at most [`ServerConfig::max_connections`] are served at once: the next one is accepted
+/// when one closes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<ShutdownOutcome> {
     let closing = state.closing.clone();
-    let mut closed = state.closing.subscribe();
     let grace = state.config.request_timeout + SHUTDOWN_SLACK;
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown.await;
-        closing.send_replace(true);
-    });
-    let deadline = async move {
-        // An error means the flag's sender is gone: the server has ended, and won this race.
-        let _ = closed.wait_for(|closing| *closing).await;
-        tokio::time::sleep(grace).await;
-    };
-    tokio::select! {
-        served = server => served.map(|()| ShutdownOutcome::Drained),
-        () = deadline => Ok(ShutdownOutcome::GaveUp(grace)),
+    let header_timeout = state.config.header_timeout;
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        state.config.max_connections.max(1),
+    ));
+    let app = router(state);
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break, // never closed
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    accept_failed(&err).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        let connection = connections
+            .watch(builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!("connection ended: {err}");
+            }
+            drop(slot);
+        });
     }
+    closing.send_replace(true);
+    tokio::select! {
+        () = connections.shutdown() => Ok(ShutdownOutcome::Drained),
+        () = tokio::time::sleep(grace) => Ok(ShutdownOutcome::GaveUp(grace)),
+    }
+}
+
+/// After a failed `accept`: a connection that went away before it was taken is nothing; other
+/// errors (out of file descriptors, most often) are logged and the loop pauses before the
+/// next try, rather than spinning.
+async fn accept_failed(err: &std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused
+    ) {
+        return;
+    }
+    tracing::warn!("cannot accept a connection: {err}");
+    tokio::time::sleep(Duration::from_millis(250)).await;
 }
 
 /// Time allowed beyond the request timeout for the requests in flight when [`serve`] shuts

@@ -55,6 +55,15 @@ pub struct ServeArgs {
     /// Request timeout in seconds (env PLANSMITH_TIMEOUT_SECS).
     #[arg(long)]
     timeout_secs: Option<u64>,
+    /// Seconds a connection may take to send a request's headers, counted from when it is
+    /// ready for the next request, so idle keep-alive connections close too (env
+    /// PLANSMITH_HEADER_TIMEOUT_SECS; default 10).
+    #[arg(long)]
+    header_timeout_secs: Option<u64>,
+    /// Most connections served at once; more wait until one closes (env
+    /// PLANSMITH_MAX_CONNECTIONS; default 512).
+    #[arg(long)]
+    max_connections: Option<usize>,
     /// An origin (`scheme://host[:port]`, or `*`) whose pages may call the API from a browser
     /// (CORS); repeatable (env PLANSMITH_CORS_ORIGINS, comma-separated).
     #[arg(long = "cors-origin")]
@@ -97,6 +106,8 @@ struct Layer {
     rate_limit: Option<u32>,
     max_body_bytes: Option<usize>,
     timeout_secs: Option<u64>,
+    header_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
     /// Origins whose pages may call the API (CORS).
     cors_origins: Option<Vec<String>>,
 }
@@ -115,6 +126,8 @@ impl Layer {
             rate_limit: over.rate_limit.or(self.rate_limit),
             max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
             timeout_secs: over.timeout_secs.or(self.timeout_secs),
+            header_timeout_secs: over.header_timeout_secs.or(self.header_timeout_secs),
+            max_connections: over.max_connections.or(self.max_connections),
             cors_origins: over.cors_origins.or(self.cors_origins),
         }
     }
@@ -149,6 +162,14 @@ impl Layer {
                 env("PLANSMITH_MAX_BODY_BYTES"),
             )?,
             timeout_secs: env_number("PLANSMITH_TIMEOUT_SECS", env("PLANSMITH_TIMEOUT_SECS"))?,
+            header_timeout_secs: env_number(
+                "PLANSMITH_HEADER_TIMEOUT_SECS",
+                env("PLANSMITH_HEADER_TIMEOUT_SECS"),
+            )?,
+            max_connections: env_number(
+                "PLANSMITH_MAX_CONNECTIONS",
+                env("PLANSMITH_MAX_CONNECTIONS"),
+            )?,
             cors_origins: env("PLANSMITH_CORS_ORIGINS").map(|text| {
                 text.split(',')
                     .map(str::trim)
@@ -181,6 +202,8 @@ fn settings(
         rate_limit: args.rate_limit,
         max_body_bytes: args.max_body_bytes,
         timeout_secs: args.timeout_secs,
+        header_timeout_secs: args.header_timeout_secs,
+        max_connections: args.max_connections,
         cors_origins: (!args.cors_origins.is_empty()).then(|| args.cors_origins.clone()),
     };
     Ok(defaults.then(file).then(Layer::from_env(env)?).then(flags))
@@ -229,6 +252,11 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
             .map(Duration::from_secs)
             .unwrap_or(defaults.request_timeout),
         cors_origins: layer.cors_origins.clone().unwrap_or_default(),
+        header_timeout: layer
+            .header_timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(defaults.header_timeout),
+        max_connections: layer.max_connections.unwrap_or(defaults.max_connections),
         ..defaults
     };
     config.check(addr).map_err(CliError::input)?;
@@ -452,6 +480,8 @@ mod tests {
             rate_limit: None,
             max_body_bytes: None,
             timeout_secs: None,
+            header_timeout_secs: None,
+            max_connections: None,
             cors_origins: Vec::new(),
             exec: ExecServeArgs::default(),
         }

@@ -219,3 +219,95 @@ async fn pages_of_other_sites_cannot_drive_a_loopback_server() {
     .await;
     assert_error(status, &body, 403, "forbidden");
 }
+
+/// Reads from `stream` until it closes; `None` when it is still open after `wait`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, wait: Duration) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(wait, read).await.ok().map(|()| seen)
+}
+
+#[tokio::test]
+async fn slow_headers_and_idle_connections_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let config = ServerConfig {
+        header_timeout: Duration::from_secs(1),
+        ..ServerConfig::default()
+    };
+    let s = start(Vec::new(), config).await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    // Headers that never end: closed after the timeout, with no answer to them.
+    let mut partial = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    partial
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let answer = closed_within(&mut partial, Duration::from_secs(10))
+        .await
+        .expect("a connection with partial headers stayed open");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed early: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("200 OK"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // A kept-alive connection is answered, then closed once idle for the timeout.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = closed_within(&mut idle, Duration::from_secs(10))
+        .await
+        .expect("an idle keep-alive connection stayed open");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    // The server still serves.
+    let (status, _) = call(&s, Method::GET, "/healthz", None, None).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_wait_for_one_to_close() {
+    use tokio::io::AsyncWriteExt;
+    let config = ServerConfig {
+        max_connections: 2,
+        header_timeout: Duration::from_secs(60),
+        ..ServerConfig::default()
+    };
+    let s = start(Vec::new(), config).await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let first = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    // The third connects (the listen queue holds it) but is not served while two are open.
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut third, Duration::from_millis(800))
+            .await
+            .is_none(),
+        "a third connection was served over a cap of two"
+    );
+    drop(first);
+    let answer = closed_within(&mut third, Duration::from_secs(10))
+        .await
+        .expect("the waiting connection was not served once a slot was free");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+}
