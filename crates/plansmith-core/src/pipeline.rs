@@ -49,6 +49,15 @@ pub enum OutcomeStatus {
         /// Why.
         reason: String,
     },
+    /// A valid plan, but steps the model wrote could not be planned and were left out (and
+    /// with them any reply, which spoke of the plan as written): it does not do all the
+    /// request asked. It is never accepted without a person (`auto_accept` does not apply).
+    Incomplete {
+        /// What was left out, and why.
+        reason: String,
+        /// The ids of the steps left out (an unreadable step has none).
+        dropped: Vec<String>,
+    },
 }
 
 impl OutcomeStatus {
@@ -58,6 +67,7 @@ impl OutcomeStatus {
             OutcomeStatus::Ready => "ready",
             OutcomeStatus::NeedsInput => "needs_input",
             OutcomeStatus::Fallback { .. } => "fallback",
+            OutcomeStatus::Incomplete { .. } => "incomplete",
         }
     }
 }
@@ -1152,6 +1162,16 @@ impl Planner {
             }
         }
         let mut n_left_out = 0;
+        // A reply speaks of the plan as the model wrote it ("I'll email Bob"): once a step of
+        // that plan is gone, a reply would promise what the plan no longer does.
+        let lost_some = !dropped.is_empty() || findings.iter().any(left_out);
+        if lost_some {
+            for step in &plan.steps {
+                if matches!(step.action, Action::Reply { .. }) && !dropped.contains(&step.id) {
+                    dropped.push(step.id.clone());
+                }
+            }
+        }
         for diag in &findings {
             let on_dropped = diag.step.as_ref().is_some_and(|s| dropped.contains(s));
             if left_out(diag) {
@@ -1165,17 +1185,24 @@ impl Planner {
                 kept_findings.push(diag.clone());
             }
         }
+        let mut lost: Vec<String> = Vec::new();
         for step_id in &dropped {
             let reasons: Vec<&str> = findings
                 .iter()
                 .filter(|d| d.is_error() && d.step.as_deref() == Some(step_id))
                 .map(|d| d.message.as_str())
                 .collect();
-            let why = if reasons.is_empty() {
-                "it depends on a dropped step".to_owned()
-            } else {
+            let is_reply = plan
+                .step(step_id)
+                .is_some_and(|s| matches!(s.action, Action::Reply { .. }));
+            let why = if !reasons.is_empty() {
                 reasons.join("; ")
+            } else if is_reply {
+                "a reply to the plan as written, which lost steps".to_owned()
+            } else {
+                "it depends on a dropped step".to_owned()
             };
+            lost.push(format!("`{step_id}` ({why})"));
             kept_findings.push(
                 Diagnostic::warning(
                     Code::StepDropped,
@@ -1315,10 +1342,30 @@ impl Planner {
             }
         }
         diagnostics.findings.extend(kept_findings);
-        let status = if plan.ready {
-            OutcomeStatus::Ready
-        } else {
-            OutcomeStatus::NeedsInput
+        // A plan that lost steps is marked so wherever it is stored (its metadata), and its
+        // status says so unless it waits for answers first (answering replans it anyway).
+        let incomplete = lost_steps.then(|| {
+            if n_left_out > 0 {
+                lost.push(format!(
+                    "{n_left_out} step(s) that could not be read from the model output"
+                ));
+            }
+            let reason = format!(
+                "left out of the plan, so it does not do all the request asked: {}",
+                lost.join("; ")
+            );
+            plan.ready = false;
+            plan.metadata.insert(
+                "incomplete".into(),
+                json!({"reason": reason, "dropped": dropped}),
+            );
+            reason
+        });
+        let status = match incomplete {
+            _ if !plan.questions.is_empty() => OutcomeStatus::NeedsInput,
+            Some(reason) => OutcomeStatus::Incomplete { reason, dropped },
+            None if plan.ready => OutcomeStatus::Ready,
+            None => OutcomeStatus::NeedsInput,
         };
         Ok(Outcome {
             status,

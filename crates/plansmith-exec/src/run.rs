@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use plansmith_core::validate::validate;
-use plansmith_core::{Action, Catalog, Feedback, LanguageModel, Plan, PlanRequest, Planner};
+use plansmith_core::{
+    Action, Catalog, Feedback, LanguageModel, Outcome, OutcomeStatus, Plan, PlanRequest, Planner,
+};
 use plansmith_store::{
     Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, ReviewAction, ReviewState, RunSignal,
     RunState, StepEnd, StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
@@ -281,6 +283,13 @@ impl Executor {
                 id: plan_id.to_owned(),
                 state: stored.state,
                 hint,
+            });
+        }
+        if stored.plan.steps.is_empty() {
+            return Err(ExecError::NotRunnable {
+                id: plan_id.to_owned(),
+                state: stored.state,
+                hint: "it has no steps, so there is nothing to run (replan it with its tools)",
             });
         }
         let seeds: Vec<StepSeed> = stored
@@ -1324,6 +1333,17 @@ impl<'a> Ctx<'a> {
         let reason_prefix = self.replan_wanted.join("; ");
         self.replan_wanted.clear();
         let outcome = match planner.plan(&request).await {
+            // A replan that lost steps would run less than the request asks, unreviewed.
+            Ok(Outcome {
+                status: OutcomeStatus::Incomplete { reason, .. },
+                ..
+            }) => {
+                self.abort = Some(format!(
+                    "{reason_prefix}; the replanned plan is incomplete: {reason}"
+                ));
+                self.release_run().await?;
+                return Ok(false);
+            }
             Ok(outcome) if !outcome.plan.steps.is_empty() => outcome,
             Ok(_) => {
                 self.abort = Some(format!("{reason_prefix}; the replan produced no steps"));

@@ -168,6 +168,10 @@ pub struct FeedbackParams {
     /// The feedback (edit), the answers (answer) or the reason (reject).
     #[serde(default)]
     pub text: Option<String>,
+    /// Apply only if the plan is still at this version, the one the reviewer read (else the
+    /// call fails and nothing changes).
+    #[serde(default)]
+    pub expected_version: Option<u32>,
 }
 
 /// The template commands.
@@ -413,7 +417,9 @@ impl PlansmithMcp {
         let diagnostics = &outcome.diagnostics;
         let status = outcome.status.name();
         let reason = match &outcome.status {
-            OutcomeStatus::Fallback { reason } => Some(reason.clone()),
+            OutcomeStatus::Fallback { reason } | OutcomeStatus::Incomplete { reason, .. } => {
+                Some(reason.clone())
+            }
             _ => None,
         };
         let value = json!({
@@ -445,7 +451,11 @@ impl PlansmithMcp {
             text.push_str(&format!("{finding}\n"));
         }
         if let Some(reason) = reason {
-            text.push_str(&format!("Fallback: {reason}\n"));
+            let label = match outcome.status {
+                OutcomeStatus::Incomplete { .. } => "Incomplete",
+                _ => "Fallback",
+            };
+            text.push_str(&format!("{label}: {reason}\n"));
         }
         answer(value, text)
     }
@@ -499,6 +509,7 @@ impl PlansmithMcp {
             .decide(
                 &params.plan_id,
                 decision,
+                params.expected_version,
                 Some(&self.planner),
                 &self.actor_for(&owner),
             )

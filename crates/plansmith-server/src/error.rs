@@ -171,6 +171,7 @@ impl From<StoreError> for ApiError {
             StoreError::AlreadyExists(_)
             | StoreError::Conflict { .. }
             | StoreError::InvalidState { .. }
+            | StoreError::EmptyPlan(_)
             | StoreError::NotDecidable { .. }
             | StoreError::NotRunning { .. } => ApiError::new("conflict", message),
             StoreError::InvalidStep { .. }

@@ -1192,28 +1192,49 @@ async fn delete_plan(
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Feedback {
     /// Accept the plan.
-    Accept,
+    Accept {
+        /// Apply only if the plan is still at this version, the one the reviewer read
+        /// (else `conflict`).
+        #[serde(default)]
+        expected_version: Option<u32>,
+    },
     /// Reject it, with an optional reason.
     Reject {
         /// Why.
         #[serde(default)]
         text: Option<String>,
+        /// Apply only if the plan is still at this version, the one the reviewer read
+        /// (else `conflict`).
+        #[serde(default)]
+        expected_version: Option<u32>,
     },
     /// Free-text feedback: replanned by the model.
     Edit {
         /// The feedback.
         text: String,
+        /// Apply only if the plan is still at this version, the one the reviewer read
+        /// (else `conflict`).
+        #[serde(default)]
+        expected_version: Option<u32>,
     },
     /// A structured edit: an RFC 6902 JSON Patch on the plan document, re-validated.
     Patch {
         /// The operations.
         #[schema(value_type = Vec<Object>)]
         patch: Value,
+        /// Apply only if the plan is still at this version, the one the reviewer read
+        /// (else `conflict`).
+        #[serde(default)]
+        expected_version: Option<u32>,
     },
     /// Answers to the plan's questions: replanned by the model.
     Answer {
         /// The answers.
         text: String,
+        /// Apply only if the plan is still at this version, the one the reviewer read
+        /// (else `conflict`).
+        #[serde(default)]
+        expected_version: Option<u32>,
     },
     /// A decision about one step of a running plan: `approve` / `deny` a gated step, or
     /// `retry` / `skip` / `abort` after a failure under the `ask` policy.
@@ -1225,6 +1246,10 @@ pub enum Feedback {
         /// A note for the log.
         #[serde(default)]
         note: String,
+        /// Apply only if the plan is still at this version, the one the reviewer read
+        /// (else `conflict`).
+        #[serde(default)]
+        expected_version: Option<u32>,
     },
 }
 
@@ -1247,7 +1272,7 @@ struct Updated {
     params(("id" = String, Path, description = "The plan id")), request_body = Feedback,
     responses(
         (status = 200, description = "The plan after the feedback", body = Updated),
-        (status = 409, description = "`conflict`: the review state does not allow this action, or a step decision that no run would read (no run in progress, or a step the run is done with)", body = ErrorBody),
+        (status = 409, description = "`conflict`: the plan is no longer at `expected_version`, the review state does not allow this action, or a step decision that no run would read (no run in progress, or a step the run is done with)", body = ErrorBody),
         (status = 422, description = "`invalid_plan` (the edit broke the plan; `details` is the diagnostics list) or `planning_failed`", body = ErrorBody),
         (status = 502, description = "`model_error`: the replan's model call failed", body = ErrorBody),
     ))]
@@ -1257,39 +1282,62 @@ async fn feedback(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<Feedback>,
 ) -> Result<Json<Updated>, ApiError> {
-    load(&state, &caller, &id).await?;
+    let current = load(&state, &caller, &id).await?;
     let actor = caller.actor();
     let store = &state.store;
     let planner = state.planner.as_ref();
     let mut step_decision = None;
     let (stored, diagnostics) = match body {
-        Feedback::Accept => (store.accept(&id, &actor).await?, Vec::new()),
-        Feedback::Reject { text } => (
-            store.reject(&id, text.as_deref(), &actor).await?,
+        Feedback::Accept { expected_version } => (
+            store.accept(&id, expected_version, &actor).await?,
             Vec::new(),
         ),
-        Feedback::Edit { text } => {
+        Feedback::Reject {
+            text,
+            expected_version,
+        } => (
+            store
+                .reject(&id, text.as_deref(), expected_version, &actor)
+                .await?,
+            Vec::new(),
+        ),
+        Feedback::Edit {
+            text,
+            expected_version,
+        } => {
+            current.require_version(expected_version)?;
             let mut on_event = replan_events(&state, &id);
             let stored = store
                 .edit_with_events(&id, &text, planner, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }
-        Feedback::Answer { text } => {
+        Feedback::Answer {
+            text,
+            expected_version,
+        } => {
+            current.require_version(expected_version)?;
             let mut on_event = replan_events(&state, &id);
             let stored = store
                 .answer_with_events(&id, &text, planner, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }
-        Feedback::Patch { patch } => store.patch(&id, &patch, planner.catalog(), &actor).await?,
+        Feedback::Patch {
+            patch,
+            expected_version,
+        } => {
+            current.require_version(expected_version)?;
+            store.patch(&id, &patch, planner.catalog(), &actor).await?
+        }
         Feedback::Step {
             step,
             verdict,
             note,
+            expected_version,
         } => {
             let decided = store
-                .decide_step(&id, &step, verdict, &note, &actor)
+                .decide_step(&id, &step, verdict, &note, expected_version, &actor)
                 .await?;
             // A run that paused for this decision goes on at once (the worker would also
             // find it, one poll later).

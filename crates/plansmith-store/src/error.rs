@@ -111,6 +111,11 @@ pub enum StoreError {
         /// The newest migration this build knows.
         known: i64,
     },
+    /// Accepting a plan with no steps (and no finding that none are needed).
+    #[error(
+        "plan `{0}` has no steps: there is nothing to accept; replan it (with the tools it needs) or reject it"
+    )]
+    EmptyPlan(String),
     /// `exec_start` while a run of the plan is still running or waiting (resume it instead).
     #[error("plan `{0}` has a run in progress: resume it, or wait until it ends")]
     RunActive(String),

@@ -938,15 +938,59 @@ impl PlanStore {
     /// ([`StoreError::NotDecidable`]) rather than recorded for nothing. A decision about a step
     /// the run has not reached yet is kept, and applied when the step reaches its gate (or
     /// fails under the `ask` policy): a pre-approval.
+    ///
+    /// With `expected_version` (the version the person read), the decision is refused
+    /// ([`StoreError::Conflict`]) when the step itself changed since: its title, description,
+    /// action, dependencies, schedule or gate. The run's own writes of other steps' results
+    /// make new versions too; they do not make the decision stale.
     pub async fn decide_step(
         &self,
         plan_id: &str,
         step_id: &str,
         verdict: StepVerdict,
         note: &str,
+        expected_version: Option<u32>,
         actor: &str,
     ) -> Result<StepDecided> {
         let stored = self.get(plan_id).await?;
+        if let Some(expected) = expected_version
+            && expected != stored.version()
+        {
+            let stale = || StoreError::Conflict {
+                id: plan_id.to_owned(),
+                expected,
+                actual: stored.version(),
+            };
+            let seen = match self.get_version(plan_id, expected).await {
+                Ok(seen) => seen,
+                Err(StoreError::NotFound(_)) => return Err(stale()),
+                Err(err) => return Err(err),
+            };
+            /// What a decision about a step is about (not its progress).
+            #[allow(clippy::type_complexity)]
+            fn definition(
+                step: &plansmith_core::Step,
+            ) -> (
+                &str,
+                &str,
+                &plansmith_core::Action,
+                &[String],
+                Option<&plansmith_core::Schedule>,
+                bool,
+            ) {
+                (
+                    &step.title,
+                    &step.description,
+                    &step.action,
+                    &step.depends_on,
+                    step.schedule.as_ref(),
+                    step.requires_approval,
+                )
+            }
+            if seen.step(step_id).map(definition) != stored.plan.step(step_id).map(definition) {
+                return Err(stale());
+            }
+        }
         if stored.plan.step(step_id).is_none() {
             return Err(StoreError::InvalidStep {
                 given: step_id.to_owned(),

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! submit ─┬─ questions ──────────▶ needs_input ── answer ──▶ (replan) ─┐
-//!         ├─ auto_accept ────────▶ accepted                           │
+//!         ├─ auto_accept ────────▶ accepted (not a plan that lost steps) │
 //!         └─────────────────────▶ awaiting_review ◀───────────────────┘
 //!                                   │ accept ──────────────▶ accepted
 //!                                   │ edit (free text) ────▶ (replan) ─▶ awaiting_review | needs_input
@@ -298,7 +298,12 @@ pub fn initial_state(outcome: &Outcome, review: &Review) -> ReviewState {
 fn state_of_new(plan: &Plan, status: &OutcomeStatus, review: &Review) -> ReviewState {
     if !plan.questions.is_empty() || *status == OutcomeStatus::NeedsInput {
         ReviewState::NeedsInput
-    } else if review.auto_accept {
+    } else if review.auto_accept
+        && !matches!(status, OutcomeStatus::Incomplete { .. })
+        && (!plan.steps.is_empty() || plan.has_enough_context == Some(true))
+    {
+        // A plan that lost steps the request asked for, or has none, waits for a person even
+        // so (who cannot accept an empty one either: see `accept`).
         ReviewState::Accepted
     } else {
         ReviewState::AwaitingReview
@@ -349,17 +354,32 @@ impl PlanStore {
     }
 
     /// Applies a person's decision. `planner` is needed for `Edit` and `Answer` (they replan)
-    /// and `Patch` (validation uses its catalog).
+    /// and `Patch` (validation uses its catalog). With `expected_version`, the decision is
+    /// refused ([`StoreError::Conflict`]) unless the plan is still at the version the person
+    /// decided on.
     pub async fn decide(
         &self,
         id: &str,
         decision: Decision,
+        expected_version: Option<u32>,
         planner: Option<&Planner>,
         actor: &str,
     ) -> Result<StoredPlan> {
+        // Accept, reject and step decisions check the version themselves; the replans here.
+        if expected_version.is_some()
+            && matches!(
+                decision,
+                Decision::Edit(_) | Decision::Answer(_) | Decision::Patch(_)
+            )
+        {
+            self.get(id).await?.require_version(expected_version)?;
+        }
         match decision {
-            Decision::Accept => self.accept(id, actor).await,
-            Decision::Reject(text) => self.reject(id, text.as_deref(), actor).await,
+            Decision::Accept => self.accept(id, expected_version, actor).await,
+            Decision::Reject(text) => {
+                self.reject(id, text.as_deref(), expected_version, actor)
+                    .await
+            }
             Decision::Edit(text) => {
                 let planner = need_planner(planner, "edit")?;
                 self.edit(id, &text, planner, actor).await
@@ -373,7 +393,8 @@ impl PlanStore {
                 verdict,
                 note,
             } => {
-                self.decide_step(id, &step, verdict, &note, actor).await?;
+                self.decide_step(id, &step, verdict, &note, expected_version, actor)
+                    .await?;
                 self.get(id).await
             }
             Decision::Patch(patch) => {
@@ -385,17 +406,37 @@ impl PlanStore {
         }
     }
 
-    /// `awaiting_review` (or `draft`) → `accepted` (trigger `status`).
-    pub async fn accept(&self, id: &str, actor: &str) -> Result<StoredPlan> {
+    /// `awaiting_review` (or `draft`) → `accepted` (trigger `status`). With
+    /// `expected_version`, only if the plan is still at that version (the one the reviewer
+    /// read), else [`StoreError::Conflict`]; the write itself is conditional on it too.
+    pub async fn accept(
+        &self,
+        id: &str,
+        expected_version: Option<u32>,
+        actor: &str,
+    ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
+        current.require_version(expected_version)?;
         current.require(ReviewAction::Accept)?;
+        // (A research plan may have none because the context already answers the request.)
+        if current.plan.steps.is_empty() && current.plan.has_enough_context != Some(true) {
+            return Err(StoreError::EmptyPlan(id.to_owned()));
+        }
         self.transition(current, ReviewState::Accepted, None, actor)
             .await
     }
 
-    /// → `rejected`, with the person's text or [`REJECTED_WITHOUT_TEXT`].
-    pub async fn reject(&self, id: &str, text: Option<&str>, actor: &str) -> Result<StoredPlan> {
+    /// → `rejected`, with the person's text or [`REJECTED_WITHOUT_TEXT`]; `expected_version`
+    /// as for [`PlanStore::accept`].
+    pub async fn reject(
+        &self,
+        id: &str,
+        text: Option<&str>,
+        expected_version: Option<u32>,
+        actor: &str,
+    ) -> Result<StoredPlan> {
         let current = self.get(id).await?;
+        current.require_version(expected_version)?;
         current.require(ReviewAction::Reject)?;
         let reason = text
             .map(str::trim)

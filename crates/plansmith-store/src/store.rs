@@ -332,10 +332,33 @@ impl StoredPlan {
         }
     }
 
+    /// `Ok` when the caller saw this version (or named none); else [`StoreError::Conflict`]:
+    /// a reviewer who read version 3 must not accept the steps that version 4 added.
+    pub fn require_version(&self, expected: Option<u32>) -> Result<()> {
+        match expected {
+            Some(expected) if expected != self.version() => Err(StoreError::Conflict {
+                id: self.plan.id.clone(),
+                expected,
+                actual: self.version(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Text rendering: [`Plan::render_text`] (progress and markers), then the review state, what
-    /// it allows (`Actions: accept, reject, …`) and the questions.
+    /// it allows (`Actions: accept, reject, …`) and the questions; for a plan that lost steps
+    /// when it was planned, what it lost.
     pub fn render_text(&self) -> String {
         let mut out = self.plan.render_text();
+        if let Some(reason) = self
+            .plan
+            .metadata
+            .get("incomplete")
+            .and_then(|i| i.get("reason"))
+            .and_then(serde_json::Value::as_str)
+        {
+            out.push_str(&format!("Incomplete when planned: {reason}\n"));
+        }
         out.push_str(&format!("State: {}", self.state));
         if let Some(reason) = &self.review.rejection {
             out.push_str(&format!(" ({reason})"));

@@ -76,6 +76,9 @@ pub const EXIT_MODEL: u8 = 3;
 pub const EXIT_NEEDS_INPUT: u8 = 10;
 /// Exit code for a fallback plan.
 pub const EXIT_FALLBACK: u8 = 11;
+/// Exit code: a plan was made, but steps the model wrote could not be planned and were left
+/// out (it is stored for review, never accepted by itself).
+pub const EXIT_INCOMPLETE: u8 = 12;
 
 /// An error with the exit code it maps to.
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use plansmith_core::{
 };
 
 use crate::plan_progress::{PlanProgress, ProgressMode};
-use crate::{CliError, EXIT_FALLBACK, EXIT_NEEDS_INPUT, EXIT_OK};
+use crate::{CliError, EXIT_FALLBACK, EXIT_INCOMPLETE, EXIT_NEEDS_INPUT, EXIT_OK};
 
 /// Arguments of `plansmith plan`.
 #[derive(Debug, Args)]
@@ -264,6 +264,7 @@ fn print_outcome(outcome: &Outcome, args: &PlanArgs) -> Result<u8, CliError> {
         OutcomeStatus::Ready => EXIT_OK,
         OutcomeStatus::NeedsInput => EXIT_NEEDS_INPUT,
         OutcomeStatus::Fallback { .. } => EXIT_FALLBACK,
+        OutcomeStatus::Incomplete { .. } => EXIT_INCOMPLETE,
     };
     if args.outcome_json {
         let text = serde_json::to_string_pretty(outcome).map_err(CliError::failed)?;
@@ -300,6 +301,7 @@ fn summary_line(outcome: &Outcome) -> String {
             OutcomeStatus::Ready => "ready",
             OutcomeStatus::NeedsInput => "needs input",
             OutcomeStatus::Fallback { .. } => "fallback",
+            OutcomeStatus::Incomplete { .. } => "incomplete",
         },
         outcome.plan.steps.len(),
         diags.attempts.len(),
@@ -323,8 +325,12 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
             &plan.title
         }
     ));
-    if let OutcomeStatus::Fallback { reason } = &outcome.status {
-        out.push_str(&format!("Fallback: {reason}\n"));
+    match &outcome.status {
+        OutcomeStatus::Fallback { reason } => out.push_str(&format!("Fallback: {reason}\n")),
+        OutcomeStatus::Incomplete { reason, .. } => {
+            out.push_str(&format!("Incomplete: {reason}\n"));
+        }
+        _ => {}
     }
     if let Some(guidance) = &plan.guidance {
         out.push_str(&format!("Guidance: {guidance}\n"));

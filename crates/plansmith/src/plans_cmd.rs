@@ -134,6 +134,9 @@ enum PlansCommand {
     Accept {
         /// Plan id.
         id: String,
+        /// Fail with exit 5 unless the plan is still at this version (the one you read).
+        #[arg(long)]
+        expected_version: Option<u32>,
     },
     /// Reject a plan (no text: "plan rejected by user").
     Reject {
@@ -141,6 +144,9 @@ enum PlansCommand {
         id: String,
         /// Why.
         text: Option<String>,
+        /// Fail with exit 5 unless the plan is still at this version (the one you read).
+        #[arg(long)]
+        expected_version: Option<u32>,
     },
     /// Edit a plan: free-text feedback (replanned by the model), or a JSON Patch (--patch).
     Edit {
@@ -191,6 +197,9 @@ enum PlansCommand {
         /// A note for the log.
         #[arg(long, default_value = "")]
         note: String,
+        /// Fail with exit 5 unless the plan is still at this version (the one you read).
+        #[arg(long)]
+        expected_version: Option<u32>,
     },
     /// Stop the plan's run in progress: its running steps are stopped, nothing else starts,
     /// and the run ends `aborted` (a `plansmith run` or `plansmith serve` running it stops at
@@ -255,6 +264,7 @@ pub fn store_error(err: StoreError) -> CliError {
         StoreError::Conflict { .. }
         | StoreError::AlreadyExists(_)
         | StoreError::InvalidState { .. }
+        | StoreError::EmptyPlan(_)
         | StoreError::NotDecidable { .. }
         | StoreError::NotRunning { .. } => EXIT_CONFLICT,
         StoreError::InvalidStep { .. }
@@ -426,18 +436,22 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             }
             Ok(EXIT_OK)
         }
-        PlansCommand::Accept { id } => show_result(store.accept(&id, actor).await),
+        PlansCommand::Accept {
+            id,
+            expected_version,
+        } => show_result(store.accept(&id, expected_version, actor).await),
         PlansCommand::Decide {
             id,
             step,
             verdict,
             note,
+            expected_version,
         } => {
             let verdict = verdict
                 .parse()
                 .map_err(|e: String| CliError::input(anyhow!(e)))?;
             let decided = store
-                .decide_step(&id, &step, verdict, &note, actor)
+                .decide_step(&id, &step, verdict, &note, expected_version, actor)
                 .await
                 .map_err(store_error)?;
             let code = show_result(store.get(&id).await)?;
@@ -473,9 +487,15 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             );
             Ok(EXIT_OK)
         }
-        PlansCommand::Reject { id, text } => {
-            show_result(store.reject(&id, text.as_deref(), actor).await)
-        }
+        PlansCommand::Reject {
+            id,
+            text,
+            expected_version,
+        } => show_result(
+            store
+                .reject(&id, text.as_deref(), expected_version, actor)
+                .await,
+        ),
         PlansCommand::Edit {
             id,
             text,
@@ -503,7 +523,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                 Ok(EXIT_OK)
             }
             (Some(text), None) => {
-                refuse_early(&store, &id, ReviewAction::Edit).await?;
+                refuse_early(&store, &id, ReviewAction::Edit, &planner).await?;
                 let planner = planner.planner()?;
                 show_result(store.edit(&id, &text, &planner, actor).await)
             }
@@ -512,7 +532,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             ))),
         },
         PlansCommand::Answer { id, text, planner } => {
-            refuse_early(&store, &id, ReviewAction::Answer).await?;
+            refuse_early(&store, &id, ReviewAction::Answer, &planner).await?;
             let planner = planner.planner()?;
             show_result(store.answer(&id, &text, &planner, actor).await)
         }
@@ -548,10 +568,37 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
 }
 
 /// Refuses what the plan's state does not allow before the model is loaded (the embedded
-/// model may first have to be fetched: 469 MiB, only to be told the plan is accepted).
-async fn refuse_early(store: &PlanStore, id: &str, action: ReviewAction) -> Result<(), CliError> {
+/// model may first have to be fetched: 469 MiB, only to be told the plan is accepted), and a
+/// replan of a plan that calls tools without a catalog: it could call none of them, and the
+/// plan would silently lose its steps.
+async fn refuse_early(
+    store: &PlanStore,
+    id: &str,
+    action: ReviewAction,
+    planner: &PlannerArgs,
+) -> Result<(), CliError> {
     let stored = store.get(id).await.map_err(store_error)?;
-    stored.require(action).map_err(store_error)
+    stored.require(action).map_err(store_error)?;
+    if planner.tools.is_none() {
+        let mut tools: Vec<&str> = stored
+            .plan
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                plansmith_core::Action::Tool { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        tools.dedup();
+        if !tools.is_empty() {
+            return Err(CliError::input(anyhow!(
+                "plan {id} calls tools ({}): give the tool catalog it was planned with \
+                 (--tools FILE); without one the replan could call no tool",
+                tools.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn show_result(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {
@@ -681,15 +728,26 @@ async fn review_loop(
                 return Ok(EXIT_NEEDS_INPUT);
             }
             ("r" | "reject", _) => {
+                // The version shown above is the one decided on.
+                let shown = Some(stored.version());
                 store
-                    .reject(&stored.plan.id, Some(rest).filter(|r| !r.is_empty()), actor)
+                    .reject(
+                        &stored.plan.id,
+                        Some(rest).filter(|r| !r.is_empty()),
+                        shown,
+                        actor,
+                    )
                     .await
             }
             ("answer", _) => store.answer(&stored.plan.id, rest, planner, actor).await,
             (_, ReviewState::NeedsInput) => {
                 store.answer(&stored.plan.id, line, planner, actor).await
             }
-            ("a" | "accept" | "y" | "yes", _) => store.accept(&stored.plan.id, actor).await,
+            ("a" | "accept" | "y" | "yes", _) => {
+                store
+                    .accept(&stored.plan.id, Some(stored.version()), actor)
+                    .await
+            }
             ("e" | "edit", _) => store.edit(&stored.plan.id, rest, planner, actor).await,
             // Anything else is feedback for the planner.
             _ => store.edit(&stored.plan.id, line, planner, actor).await,
@@ -699,8 +757,14 @@ async fn review_loop(
             Err(
                 err @ (StoreError::BadEdit(_)
                 | StoreError::InvalidState { .. }
+                | StoreError::EmptyPlan(_)
                 | StoreError::Invalid { .. }),
             ) => eprintln!("{err}"),
+            // Someone else changed the plan since it was shown: show it again, decide again.
+            Err(err @ StoreError::Conflict { .. }) => {
+                eprintln!("{err}; here it is as it is now");
+                stored = store.get(&stored.plan.id).await.map_err(store_error)?;
+            }
             Err(err) => return Err(store_error(err)),
         }
     }

@@ -217,11 +217,7 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
         }
         Ok(outcome) => outcome,
     };
-    let status = match &outcome.status {
-        OutcomeStatus::Ready => "ready",
-        OutcomeStatus::NeedsInput => "needs_input",
-        OutcomeStatus::Fallback { .. } => "fallback",
-    };
+    let status = outcome.status.name();
     if status != expect.status {
         fail(format!(
             "status {status}, expected {}; outcome: {}",

@@ -58,7 +58,7 @@ async fn a_gated_step_waits_for_approval_through_the_feedback_path() {
     );
 
     env.store
-        .decide("gate", decision(StepVerdict::Approve), None, "alice")
+        .decide("gate", decision(StepVerdict::Approve), None, None, "alice")
         .await
         .unwrap();
     let report = Executor::new(env.store.clone(), tools(), config("n"))
@@ -98,7 +98,7 @@ async fn destructive_tools_are_gated_and_a_denial_skips() {
     let decide = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         store
-            .decide("deny", decision(StepVerdict::Deny), None, "bob")
+            .decide("deny", decision(StepVerdict::Deny), None, None, "bob")
             .await
             .unwrap();
     });

@@ -391,6 +391,7 @@ async fn ask_waits_for_a_person_then_retries() {
                     note: "try again".into(),
                 },
                 None,
+                None,
                 "alice",
             )
             .await

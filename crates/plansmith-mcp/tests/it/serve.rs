@@ -137,6 +137,14 @@ async fn plan_feedback_and_planning_tools() {
         .await;
     assert_eq!(replanned["plan"]["title"], "Weather only", "{replanned}");
     assert_eq!(replanned["plan"]["version"], 2);
+    // Accepting the version read before the replan is refused, and changes nothing.
+    let stale = s
+        .fails(
+            "feedback",
+            json!({"plan_id": id, "action": "accept", "expected_version": 1}),
+        )
+        .await;
+    assert!(stale.contains("version 2, not 1"), "{stale}");
     let accepted = s
         .ok("feedback", json!({"plan_id": id, "action": "accept"}))
         .await;

@@ -108,6 +108,50 @@ async fn plan_get_list_history_delete() {
     assert_error(status, &body, 404, "not_found");
 }
 
+/// A plan whose email step could not be planned is not "ready": it says what it lost, keeps
+/// no reply that promised the email, and waits for a person even under `auto_accept`.
+#[tokio::test]
+async fn a_plan_that_lost_a_step_waits_for_review_even_under_auto_accept() {
+    let lossy = json!({"title": "Weather mail", "steps": [
+        {"id": "s1", "type": "tool", "title": "Weather", "name": "get_weather",
+         "arguments": {"city": "Paris"}},
+        {"id": "s2", "type": "tool", "title": "Email Bob", "name": "send_email",
+         "arguments": {"to": 42, "subject": "Weather", "body": "Sunny"}},
+        {"id": "s3", "type": "reply", "title": "Tell the user",
+         "text": "I'll email Bob the weather."}]})
+    .to_string();
+    // The first answer and every repair lose the same step.
+    let s = start(vec![lossy; 4], ServerConfig::default()).await;
+    let mut request = weather();
+    request["auto_accept"] = true.into();
+    let (status, created) = call(&s, Method::POST, "/v1/plans", Some(request), None).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["status"], "incomplete", "{created}");
+    assert_eq!(created["dropped"], json!(["s2", "s3"]), "{created}");
+    assert!(
+        created["reason"].as_str().unwrap().contains("`s2`"),
+        "{created}"
+    );
+    let stored = &created["stored"];
+    assert_eq!(stored["state"], "awaiting_review", "{created}");
+    assert_eq!(stored["plan"]["ready"], false);
+    let steps: Vec<&str> = stored["plan"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["s1"]);
+    // Stored with the plan, for the review page and any later reader.
+    let id = stored["plan"]["id"].as_str().unwrap();
+    let (_, got) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(
+        got["plan"]["metadata"]["incomplete"]["dropped"],
+        json!(["s2", "s3"]),
+        "{got}"
+    );
+}
+
 #[tokio::test]
 async fn feedback_accept_reject_patch_answer() {
     let mut turns = reply("weather-email.json", 2);
@@ -124,11 +168,35 @@ async fn feedback_accept_reject_patch_answer() {
     );
     let a = id(&created);
     let path = format!("/v1/plans/{a}/feedback");
+    // A reviewer who read version 1 does not accept version 2 (a step changed in between).
+    let patch = json!({"action": "patch", "expected_version": 1, "patch": [
+        {"op": "replace", "path": "/steps/0/action/arguments/city", "value": "Lyon"}]});
+    let (status, body) = call(&s, Method::POST, &path, Some(patch), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["plan"]["version"], 2);
+    for stale in [
+        json!({"action": "accept", "expected_version": 1}),
+        json!({"action": "reject", "expected_version": 1}),
+        json!({"action": "edit", "text": "x", "expected_version": 1}),
+    ] {
+        let (status, body) = call(&s, Method::POST, &path, Some(stale.clone()), None).await;
+        assert_error(status, &body, 409, "conflict");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("version 2, not 1"),
+            "{stale}: {body}"
+        );
+    }
+    let (_, got) = call(&s, Method::GET, &format!("/v1/plans/{a}"), None, None).await;
+    assert_eq!(got["state"], "awaiting_review", "{got}");
+    assert_eq!(got["plan"]["version"], 2, "{got}");
     let (status, body) = call(
         &s,
         Method::POST,
         &path,
-        Some(json!({"action": "accept"})),
+        Some(json!({"action": "accept", "expected_version": 2})),
         None,
     )
     .await;

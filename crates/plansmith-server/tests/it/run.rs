@@ -480,6 +480,7 @@ async fn the_worker_continues_a_run_decided_outside_the_server() {
             "s2",
             plansmith_store::StepVerdict::Deny,
             "not today",
+            None,
             "cli",
         )
         .await

@@ -206,7 +206,7 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
         .unwrap();
 
     let bad = store
-        .decide_step("r", "s9", StepVerdict::Approve, "", "me")
+        .decide_step("r", "s9", StepVerdict::Approve, "", None, "me")
         .await;
     assert!(
         matches!(bad, Err(StoreError::InvalidStep { .. })),
@@ -214,7 +214,7 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
     );
     // s1 is done: refused. s2 has not been reached: kept for when it is.
     let done = store
-        .decide_step("r", "s1", StepVerdict::Retry, "", "me")
+        .decide_step("r", "s1", StepVerdict::Retry, "", None, "me")
         .await;
     assert!(
         matches!(&done, Err(StoreError::NotDecidable { reason, .. })
@@ -222,7 +222,7 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
         "{done:?}"
     );
     let decided = store
-        .decide_step("r", "s2", StepVerdict::Approve, "ok", "me")
+        .decide_step("r", "s2", StepVerdict::Approve, "ok", None, "me")
         .await
         .unwrap();
     assert_eq!(decided.applies, Applies::WhenReached);
@@ -273,7 +273,7 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
     assert_eq!(steps[0].result, Some(json!(7)));
     // s2 is in the plan but no longer in the run: a decision about it would never be read.
     let gone = store
-        .decide_step("r", "s2", StepVerdict::Approve, "ok", "me")
+        .decide_step("r", "s2", StepVerdict::Approve, "ok", None, "me")
         .await;
     assert!(
         matches!(&gone, Err(StoreError::NotDecidable { reason, .. })
@@ -304,7 +304,7 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
         "{stop:?}"
     );
     let late = store
-        .decide_step("r", "s1", StepVerdict::Approve, "", "me")
+        .decide_step("r", "s1", StepVerdict::Approve, "", None, "me")
         .await;
     assert!(
         matches!(&late, Err(StoreError::NotDecidable { reason, .. })
@@ -324,6 +324,103 @@ async fn replan_keeps_completed_and_decisions(db: TestDb) {
 both_backends!(
     replan_keeps_completed_and_decisions,
     super::replan_keeps_completed_and_decisions
+);
+
+/// A plan with no steps is never accepted (it would "run" as completed 0/0), by a person or
+/// by `auto_accept`.
+async fn an_empty_plan_is_not_accepted(db: TestDb) {
+    let store = &db.store;
+    let plan = Plan::new("empty", "goal");
+    store
+        .create(plan, ReviewState::AwaitingReview, Review::default(), "t")
+        .await
+        .unwrap();
+    let refused = store.accept("empty", None, "me").await;
+    assert!(
+        matches!(&refused, Err(StoreError::EmptyPlan(id)) if id == "empty"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.get("empty").await.unwrap().state,
+        ReviewState::AwaitingReview
+    );
+    let outcome = plansmith_core::Outcome {
+        status: plansmith_core::OutcomeStatus::Ready,
+        plan: Plan::new("empty-auto", "goal"),
+        diagnostics: plansmith_core::Diagnostics::default(),
+    };
+    let review = Review {
+        auto_accept: true,
+        ..Review::default()
+    };
+    assert_eq!(
+        plansmith_store::review::initial_state(&outcome, &review),
+        ReviewState::AwaitingReview
+    );
+}
+both_backends!(
+    an_empty_plan_is_not_accepted,
+    super::an_empty_plan_is_not_accepted
+);
+
+/// A step decision names the version its person read: refused when that step changed since
+/// (a replan), kept when only the run's progress made new versions.
+async fn a_step_decision_on_a_changed_step_is_stale(db: TestDb) {
+    let store = &db.store;
+    stored_plan(&db, "v", 3).await;
+    store
+        .exec_start("v", 1, &seeds(&["s1", "s2", "s3"]), "a")
+        .await
+        .unwrap();
+    // The run's own write (s1's status): version 2, the steps' definitions unchanged.
+    let key = plansmith_store::StepKey::Id("s1".into());
+    store
+        .mark_step("v", &key, Some("completed"), None, None, "run")
+        .await
+        .unwrap();
+    let decided = store
+        .decide_step("v", "s2", StepVerdict::Approve, "", Some(1), "me")
+        .await
+        .unwrap();
+    assert_eq!(decided.applies, Applies::WhenReached);
+    // A person edits s2 (version 3): a decision made on version 2 is about another step.
+    let mut plan = store.get("v").await.unwrap().plan;
+    plan.steps[1].title = "step 2, changed".into();
+    let stored = store.update("v", plan, Some(2), "bob").await.unwrap();
+    assert_eq!(stored.version(), 3);
+    let stale = store
+        .decide_step("v", "s2", StepVerdict::Approve, "", Some(2), "me")
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(StoreError::Conflict {
+                expected: 2,
+                actual: 3,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    // s3 did not change; a version that never existed is stale.
+    store
+        .decide_step("v", "s3", StepVerdict::Approve, "", Some(2), "me")
+        .await
+        .unwrap();
+    let future = store
+        .decide_step("v", "s3", StepVerdict::Approve, "", Some(9), "me")
+        .await;
+    assert!(
+        matches!(future, Err(StoreError::Conflict { expected: 9, .. })),
+        "{future:?}"
+    );
+    let decisions = store.step_decisions("v").await.unwrap();
+    let ids: Vec<&str> = decisions.iter().map(|d| d.step_id.as_str()).collect();
+    assert_eq!(ids, ["s2", "s3"]);
+}
+both_backends!(
+    a_step_decision_on_a_changed_step_is_stale,
+    super::a_step_decision_on_a_changed_step_is_stale
 );
 
 async fn run_lease_is_exclusive(db: TestDb) {

@@ -143,11 +143,11 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     .map(|p| Produced::Plan(Box::new(p), vec![]))
             }
             "accept" => store
-                .accept(&id, actor)
+                .accept(&id, None, actor)
                 .await
                 .map(|p| Produced::Plan(Box::new(p), vec![])),
             "reject" => store
-                .reject(&id, op.text.as_deref(), actor)
+                .reject(&id, op.text.as_deref(), None, actor)
                 .await
                 .map(|p| Produced::Plan(Box::new(p), vec![])),
             "edit" => store
@@ -484,8 +484,8 @@ async fn states_allow_exactly_their_actions(db: TestDb) {
                 .unwrap();
             let offered = serde_json::to_value(&stored).unwrap()["actions"].clone();
             let result = match action {
-                ReviewAction::Accept => store.accept(&id, "tester").await,
-                ReviewAction::Reject => store.reject(&id, None, "tester").await,
+                ReviewAction::Accept => store.accept(&id, None, "tester").await,
+                ReviewAction::Reject => store.reject(&id, None, None, "tester").await,
                 ReviewAction::Edit => store.edit(&id, "shorter", &planner, "tester").await,
                 ReviewAction::Answer => store.answer(&id, "Paris", &planner, "tester").await,
                 ReviewAction::Patch => {

@@ -243,6 +243,43 @@ const MISSING_RECIPIENT: [&str; 6] = [
     "scripted:examples/replies/missing-recipient.json",
 ];
 
+/// The email step cannot be planned (`to` is a number): the plan that is left is not ready.
+#[test]
+fn a_plan_that_lost_a_step_exits_12_and_is_not_accepted_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let output = plansmith(&[
+        "plan",
+        "What's the weather in Paris? Email it to Bob",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:examples/replies/lost-email.json",
+        "--max-repairs",
+        "0",
+        "--save",
+        "--auto-accept",
+        "--store",
+        &store,
+    ]);
+    assert_exit(&output, 12);
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("Incomplete: left out of the plan"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("`s2`"), "{stdout}");
+    assert!(
+        !stdout.contains("I'll email Bob"),
+        "the reply promising the email stays: {stdout}"
+    );
+    let listed = plansmith(&["plans", "list", "--json", "--store", &store]);
+    assert_exit(&listed, 0);
+    let listed = text(&listed.stdout);
+    assert!(listed.contains("awaiting_review"), "{listed}");
+    assert!(!listed.contains("\"accepted\""), "{listed}");
+}
+
 #[test]
 fn exit_codes_for_needs_input_and_fallback() {
     let mut args = MISSING_RECIPIENT.to_vec();

@@ -187,6 +187,27 @@ fn lifecycle_on(store: &str) {
         "{}",
         text(&stale.stderr)
     );
+    // A replan without the catalog could call none of the plan's tools: refused, before the
+    // model is loaded, rather than emptying the plan.
+    let refused = run(
+        store,
+        &[
+            "plans",
+            "edit",
+            &id,
+            "shorter",
+            "--model",
+            "scripted:/no/such/script.json",
+        ],
+        "",
+    );
+    assert_exit(&refused, 2);
+    assert!(
+        text(&refused.stderr).contains("calls tools (get_weather, send_email)")
+            && text(&refused.stderr).contains("--tools FILE"),
+        "{}",
+        text(&refused.stderr)
+    );
 
     let patched = run(
         store,
@@ -259,7 +280,24 @@ fn lifecycle_on(store: &str) {
         "only the valid edit was stored"
     );
 
-    let accepted = run(store, &["plans", "accept", &id], "");
+    // The reviewer read version 2; version 3 is what is stored: refused, exit 5, unchanged.
+    for stale in [
+        &["plans", "accept", &id, "--expected-version", "2"][..],
+        &["plans", "reject", &id, "--expected-version", "2"],
+    ] {
+        let refused = run(store, stale, "");
+        assert_exit(&refused, 5);
+        assert!(
+            text(&refused.stderr).contains("is at version 3, not 2"),
+            "{}",
+            text(&refused.stderr)
+        );
+    }
+    let accepted = run(
+        store,
+        &["plans", "accept", &id, "--expected-version", "3"],
+        "",
+    );
     assert_exit(&accepted, 0);
     assert!(text(&accepted.stdout).contains("State: accepted\nActions: run\n"));
     let again = run(store, &["plans", "accept", &id], "");
