@@ -130,3 +130,19 @@ async fn destructive_tools_are_gated_and_a_denial_skips() {
         .unwrap();
     assert_eq!(report.state, RunState::Completed);
 }
+
+/// An accepted plan with no steps is not "run" to a completed 0/0: it is refused before a
+/// run is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_with_no_steps_does_not_run() {
+    let env = env().await;
+    env.plan("empty", json!([]), json!({})).await;
+    let refused = Executor::new(env.store.clone(), invokers(vec![]), config("n"))
+        .run("empty")
+        .await;
+    let Err(err) = refused else {
+        panic!("an empty plan ran: {refused:?}")
+    };
+    assert!(err.to_string().contains("it has no steps"), "{err}");
+    assert!(env.store.exec_run("empty").await.unwrap().is_none());
+}
