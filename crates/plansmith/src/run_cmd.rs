@@ -113,12 +113,12 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         }
         None => (catalog, None),
     };
+    let commands = args.commands.as_deref().map(read_commands).transpose()?;
     let store = open(args.store.as_deref()).await?;
-    let plan_id = resolve_plan(&store, &args.plan, &catalog).await?;
+    let plan_id = resolve_plan(&store, &args.plan, &catalog, commands.as_ref()).await?;
 
     let mut invokers = Invokers::default();
-    if let Some(path) = &args.commands {
-        let map = read_commands(path)?;
+    if let Some(map) = commands {
         invokers.tools = Some(Arc::new(
             CommandInvoker::new(map.tools).with_provider_keys(crate::config::provider_keys()),
         ));
@@ -359,31 +359,69 @@ fn exec_error(err: ExecError) -> CliError {
 }
 
 /// The stored plan's id: `plan` itself, or the id of the plan file stored now (accepted).
+///
+/// A plan file is validated before it is stored, against `catalog` or, without one, against
+/// what this run can call (the tools and agents of `commands`, with any arguments): a step no
+/// part of the run could carry out, a dangling `$ref` or a cycle is refused before anything
+/// runs. The file's own `id`, `goal`, `locale` and `title` are kept (our `plan --json` output
+/// has them; a replan needs the goal), the id unless a stored plan already has it.
 async fn resolve_plan(
     store: &PlanStore,
     plan: &str,
     catalog: &plansmith_core::Catalog,
+    commands: Option<&CommandMap>,
 ) -> Result<String, CliError> {
     let path = Path::new(plan);
     if !path.is_file() {
         return Ok(plan.to_owned());
     }
     let text = crate::input::read_text(path).map_err(CliError::input)?;
-    let fresh = plansmith_core::Plan::new_id();
+    let document: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+    let field = |name: &str| {
+        document
+            .as_ref()
+            .and_then(|d| d.get(name))
+            .and_then(serde_json::Value::as_str)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let id = match field("id") {
+        Some(id) if matches!(store.get(&id).await, Err(StoreError::NotFound(_))) => id,
+        Some(id) => {
+            let fresh = plansmith_core::Plan::new_id();
+            eprintln!("a stored plan already has the file's id {id}: storing it as {fresh}");
+            fresh
+        }
+        None => plansmith_core::Plan::new_id(),
+    };
+    let goal = field("goal").unwrap_or_default();
+    let locale = field("locale").unwrap_or_else(|| "en-US".to_owned());
     let defaults = ParseDefaults {
-        plan_id: &fresh,
-        goal: "",
-        locale: "en-US",
+        plan_id: &id,
+        goal: &goal,
+        locale: &locale,
         now: Utc::now(),
     };
     let parsed = parse::parse(&text, &defaults)
         .with_context(|| format!("{} is not a plan in any accepted shape", path.display()))
         .map_err(CliError::input)?;
-    let (plan, diagnostics) = if catalog.is_empty() {
-        (parsed.plan, Vec::new())
+    let mut parsed_plan = parsed.plan;
+    parsed_plan.id = id;
+    if parsed_plan.goal.is_empty() {
+        parsed_plan.goal = goal;
+    }
+    if let Some(title) = field("title") {
+        parsed_plan.title = title;
+    }
+    let reachable;
+    let checking = if catalog.is_empty() {
+        reachable = reachable_catalog(commands)?;
+        &reachable
     } else {
-        validate(parsed.plan, catalog, &PlanOptions::default())
+        catalog
     };
+    let (plan, diagnostics) = validate(parsed_plan, checking, &PlanOptions::default());
     let errors: Vec<String> = diagnostics
         .iter()
         .filter(|d| d.is_error())
@@ -403,6 +441,39 @@ async fn resolve_plan(
         .map_err(store_error)?;
     eprintln!("stored plan {id}");
     Ok(id)
+}
+
+/// What a run without a catalog can call: the tools and agents of its commands file, each
+/// taking any arguments.
+fn reachable_catalog(commands: Option<&CommandMap>) -> Result<plansmith_core::Catalog, CliError> {
+    let Some(commands) = commands else {
+        return Ok(plansmith_core::Catalog::empty());
+    };
+    let tools = commands
+        .tools
+        .keys()
+        .map(|name| plansmith_core::Tool {
+            name: name.clone(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+            annotations: None,
+        })
+        .collect();
+    let agents = commands
+        .agents
+        .keys()
+        .map(|name| plansmith_core::AgentCard {
+            name: name.clone(),
+            description: String::new(),
+            skills: Vec::new(),
+            capabilities: serde_json::Map::new(),
+            passthrough: false,
+        })
+        .collect();
+    plansmith_core::Catalog::new(tools, agents)
+        .context("the commands file's tool and agent names")
+        .map_err(CliError::input)
 }
 
 /// Reads a commands file (JSON, or TOML by extension).

@@ -126,6 +126,83 @@ fn run_a_plan_file_with_progress_and_summary() {
     assert_exit(&again, 5);
 }
 
+/// A plan file is checked against what the run can call before anything runs (no catalog
+/// given: the commands file's tools), and keeps its own id and goal.
+#[test]
+fn a_plan_file_is_checked_against_the_run_and_keeps_its_id_and_goal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let effects = dir.path().join("effects.log");
+    let commands = dir.path().join("commands.json");
+    write(
+        &commands,
+        &serde_json::json!({"tools": {"note": tool("append.sh", &[effects.to_str().unwrap()])}}),
+    );
+    let steps = serde_json::json!([
+        {"id": "s1", "type": "tool", "title": "note it", "name": "note", "arguments": {}},
+        {"id": "s2", "type": "tool", "title": "mail it", "name": "send_email",
+         "arguments": {"to": "bob@example.com", "body": {"$ref": "s1.output"}},
+         "depends_on": ["s1"]}
+    ]);
+    let plan = dir.path().join("plan.json");
+    write(
+        &plan,
+        &serde_json::json!({"id": "plan-from-a-file", "goal": "Note it, then mail it to Bob",
+            "title": "note and mail", "steps": steps}),
+    );
+    // No part of the run can send an email: refused before s1's side effect, nothing stored.
+    for extra in [&["--commands", commands.to_str().unwrap()][..], &[]] {
+        let mut args = vec!["run", plan.to_str().unwrap(), "--store", &store];
+        args.extend_from_slice(extra);
+        let refused = plansmith(&args);
+        assert_exit(&refused, 2);
+        let stderr = text(&refused.stderr);
+        assert!(
+            stderr.contains("is not a valid plan") && stderr.contains("send_email"),
+            "{stderr}"
+        );
+    }
+    assert!(
+        lines(&effects).is_empty(),
+        "a step ran: {:?}",
+        lines(&effects)
+    );
+    let listed = plansmith(&["plans", "list", "--store", &store, "--json"]);
+    assert!(
+        !text(&listed.stdout).contains("plan-from-a-file"),
+        "{}",
+        text(&listed.stdout)
+    );
+    // What the run can call runs, under the file's id, with its goal.
+    write(
+        &plan,
+        &serde_json::json!({"id": "plan-from-a-file", "goal": "Note it",
+            "title": "note", "steps": [steps[0].clone()]}),
+    );
+    let output = plansmith(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--store",
+        &store,
+        "--commands",
+        commands.to_str().unwrap(),
+    ]);
+    assert_exit(&output, 0);
+    assert_eq!(stored_id(&text(&output.stderr)), "plan-from-a-file");
+    let shown = plansmith(&[
+        "plans",
+        "show",
+        "plan-from-a-file",
+        "--store",
+        &store,
+        "--json",
+    ]);
+    assert_exit(&shown, 0);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["plan"]["goal"], "Note it", "{shown}");
+    assert_eq!(shown["plan"]["title"], "note", "{shown}");
+}
+
 /// Tool commands and MCP servers do not inherit the provider keys (`OPENAI_API_KEY`,
 /// `ANTHROPIC_API_KEY`, and the variable the config file's `api_key_env` names), and a key a
 /// tool prints anyway (its own `env` gave it one) is `[redacted]` in its result and error and
