@@ -1136,9 +1136,13 @@ async fn get_plan(
     ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<VersionQuery>,
 ) -> Result<Json<PlanOrVersion>, ApiError> {
-    let stored = load(&state, &caller, &id).await?;
+    let mut stored = load(&state, &caller, &id).await?;
     match query.version {
-        None => Ok(Json(PlanOrVersion::Current(Box::new(stored)))),
+        None => {
+            // While a run is in progress, `run` is not offered (starting one would be refused).
+            stored.run_active = state.store.run_active(&id).await?;
+            Ok(Json(PlanOrVersion::Current(Box::new(stored))))
+        }
         Some(version) if version == 0 || version > stored.version() => Err(ApiError::new(
             "not_found",
             format!("plan `{id}` has no version {version}"),

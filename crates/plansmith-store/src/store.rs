@@ -213,6 +213,11 @@ pub struct StoredPlan {
     pub created_at: DateTime<Utc>,
     /// When the current version was written.
     pub updated_at: DateTime<Utc>,
+    /// Whether a run of the plan was in progress (running, or waiting for people) when it was
+    /// read with [`PlanStore::get_with_run`]: such a plan is not offered `run` again (the
+    /// executor would refuse it). Not part of the stored document; false from other reads.
+    #[serde(default, skip_serializing)]
+    pub run_active: bool,
 }
 
 impl Serialize for StoredPlan {
@@ -235,7 +240,7 @@ fn encode_stored<S: serde::Serializer>(
     let mut out = serializer.serialize_struct("StoredPlan", 6)?;
     out.serialize_field("plan", plan)?;
     out.serialize_field("state", &stored.state)?;
-    out.serialize_field("actions", stored.state.actions())?;
+    out.serialize_field("actions", &stored.actions())?;
     out.serialize_field("review", review)?;
     out.serialize_field("created_at", &stored.created_at)?;
     out.serialize_field("updated_at", &stored.updated_at)?;
@@ -332,6 +337,17 @@ impl StoredPlan {
         }
     }
 
+    /// What can be done with the plan now: what its review state allows
+    /// ([`ReviewState::actions`]), without `run` while a run of it is in progress.
+    pub fn actions(&self) -> Vec<ReviewAction> {
+        self.state
+            .actions()
+            .iter()
+            .copied()
+            .filter(|action| !(self.run_active && *action == ReviewAction::Run))
+            .collect()
+    }
+
     /// `Ok` when the caller saw this version (or named none); else [`StoreError::Conflict`]:
     /// a reviewer who read version 3 must not accept the steps that version 4 added.
     pub fn require_version(&self, expected: Option<u32>) -> Result<()> {
@@ -364,7 +380,8 @@ impl StoredPlan {
             out.push_str(&format!(" ({reason})"));
         }
         out.push('\n');
-        let actions = self.state.action_names();
+        let actions: Vec<&str> = self.actions().iter().map(|a| a.as_str()).collect();
+        let actions = actions.join(", ");
         if !actions.is_empty() {
             out.push_str(&format!("Actions: {actions}\n"));
         }
@@ -937,6 +954,7 @@ impl PlanStore {
                 review,
                 created_at: now,
                 updated_at: now,
+                run_active: false,
             },
             document: row.document,
             review: row.review,
@@ -970,6 +988,24 @@ impl PlanStore {
             .await?
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
         decode_plan(&row)
+    }
+
+    /// [`PlanStore::get`], with [`StoredPlan::run_active`] filled in from the plan's last run:
+    /// what a reader that offers the plan's actions calls.
+    pub async fn get_with_run(&self, id: &str) -> Result<StoredPlan> {
+        let mut stored = self.get(id).await?;
+        stored.run_active = self.run_active(id).await?;
+        Ok(stored)
+    }
+
+    /// Whether the plan's last run is still in progress (running, or waiting for people).
+    pub async fn run_active(&self, id: &str) -> Result<bool> {
+        Ok(self.exec_run(id).await?.is_some_and(|run| {
+            matches!(
+                run.state,
+                crate::exec::RunState::Running | crate::exec::RunState::Waiting
+            )
+        }))
     }
 
     /// One version of a plan's document.
@@ -1089,6 +1125,7 @@ impl PlanStore {
             review,
             created_at,
             updated_at: now,
+            run_active: false,
         })
     }
 
@@ -1613,6 +1650,7 @@ fn decode_plan(row: &AnyRow) -> Result<StoredPlan> {
         review,
         created_at,
         updated_at,
+        run_active: false,
     })
 }
 

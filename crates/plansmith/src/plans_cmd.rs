@@ -407,7 +407,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     }
                 }
                 None => {
-                    let stored = store.get(&id).await.map_err(store_error)?;
+                    let stored = store.get_with_run(&id).await.map_err(store_error)?;
                     if json {
                         print_json(&stored)?;
                     } else {

@@ -292,6 +292,11 @@ async fn an_approval_through_feedback_continues_a_paused_run() {
     assert_eq!(run["plan_id"], id.as_str(), "{run}");
     assert_eq!(run["data"]["state"], "waiting", "{run}");
     assert_eq!(run["data"]["plan_id"], id.as_str(), "{run}");
+    // The plan does not offer `run` while its run waits (a start would be refused, 409).
+    let (_, got) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(got["actions"], json!([]), "{got}");
+    let (status, body) = call(&s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
+    assert_eq!(status, 409, "{body}");
 
     let (status, body) = call(
         &s,
@@ -303,6 +308,8 @@ async fn an_approval_through_feedback_continues_a_paused_run() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(run_end(&store, &id).await, RunState::Completed);
+    let (_, got) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(got["actions"], json!(["run"]), "once it ended: {got}");
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert!(calls[1].starts_with("send_email"), "{calls:?}");

@@ -388,6 +388,15 @@ fn an_approval_gate_waits_for_plans_decide() {
         text(&output.stdout)
     );
     assert!(lines(effects).is_empty());
+    // While the run waits, `plans show` does not offer to run the plan again.
+    let shown = plansmith(&["plans", "show", id, "--store", store]);
+    assert_exit(&shown, 0);
+    assert!(
+        text(&shown.stdout).contains("State: accepted\n")
+            && !text(&shown.stdout).contains("Actions: run"),
+        "{}",
+        text(&shown.stdout)
+    );
     let decided = plansmith(&["plans", "decide", id, "s1", "approve", "--store", store]);
     assert_exit(&decided, 0);
     assert!(
