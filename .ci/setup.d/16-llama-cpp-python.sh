@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by .ci/run: llama-cpp-python's OpenAI-compatible server (scripts/llama-cpp-python.sh),
-# for the providers' end-to-end tool-calling test against a real server on loopback (issue 4).
+# for the providers' end-to-end tool-calling test against a real server on loopback.
 # Under CI=true that test fails when PLANSMITH_LLAMA_CPP_PYTHON is missing.
 PLANSMITH_LLAMA_CPP_PYTHON=$(bash scripts/llama-cpp-python.sh)
 export PLANSMITH_LLAMA_CPP_PYTHON

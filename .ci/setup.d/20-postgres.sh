@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by .ci/run: a throwaway PostgreSQL cluster for plansmith-store's tests (issue 5).
+# Sourced by .ci/run: a throwaway PostgreSQL cluster for plansmith-store's tests.
 #
 # Installs Debian's PostgreSQL if no initdb is found, initialises a cluster in a temporary
 # directory as the unprivileged `postgres` user (CI runs as root; initdb refuses root), starts

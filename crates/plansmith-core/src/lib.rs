@@ -7,7 +7,7 @@
 //! plan that needs input (clarifying questions), or a fallback with its reason — always with
 //! [`Diagnostics`] (attempts, strategy, raw outputs, repairs, findings, tokens, time per stage).
 //!
-//! The stages (DESIGN §3), one module each:
+//! The stages, one module each:
 //!
 //! | stage | module | what it does |
 //! |---|---|---|

@@ -1,4 +1,4 @@
-//! Parsing model output into plans: step 5 of the pipeline (`DESIGN.md` §3).
+//! Parsing model output into plans: the parse stage of the pipeline (see ARCHITECTURE.md).
 //!
 //! A language model answers with text, not with a [`Plan`]. [`parse`] turns that text into a
 //! plan in two stages, each usable on its own:

@@ -1,6 +1,6 @@
 //! The planning pipeline: triage → select → render → generate → parse → validate → repair →
-//! outcome (DESIGN §3). [`Planner::plan`] never ends silently and never panics: it returns an
-//! [`Outcome`] (ready, needs input, or a fallback with its reason) or a [`PlanError`], and both
+//! outcome (see ARCHITECTURE.md). [`Planner::plan`] never ends silently and never panics: it returns an
+//! [`Outcome`] (ready, needs input, incomplete, or a fallback with its reason) or a [`PlanError`], and both
 //! carry [`Diagnostics`].
 
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //!
 //! Backends use it as a `json_schema` response format, as the parameters of a `planning` tool, or
 //! as the grammar of constrained decoding. Every free string gets a `maxLength` and every array a
-//! `maxItems`, so constrained decoding always ends (DESIGN §6, pitfall 4). Object key order is
+//! `maxItems`, so constrained decoding always ends. Object key order is
 //! the order the model should write (`serde_json`'s `preserve_order`): `thought` before `steps`.
 //!
 //! The model writes the *flat* step form that [`crate::parse`] reads:

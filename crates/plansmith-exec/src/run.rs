@@ -5,7 +5,7 @@
 //! need an approval, claims up to `concurrency − running` of the rest in the store (leases),
 //! and starts them; then it waits for the next attempt to end (or a poll tick). An attempt's
 //! end goes through the step's failure policy and into the store (fenced by the lease), and
-//! the plan document follows through a coalescing writer ([`DocSync`]). When no step can
+//! the plan document follows through a coalescing writer (`DocSync`). When no step can
 //! progress the run ends: replanned (failed steps under `replan`, or results contradicting the
 //! plan), waiting for people, or finished with a summary. Every loop is bounded: attempts by
 //! the policy and [`crate::policy::MAX_ATTEMPTS`], replans by `max_replans` and the stall

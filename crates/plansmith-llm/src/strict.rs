@@ -40,8 +40,7 @@ pub const UNSUPPORTED: &[&str] = &[
 ];
 
 /// The bounds on lengths and item counts. A server that decodes with a grammar built from the
-/// schema (llama.cpp's server, vLLM) needs them to be sure the reply ends (DESIGN §6, pitfall
-/// 4): without `maxItems` SmolLM2 once wrote `depends_on` entries until the token cap.
+/// schema (llama.cpp's server, vLLM) needs them to be sure the reply ends: without `maxItems` SmolLM2 once wrote `depends_on` entries until the token cap.
 pub const BOUNDS: &[&str] = &["maxLength", "minLength", "maxItems", "minItems"];
 
 /// The strict form of `schema`, or `None` when it cannot be expressed strictly.

@@ -13,7 +13,7 @@
 //! With an output constraint the plan's JSON Schema becomes a grammar (llguidance, compiled
 //! per request; the vocabulary is indexed once per model), and decoding is greedy-first: the
 //! best token is checked against the grammar alone, and the grammar's mask of the whole
-//! vocabulary is computed only when it is rejected (DESIGN §6, pitfall 3) — so every reply
+//! vocabulary (the costly part of constrained decoding) is computed only when it is rejected — so every reply
 //! parses and matches the schema. The JSON is written compact with fixed separators
 //! (`{"a": 1, "b": [2]}`), so the keys and punctuation between values are forced: the grammar
 //! hands them out as whole tokens, and they go through the model in one batch with the token
@@ -79,7 +79,7 @@ pub struct LocalConfig {
     /// Name shown in diagnostics (`local:qwen2.5-coder-0.5b`).
     pub name: String,
     /// Threads for generation. One is the safe default on a small machine: with every core busy,
-    /// llama.cpp's threads spin against other processes and generation collapses (DESIGN §6).
+    /// llama.cpp's threads spin against other processes and generation collapses.
     pub threads: i32,
     /// Threads for prompt evaluation (batched, benefits from more cores).
     pub threads_batch: i32,

@@ -13,7 +13,7 @@
 //!   [`ServerConfig::check_bind`] refuses any address but loopback. Pages on other origins
 //!   may call the API only when their origin is listed ([`ServerConfig::cors_origins`]).
 //! - Events: [`events::EventBus`] has one broadcast channel per plan; other crates publish
-//!   into it through [`AppState::bus`].
+//!   into it through [`Shared::bus`] (an [`AppState`] derefs to it).
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod error;

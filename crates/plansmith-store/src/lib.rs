@@ -17,7 +17,7 @@
 //!   pages), [`PlanStore::set_active`] / [`PlanStore::get_active`] per conversation,
 //!   [`PlanStore::mark_step`] (bad index, bad status), [`PlanStore::delete`], and
 //!   [`StoredPlan::render_text`] (`Progress: 1/3 (33.3%)`, `[✓] [→] [!] [ ]`);
-//! - the human-in-the-loop state machine of DESIGN §7 in [`review`]: accept, free-text edit
+//! - the human-in-the-loop state machine in [`review`]: accept, free-text edit
 //!   (replanned through [`plansmith_core::Planner`]), structured edit (JSON Patch, re-validated),
 //!   reject, answer, `auto_accept`, `max_iterations` with a policy, recurring schedules only
 //!   after an explicit confirmation, ownership and thread ids.

@@ -1,4 +1,4 @@
-//! Human in the loop (DESIGN §7): the review state machine, stored with the plan so pending
+//! Human in the loop: the review state machine, stored with the plan so pending
 //! reviews and questions survive restarts.
 //!
 //! ```text

@@ -11,5 +11,5 @@ mod fuzz;
 mod invariant;
 /// The parse case table.
 mod parse;
-/// The seed scenarios of DESIGN §8.
+/// The seed scenarios: each peer's planner behaviour, as data.
 mod pipeline;

@@ -1,4 +1,4 @@
-//! The seed scenarios of DESIGN §8 that belong to planning, as data: `tests/data/scenarios/*.json`.
+//! The seed scenarios that belong to planning (each peer's planner behaviour we match), as data: `tests/data/scenarios/*.json`.
 //!
 //! Each case gives a request, the scripted model's turns (shaped like real model output), and
 //! what must come out: the outcome status, steps (a partial match on the flat step view),
