@@ -462,6 +462,26 @@ mod tests {
 
     use super::*;
 
+    /// `docs/reference/openapi.json` is the document the server serves at `/openapi.json`;
+    /// `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-server reference` rewrites it.
+    #[test]
+    fn the_checked_in_openapi_reference_is_what_the_server_serves() {
+        let mut generated = serde_json::to_string_pretty(&document()).unwrap();
+        generated.push('\n');
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../docs/reference/openapi.json");
+        if std::env::var_os("PLANSMITH_UPDATE_REFERENCE").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "{} is not the document the server serves: run \
+             `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-server reference` and commit it",
+            path.display()
+        );
+    }
+
     #[test]
     fn descriptions_carry_no_rustdoc_links() {
         assert_eq!(

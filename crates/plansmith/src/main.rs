@@ -55,6 +55,8 @@ mod notice;
 mod plan_cmd;
 mod plan_progress;
 mod plans_cmd;
+#[cfg(test)]
+mod reference;
 mod retrieval;
 mod run_cmd;
 mod serve_cmd;

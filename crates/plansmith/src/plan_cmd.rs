@@ -88,7 +88,8 @@ pub struct PlanArgs {
     #[arg(long)]
     templates: Option<PathBuf>,
     /// The model: `local` (default: the embedded model, pulled on first use), `local:NAME`,
-    /// `local:PATH.gguf`, or `scripted:FILE` (replays recorded replies).
+    /// `local:PATH.gguf`, `openai:MODEL`, `openai-compatible:URL#MODEL`, `anthropic:MODEL`, or
+    /// `scripted:FILE` (replays recorded replies).
     #[arg(long, env = "PLANSMITH_MODEL")]
     model: Option<String>,
     /// Print the plan document as JSON.
