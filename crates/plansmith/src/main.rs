@@ -66,6 +66,16 @@ mod term;
 mod tools_cmd;
 mod validate_cmd;
 
+/// A count flag that must be at least 1 (`--top-k 0` would show the model no tool, and
+/// `--max-steps 0` allow no plan).
+pub(crate) fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(err) => Err(format!("not a count: {err}")),
+    }
+}
+
 /// Exit code for a ready plan or another success.
 pub const EXIT_OK: u8 = 0;
 /// Exit code when planning failed.

@@ -53,9 +53,16 @@ pub fn load_with(
     options: LocalOptions,
 ) -> Result<Arc<dyn LanguageModel>, CliError> {
     let file = crate::config::current();
+    // An empty spec is a mistake (an unset shell variable, say), not a request for the
+    // default: that would start a 469 MiB download the user did not ask for.
+    if spec.is_some_and(|s| s.trim().is_empty()) {
+        return Err(CliError::input(anyhow!(
+            "the model spec is empty: give one of {KINDS}, or leave --model (and \
+             PLANSMITH_MODEL) out for the embedded model"
+        )));
+    }
     let spec = spec
         .map(str::trim)
-        .filter(|s| !s.is_empty())
         .or(file.model.as_deref().map(str::trim))
         .unwrap_or("local");
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));

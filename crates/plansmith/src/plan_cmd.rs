@@ -40,10 +40,10 @@ pub struct PlanArgs {
     #[arg(long)]
     target_agent: Option<String>,
     /// Most steps in the plan.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::at_least_one)]
     max_steps: usize,
     /// Tools shown to the model (validation always uses the whole catalog).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::at_least_one)]
     top_k: usize,
     /// Tools always shown to the model (repeatable).
     #[arg(long = "pin")]

@@ -65,7 +65,7 @@ pub struct RunArgs {
     #[arg(long = "require-approval")]
     require_approval: Vec<String>,
     /// Steps running at once.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::at_least_one)]
     concurrency: usize,
     /// After the retries: fail, skip, abort, ask or replan.
     #[arg(long, default_value = "fail")]
@@ -143,7 +143,7 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
     }
 
     let mut config = ExecConfig::new(plansmith_exec::node_name());
-    config.concurrency = args.concurrency.max(1);
+    config.concurrency = args.concurrency;
     config.policy.on_failure = on_failure;
     config.policy.retries = args.retries;
     config.policy.backoff = Duration::from_millis(args.backoff_ms);

@@ -243,6 +243,67 @@ const MISSING_RECIPIENT: [&str; 6] = [
     "scripted:examples/replies/missing-recipient.json",
 ];
 
+/// Counts that would make a command do nothing, and an empty model spec (which meant "the
+/// embedded model" and a 469 MiB download), are usage errors that say so.
+#[test]
+fn zero_counts_and_an_empty_model_spec_are_refused() {
+    for (args, says) in [
+        (
+            &[
+                "tools",
+                "search",
+                "weather",
+                "--tools",
+                "examples/tools.json",
+                "--top-k",
+                "0",
+            ][..],
+            "must be at least 1",
+        ),
+        (
+            &[
+                "plan",
+                "weather",
+                "--tools",
+                "examples/tools.json",
+                "--max-steps",
+                "0",
+            ],
+            "must be at least 1",
+        ),
+        (
+            &[
+                "plan",
+                "weather",
+                "--tools",
+                "examples/tools.json",
+                "--model",
+                "",
+            ],
+            "the model spec is empty",
+        ),
+        (
+            &[
+                "plan",
+                "weather",
+                "--tools",
+                "examples/tools.json",
+                "--model",
+                "  ",
+            ],
+            "the model spec is empty",
+        ),
+    ] {
+        let output = plansmith(args);
+        assert_exit(&output, 2);
+        assert!(
+            text(&output.stderr).contains(says),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+    }
+}
+
 /// The email step cannot be planned (`to` is a number): the plan that is left is not ready.
 #[test]
 fn a_plan_that_lost_a_step_exits_12_and_is_not_accepted_by_itself() {

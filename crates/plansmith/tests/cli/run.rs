@@ -167,6 +167,23 @@ fn a_plan_file_is_checked_against_the_run_and_keeps_its_id_and_goal() {
         "a step ran: {:?}",
         lines(&effects)
     );
+    // A broken commands file is refused before the plan is stored.
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\"tools\": ").unwrap();
+    let refused = plansmith(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--store",
+        &store,
+        "--commands",
+        broken.to_str().unwrap(),
+    ]);
+    assert_exit(&refused, 2);
+    assert!(
+        text(&refused.stderr).contains("is not a commands file"),
+        "{}",
+        text(&refused.stderr)
+    );
     let listed = plansmith(&["plans", "list", "--store", &store, "--json"]);
     assert!(
         !text(&listed.stdout).contains("plan-from-a-file"),
