@@ -374,7 +374,9 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
 /// Adds the error responses an operation can give because of where it sits (the guard, the
 /// extractors, tenancy), unless the operation documents that status itself.
 fn add_error_responses(path: &str, operation: &mut Operation) {
-    let api = path.starts_with("/v1/");
+    // The API and the metrics (counts of every owner's plans) need a token when tokens are
+    // configured; the probes, this document and the review page (static, no data) do not.
+    let api = path.starts_with("/v1/") || path == "/metrics";
     let has_input = operation.request_body.is_some()
         || operation
             .parameters

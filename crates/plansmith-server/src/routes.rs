@@ -785,7 +785,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
 /// ready ratio, steps per plan, iterations, latency per stage and per route, LLM tokens.
 #[utoipa::path(get, path = "/metrics", tag = "service",
     responses((status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String)))]
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(State(state): State<AppState>, _caller: Caller) -> Response {
     let mut text = state.metrics.render();
     if let Some(stats) = state.bus.relay_stats() {
         crate::metrics::render_relay(&mut text, stats);

@@ -1133,6 +1133,27 @@ async fn tokens_map_to_owners_and_owners_see_only_their_plans() {
     assert_error(status, &body, 401, "unauthorized");
     let (status, body) = call(&s, Method::GET, "/v1/plans", None, Some("wrong")).await;
     assert_error(status, &body, 401, "unauthorized");
+    // The metrics count every owner's plans: a token is needed for them too (the probes, the
+    // API description and the static review page hold no data and are served without one).
+    let (status, body) = call(&s, Method::GET, "/metrics", None, None).await;
+    assert_error(status, &body, 401, "unauthorized");
+    let metrics = s
+        .client
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth("ta")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+    for open in ["/healthz", "/openapi.json", "/"] {
+        let response = s
+            .client
+            .get(format!("{}{open}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{open}");
+    }
 
     let created = create(&s, Some("ta")).await;
     assert_eq!(created["stored"]["plan"]["owner"], "alice");
