@@ -60,7 +60,10 @@ pub(crate) struct Transport {
 
 impl Transport {
     pub(crate) fn new(config: &ClientConfig) -> Result<Transport, LlmError> {
+        // No redirects: following one would send the prompt (and, to the same host, the key)
+        // wherever a server, or whoever answers in its place, points.
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.connect_timeout)
             .build()
             .map_err(|err| LlmError::Backend(format!("cannot build the HTTP client: {err}")))?;
@@ -196,6 +199,13 @@ impl Transport {
         match failure {
             Failure::Timeout => {
                 LlmError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
+            }
+            Failure::Status { status, .. } if (300..400).contains(status) => {
+                LlmError::Rejected(format!(
+                    "HTTP {status}: the server redirects the request elsewhere, and plansmith does \
+                     not follow redirects (the prompt would go to another address): set the base \
+                     URL to the address the provider documents"
+                ))
             }
             Failure::Status { status, .. } if (400..500).contains(status) && *status != 429 => {
                 LlmError::Rejected(self.describe(failure))

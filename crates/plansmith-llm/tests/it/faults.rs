@@ -141,6 +141,35 @@ async fn persistent_5xx_gives_up_after_the_retries() {
     assert_eq!(bodies(&server).await.len(), 3);
 }
 
+/// A redirect is not followed (the prompt would go wherever it points) and not retried.
+#[tokio::test]
+async fn a_redirect_to_another_host_is_refused_not_followed() {
+    let elsewhere = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"choices": []})))
+        .mount(&elsewhere)
+        .await;
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(307).insert_header(
+            "location",
+            format!("{}/v1/chat/completions", elsewhere.uri()),
+        ))
+        .mount(&server)
+        .await;
+    let err = bounded(plan(client(&server.uri()))).await.unwrap_err();
+    assert!(
+        matches!(&err, PlanError::Model { source: LlmError::Rejected(m), .. }
+            if m.contains("HTTP 307") && m.contains("does not follow redirects")),
+        "{err}"
+    );
+    assert_eq!(bodies(&server).await.len(), 1, "not retried");
+    assert!(
+        bodies(&elsewhere).await.is_empty(),
+        "the prompt went to the redirect's host"
+    );
+}
+
 #[tokio::test]
 async fn other_4xx_is_not_retried() {
     let server = MockServer::start().await;
