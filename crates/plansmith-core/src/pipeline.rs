@@ -1164,8 +1164,8 @@ impl Planner {
         let mut n_left_out = 0;
         // A reply speaks of the plan as the model wrote it ("I'll email Bob"): once a step of
         // that plan is gone, a reply would promise what the plan no longer does.
-        let lost_some = !dropped.is_empty() || findings.iter().any(left_out);
-        if lost_some {
+        let lost_steps = !dropped.is_empty() || findings.iter().any(left_out);
+        if lost_steps {
             for step in &plan.steps {
                 if matches!(step.action, Action::Reply { .. }) && !dropped.contains(&step.id) {
                     dropped.push(step.id.clone());
@@ -1225,7 +1225,6 @@ impl Planner {
             .steps
             .iter()
             .any(|s| !matches!(s.action, Action::Reply { .. }));
-        let lost_steps = !dropped.is_empty() || n_left_out > 0;
         if lost_steps && !has_work && questions.is_empty() && plan.questions.is_empty() {
             let reason = findings
                 .iter()

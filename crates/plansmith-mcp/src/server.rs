@@ -416,11 +416,11 @@ impl PlansmithMcp {
         let plan = stored.as_ref().map_or(&outcome.plan, |s| &s.plan);
         let diagnostics = &outcome.diagnostics;
         let status = outcome.status.name();
-        let reason = match &outcome.status {
-            OutcomeStatus::Fallback { reason } | OutcomeStatus::Incomplete { reason, .. } => {
-                Some(reason.clone())
-            }
-            _ => None,
+        // What the text says of a plan that is not as asked, and why.
+        let (label, reason) = match &outcome.status {
+            OutcomeStatus::Fallback { reason } => ("Fallback", Some(reason.clone())),
+            OutcomeStatus::Incomplete { reason, .. } => ("Incomplete", Some(reason.clone())),
+            _ => ("", None),
         };
         let value = json!({
             "status": status,
@@ -451,10 +451,6 @@ impl PlansmithMcp {
             text.push_str(&format!("{finding}\n"));
         }
         if let Some(reason) = reason {
-            let label = match outcome.status {
-                OutcomeStatus::Incomplete { .. } => "Incomplete",
-                _ => "Fallback",
-            };
             text.push_str(&format!("{label}: {reason}\n"));
         }
         answer(value, text)

@@ -1136,11 +1136,11 @@ async fn get_plan(
     ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<VersionQuery>,
 ) -> Result<Json<PlanOrVersion>, ApiError> {
-    let mut stored = load(&state, &caller, &id).await?;
+    let stored = load(&state, &caller, &id).await?;
     match query.version {
         None => {
             // While a run is in progress, `run` is not offered (starting one would be refused).
-            stored.run_active = state.store.run_active(&id).await?;
+            let stored = state.store.with_run(stored).await?;
             Ok(Json(PlanOrVersion::Current(Box::new(stored))))
         }
         Some(version) if version == 0 || version > stored.version() => Err(ApiError::new(
@@ -1257,6 +1257,30 @@ pub enum Feedback {
     },
 }
 
+impl Feedback {
+    /// The version the reviewer read, whichever the action.
+    fn expected_version(&self) -> Option<u32> {
+        match self {
+            Feedback::Accept { expected_version }
+            | Feedback::Reject {
+                expected_version, ..
+            }
+            | Feedback::Edit {
+                expected_version, ..
+            }
+            | Feedback::Patch {
+                expected_version, ..
+            }
+            | Feedback::Answer {
+                expected_version, ..
+            }
+            | Feedback::Step {
+                expected_version, ..
+            } => *expected_version,
+        }
+    }
+}
+
 /// Answer of the feedback and step routes: the stored plan and the warnings of a patch.
 #[derive(Debug, Serialize, ToSchema)]
 struct Updated {
@@ -1291,54 +1315,46 @@ async fn feedback(
     let store = &state.store;
     let planner = state.planner.as_ref();
     let mut step_decision = None;
+    // Every action but a step decision (which compares the step itself) is refused here when
+    // the plan moved on from the version the reviewer read; accept and reject check again as
+    // they write.
+    let expected_version = body.expected_version();
+    if !matches!(body, Feedback::Step { .. }) {
+        current.require_version(expected_version)?;
+    }
     let (stored, diagnostics) = match body {
-        Feedback::Accept { expected_version } => (
+        Feedback::Accept { .. } => (
             store.accept(&id, expected_version, &actor).await?,
             Vec::new(),
         ),
-        Feedback::Reject {
-            text,
-            expected_version,
-        } => (
+        Feedback::Reject { text, .. } => (
             store
                 .reject(&id, text.as_deref(), expected_version, &actor)
                 .await?,
             Vec::new(),
         ),
-        Feedback::Edit {
-            text,
-            expected_version,
-        } => {
-            current.require_version(expected_version)?;
+        Feedback::Edit { text, .. } => {
             let mut on_event = replan_events(&state, &id);
             let stored = store
                 .edit_with_events(&id, &text, planner, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }
-        Feedback::Answer {
-            text,
-            expected_version,
-        } => {
-            current.require_version(expected_version)?;
+        Feedback::Answer { text, .. } => {
             let mut on_event = replan_events(&state, &id);
             let stored = store
                 .answer_with_events(&id, &text, planner, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }
-        Feedback::Patch {
-            patch,
-            expected_version,
-        } => {
-            current.require_version(expected_version)?;
+        Feedback::Patch { patch, .. } => {
             store.patch(&id, &patch, planner.catalog(), &actor).await?
         }
         Feedback::Step {
             step,
             verdict,
             note,
-            expected_version,
+            ..
         } => {
             let decided = store
                 .decide_step(&id, &step, verdict, &note, expected_version, &actor)

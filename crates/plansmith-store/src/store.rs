@@ -214,7 +214,7 @@ pub struct StoredPlan {
     /// When the current version was written.
     pub updated_at: DateTime<Utc>,
     /// Whether a run of the plan was in progress (running, or waiting for people) when it was
-    /// read with [`PlanStore::get_with_run`]: such a plan is not offered `run` again (the
+    /// read through [`PlanStore::with_run`]: such a plan is not offered `run` again (the
     /// executor would refuse it). Not part of the stored document; false from other reads.
     #[serde(default, skip_serializing)]
     pub run_active: bool,
@@ -990,22 +990,19 @@ impl PlanStore {
         decode_plan(&row)
     }
 
-    /// [`PlanStore::get`], with [`StoredPlan::run_active`] filled in from the plan's last run:
-    /// what a reader that offers the plan's actions calls.
-    pub async fn get_with_run(&self, id: &str) -> Result<StoredPlan> {
-        let mut stored = self.get(id).await?;
-        stored.run_active = self.run_active(id).await?;
+    /// `stored` with [`StoredPlan::run_active`] filled in from the plan's last run: what a
+    /// reader that offers the plan's actions calls. The run is looked up only when the review
+    /// state allows `run` (no other action depends on it).
+    pub async fn with_run(&self, mut stored: StoredPlan) -> Result<StoredPlan> {
+        if stored.state.allows(ReviewAction::Run) {
+            stored.run_active = self.exec_run(&stored.plan.id).await?.is_some_and(|run| {
+                matches!(
+                    run.state,
+                    crate::exec::RunState::Running | crate::exec::RunState::Waiting
+                )
+            });
+        }
         Ok(stored)
-    }
-
-    /// Whether the plan's last run is still in progress (running, or waiting for people).
-    pub async fn run_active(&self, id: &str) -> Result<bool> {
-        Ok(self.exec_run(id).await?.is_some_and(|run| {
-            matches!(
-                run.state,
-                crate::exec::RunState::Running | crate::exec::RunState::Waiting
-            )
-        }))
     }
 
     /// One version of a plan's document.

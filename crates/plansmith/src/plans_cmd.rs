@@ -407,7 +407,8 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     }
                 }
                 None => {
-                    let stored = store.get_with_run(&id).await.map_err(store_error)?;
+                    let stored = store.get(&id).await.map_err(store_error)?;
+                    let stored = store.with_run(stored).await.map_err(store_error)?;
                     if json {
                         print_json(&stored)?;
                     } else {
@@ -589,6 +590,7 @@ async fn refuse_early(
                 _ => None,
             })
             .collect();
+        tools.sort_unstable();
         tools.dedup();
         if !tools.is_empty() {
             return Err(CliError::input(anyhow!(

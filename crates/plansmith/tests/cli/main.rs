@@ -22,10 +22,16 @@ fn root() -> PathBuf {
 }
 
 fn plansmith(args: &[&str]) -> Output {
+    plansmith_with(args, &[])
+}
+
+/// [`plansmith`] with these environment variables set.
+fn plansmith_with(args: &[&str], vars: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_plansmith"))
         .args(args)
         .current_dir(root())
         .env_remove("PLANSMITH_MODEL")
+        .envs(vars.iter().copied())
         .output()
         .unwrap()
 }
@@ -396,15 +402,7 @@ fn exit_codes_for_needs_input_and_fallback() {
 fn progress_shows_each_step_and_repair_on_stderr() {
     // Keyword retrieval: whether the embedding model is installed yet (another test pulls it)
     // must not add its warning to the lines compared below.
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_plansmith"))
-            .args(args)
-            .current_dir(root())
-            .env_remove("PLANSMITH_MODEL")
-            .env("PLANSMITH_RETRIEVER", "bm25")
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| plansmith_with(args, &[("PLANSMITH_RETRIEVER", "bm25")]);
     let quiet = run(&MISSING_RECIPIENT);
     let mut with_progress = MISSING_RECIPIENT.to_vec();
     with_progress.extend(["--progress", "always"]);
@@ -622,12 +620,10 @@ fn tools_search_finds_by_meaning_what_keywords_miss() {
     // The vectors were cached for the next start.
     assert!(cache.path().join("vectors").read_dir().unwrap().count() >= 1);
 
-    let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args(["tools", "search", "x", "--tools", "examples/tools.json"])
-        .current_dir(root())
-        .env("PLANSMITH_RETRIEVER", "fuzzy")
-        .output()
-        .unwrap();
+    let output = plansmith_with(
+        &["tools", "search", "x", "--tools", "examples/tools.json"],
+        &[("PLANSMITH_RETRIEVER", "fuzzy")],
+    );
     assert_exit(&output, 2);
     assert!(
         text(&output.stderr).contains("bm25, dense or hybrid"),
