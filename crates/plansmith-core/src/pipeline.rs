@@ -1374,7 +1374,6 @@ impl Planner {
     }
 }
 
-/// `value` without object members that are `null`, recursively.
 /// Whether a planning call uses the tool-call format ([`crate::calls`]): asked for, or `auto`
 /// on a grammar backend (the embedded model) with no agents; only for `tool_steps` plans.
 fn uses_calls(options: &PlanOptions, strategy: Strategy, no_agents: bool) -> bool {
@@ -1386,6 +1385,7 @@ fn uses_calls(options: &PlanOptions, strategy: Strategy, no_agents: bool) -> boo
         }
 }
 
+/// `value` without object members that are `null`, recursively.
 fn drop_nulls(value: Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
