@@ -344,6 +344,21 @@ impl Planner {
         &self.catalog
     }
 
+    /// A planner for another catalog with this one's model, templates and investigator, and a
+    /// BM25 index over the new catalog (a retriever indexes one catalog; pass another with
+    /// [`Planner::with_retriever`]). Planning for a caller's own tools uses it: the model is
+    /// shared, only the catalog and its index are new.
+    pub fn for_catalog(&self, catalog: Catalog) -> Planner {
+        Planner {
+            retriever: Arc::new(Bm25Index::new(&catalog)),
+            catalog,
+            templates: Arc::clone(&self.templates),
+            model: Arc::clone(&self.model),
+            investigator: self.investigator.clone(),
+            schemas: Arc::default(),
+        }
+    }
+
     /// Plans one request.
     pub async fn plan(&self, request: &PlanRequest) -> Result<Outcome, PlanError> {
         self.run(request, None).await

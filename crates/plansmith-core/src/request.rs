@@ -111,6 +111,7 @@ pub struct Feedback {
 /// Which plan shape the model is asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Shape {
     /// Tool calls with arguments and dependencies (SAGE, LLMCompiler).
@@ -153,6 +154,7 @@ impl std::str::FromStr for Shape {
 /// How the model writes a `tool_steps` plan.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PlanFormat {
     /// `calls` on a model with constrained decoding (the embedded model) when the catalog has
@@ -196,6 +198,7 @@ impl std::str::FromStr for PlanFormat {
 /// What to return when no valid plan could be had.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FallbackPolicy {
     /// A plan whose guidance tells the user what went wrong (ValueCell).
@@ -218,6 +221,7 @@ pub enum FallbackPolicy {
 /// Knobs of one planning call.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct PlanOptions {
     /// At most this many steps (the closing reply is kept when cutting).

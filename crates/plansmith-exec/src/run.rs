@@ -21,8 +21,8 @@ use plansmith_core::{
     Action, Catalog, Feedback, LanguageModel, Outcome, OutcomeStatus, Plan, PlanRequest, Planner,
 };
 use plansmith_store::{
-    Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, ReviewAction, ReviewState, RunSignal,
-    RunState, StepEnd, StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
+    Change, Claim, ExecRun, ExecStatus, ExecStep, PlanStore, Planners, ReviewAction, ReviewState,
+    RunSignal, RunState, StepEnd, StepSeed, StepVerdict, StoreError, StoredPlan, Trigger,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -183,6 +183,7 @@ pub struct Executor {
     invokers: Invokers,
     catalog: Catalog,
     planner: Option<Arc<Planner>>,
+    planners: Option<Arc<Planners>>,
     summary_model: Option<Arc<dyn LanguageModel>>,
     observer: Option<Observer>,
     on_document: Option<DocumentObserver>,
@@ -214,6 +215,7 @@ impl Executor {
             invokers,
             catalog: Catalog::empty(),
             planner: None,
+            planners: None,
             summary_model: None,
             observer: None,
             on_document: None,
@@ -230,6 +232,14 @@ impl Executor {
     /// The planner used to replan from observations.
     pub fn with_planner(mut self, planner: Arc<Planner>) -> Executor {
         self.planner = Some(planner);
+        self
+    }
+
+    /// Where a plan made with its caller's own catalog finds it: such a plan's runs check
+    /// arguments and results against that catalog, and replan with it (when this executor
+    /// replans at all, [`Executor::with_planner`]), not with [`Executor::with_catalog`]'s.
+    pub fn with_planners(mut self, planners: Arc<Planners>) -> Executor {
+        self.planners = Some(planners);
         self
     }
 
@@ -442,6 +452,10 @@ struct Finished {
 
 struct Ctx<'a> {
     ex: &'a Executor,
+    /// The catalog of this plan: its own when it was made with one, or the executor's.
+    catalog: Catalog,
+    /// The planner that replans this plan, when the executor replans.
+    planner: Option<Arc<Planner>>,
     plan_id: String,
     plan: Plan,
     base_version: u32,
@@ -477,8 +491,17 @@ impl<'a> Ctx<'a> {
             })?;
         let stored = ex.store.get(plan_id).await?;
         let steps = ex.store.exec_steps(plan_id).await?;
+        let (catalog, planner) = match (&ex.planners, &stored.review.catalog) {
+            (Some(planners), Some(_)) => {
+                let own = planners.for_review(&ex.store, &stored.review).await?;
+                (own.catalog().clone(), ex.planner.as_ref().map(|_| own))
+            }
+            _ => (ex.catalog.clone(), ex.planner.clone()),
+        };
         let mut ctx = Ctx {
             ex,
+            catalog,
+            planner,
             plan_id: plan_id.to_owned(),
             plan: stored.plan,
             base_version: run.base_version,
@@ -958,7 +981,6 @@ impl<'a> Ctx<'a> {
             let invokers = self.ex.invokers.clone();
             let output_schema = match &step.action {
                 Action::Tool { name, .. } => self
-                    .ex
                     .catalog
                     .tool(name)
                     .and_then(|t| t.tool.output_schema.clone()),
@@ -1023,7 +1045,7 @@ impl<'a> Ctx<'a> {
         match &step.action {
             Action::Tool { name, arguments } => {
                 let resolved = resolve(&Value::Object(arguments.clone()), results)?;
-                if let Some(entry) = self.ex.catalog.tool(name) {
+                if let Some(entry) = self.catalog.tool(name) {
                     let problems: Vec<String> = entry
                         .validator()
                         .iter_errors(&resolved)
@@ -1188,7 +1210,7 @@ impl<'a> Ctx<'a> {
             .entry(fingerprint)
             .or_insert(self.replans);
         self.failed_calls.insert(call_fingerprint(&step.action));
-        let can_replan = self.ex.planner.is_some() && self.replans < self.ex.config.max_replans;
+        let can_replan = self.planner.is_some() && self.replans < self.ex.config.max_replans;
         let action = if failure.contradiction && can_replan {
             OnFailure::Replan
         } else {
@@ -1287,7 +1309,7 @@ impl<'a> Ctx<'a> {
     /// Replans the rest of the plan from the observations. False when it could not (the run
     /// then ends failed or stalled).
     async fn replan(&mut self) -> Result<bool, ExecError> {
-        let Some(planner) = self.ex.planner.clone() else {
+        let Some(planner) = self.planner.clone() else {
             return Ok(false);
         };
         if !self

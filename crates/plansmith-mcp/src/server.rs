@@ -1,8 +1,10 @@
 //! plansmith as an MCP server: the tools `plan`, `planning` and `feedback`.
 //!
-//! - `plan`: a request (query, profile, context, locale, max_steps, conversation) → the outcome
-//!   (`ready` / `needs_input` / `fallback`), the plan with its questions, and the diagnostics
-//!   (findings, attempts, repairs, strategy). The plan is stored for review unless
+//! - `plan`: a request (query, profile, context, locale, conversation, thread, time, target
+//!   agent, the planning `options` as `POST /v1/plans` takes them, and optionally the caller's
+//!   own `tools` and `agents`) → the outcome (`ready` / `needs_input` / `fallback`), the plan
+//!   with its questions, and the diagnostics (findings, attempts, repairs, strategy). A plan
+//!   made with the caller's tools keeps them for its replans and runs. The plan is stored for review unless
 //!   `save: false`, so `feedback` and `planning` can reach it by id. Planning reports its
 //!   progress to a client that sends a progress token. Any tool call ends when its client
 //!   cancels it.
@@ -33,7 +35,9 @@ use http_body_util::combinators::BoxBody;
 use plansmith_core::parse::{ParseDefaults, to_plan};
 use plansmith_core::plan_template::{PlanTemplate, TemplateParameter};
 use plansmith_core::{OutcomeStatus, PlanEvent, PlanOptions, PlanRequest, Planner, Severity};
-use plansmith_store::{Decision, ListFilter, PlanStore, Review, StepKey, StoreError, StoredPlan};
+use plansmith_store::{
+    Decision, ListFilter, PlanStore, Planners, Review, StepKey, StoreError, StoredPlan,
+};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -53,9 +57,10 @@ use crate::McpError;
 /// The plansmith MCP server: a planner and a plan store. Cheap to clone.
 #[derive(Clone)]
 pub struct PlansmithMcp {
-    planner: Arc<Planner>,
+    planners: Arc<Planners>,
     store: PlanStore,
     actor: String,
+    on_decided: Option<OnDecided>,
     tool_router: ToolRouter<PlansmithMcp>,
 }
 
@@ -66,6 +71,10 @@ impl std::fmt::Debug for PlansmithMcp {
             .finish_non_exhaustive()
     }
 }
+
+/// Called with a plan's id when a step decision was recorded that a waiting run applies now
+/// (a server resumes the run at once: [`PlansmithMcp::with_on_decided`]).
+pub type OnDecided = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Arguments of `plan`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -81,18 +90,42 @@ pub struct PlanParams {
     /// Locale of user-facing texts (default en-US).
     #[serde(default)]
     pub locale: Option<String>,
-    /// Most steps in the plan (default 8).
+    /// Most steps in the plan (default 8; `options.max_steps` too, this one wins).
     #[serde(default)]
     pub max_steps: Option<usize>,
     /// Conversation the plan belongs to.
     #[serde(default)]
     pub conversation_id: Option<String>,
+    /// Thread the plan belongs to.
+    #[serde(default)]
+    pub thread_id: Option<String>,
+    /// Agent the request is addressed to (a passthrough agent gets it without planning).
+    #[serde(default)]
+    pub target_agent: Option<String>,
+    /// The current time as the user sees it (RFC 3339; default now).
+    #[serde(default)]
+    pub now: Option<chrono::DateTime<chrono::Utc>>,
+    /// The planning options, as `POST /v1/plans` takes them (shape, format, fallback, top_k,
+    /// pinned_tools, max_repairs, triage, investigate, …); each left out keeps its default.
+    #[serde(default)]
+    pub options: Option<PlanOptions>,
+    /// The caller's tools, in any catalog form (an MCP `tools/list` result, a list of MCP
+    /// tools, OpenAI `tools`, a name → tool map); without it, the server's catalog. The plan
+    /// keeps this catalog for its replans and runs.
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// The caller's agent cards (a list, or `{"agents": [...]}`).
+    #[serde(default)]
+    pub agents: Option<Value>,
     /// Store the plan for review (default true).
     #[serde(default)]
     pub save: Option<bool>,
     /// Accept the plan without review (questions still wait for answers).
     #[serde(default)]
     pub auto_accept: bool,
+    /// Review rounds before the policy applies (default 3).
+    #[serde(default)]
+    pub max_iterations: Option<u32>,
 }
 
 /// The PlanningTool commands.
@@ -156,6 +189,12 @@ pub enum FeedbackAction {
     Answer,
     /// Reject it (text: the reason).
     Reject,
+    /// A structured edit: `patch` (RFC 6902 JSON Patch), re-validated against the plan's
+    /// catalog.
+    Patch,
+    /// A decision about one step of a running plan: `step` and `verdict` (approve / deny a
+    /// gated step, retry / skip / abort after a failure); a run waiting for it goes on.
+    Step,
 }
 
 /// Arguments of `feedback`.
@@ -163,11 +202,20 @@ pub enum FeedbackAction {
 pub struct FeedbackParams {
     /// The plan.
     pub plan_id: String,
-    /// accept, edit, answer or reject.
+    /// accept, edit, answer, reject, patch or step.
     pub action: FeedbackAction,
-    /// The feedback (edit), the answers (answer) or the reason (reject).
+    /// The feedback (edit), the answers (answer), the reason (reject) or a note (step).
     #[serde(default)]
     pub text: Option<String>,
+    /// The JSON Patch operations (patch).
+    #[serde(default)]
+    pub patch: Option<Value>,
+    /// The step id (step).
+    #[serde(default)]
+    pub step: Option<String>,
+    /// approve, deny, retry, skip or abort (step).
+    #[serde(default)]
+    pub verdict: Option<String>,
     /// Apply only if the plan is still at this version, the one the reviewer read (else the
     /// call fails and nothing changes).
     #[serde(default)]
@@ -344,11 +392,26 @@ impl PlansmithMcp {
     /// plans' history.
     pub fn new(planner: Arc<Planner>, store: PlanStore, actor: impl Into<String>) -> PlansmithMcp {
         PlansmithMcp {
-            planner,
+            planners: Arc::new(Planners::new(planner)),
             store,
             actor: actor.into(),
+            on_decided: None,
             tool_router: PlansmithMcp::tool_router(),
         }
+    }
+
+    /// Shares these planners (a service's, so that the catalogs its callers send are built
+    /// once for HTTP and MCP alike); the server's own planner becomes theirs.
+    pub fn with_planners(mut self, planners: Arc<Planners>) -> PlansmithMcp {
+        self.planners = planners;
+        self
+    }
+
+    /// Calls `on_decided` with the plan's id when a `step` decision lets a waiting run go on
+    /// (without it, a server's worker finds the run at its next poll).
+    pub fn with_on_decided(mut self, on_decided: OnDecided) -> PlansmithMcp {
+        self.on_decided = Some(on_decided);
+        self
     }
 
     fn actor_for(&self, owner: &Option<String>) -> String {
@@ -388,20 +451,41 @@ impl PlansmithMcp {
         request.context = params.context;
         request.locale = params.locale;
         request.conversation_id = params.conversation_id;
+        request.thread_id = params.thread_id;
+        request.target_agent = params.target_agent;
+        request.now = params.now;
         request.owner = owner.clone();
-        request.options = PlanOptions {
-            max_steps: params.max_steps.unwrap_or(PlanOptions::default().max_steps),
-            ..PlanOptions::default()
+        request.options = params.options.unwrap_or_default();
+        if let Some(max_steps) = params.max_steps {
+            request.options.max_steps = max_steps;
+        }
+        if let Some(problem) = request.problem() {
+            return failure(problem);
+        }
+        let mut review = Review {
+            auto_accept: params.auto_accept,
+            ..Review::default()
         };
-        let outcome = match plan_for(&self.planner, &request, &context).await {
+        if let Some(max) = params.max_iterations {
+            review.max_iterations = max;
+        }
+        let planner = match self
+            .planners
+            .for_request(&self.store, params.tools.as_ref(), params.agents.as_ref())
+            .await
+        {
+            Ok(Some((catalog, planner))) => {
+                review.catalog = Some(catalog);
+                planner
+            }
+            Ok(None) => Arc::clone(self.planners.default_planner()),
+            Err(err) => return failure(err.to_string()),
+        };
+        let outcome = match plan_for(&planner, &request, &context).await {
             Ok(outcome) => outcome,
             Err(err) => return failure(format!("planning failed: {err}")),
         };
         let stored = if params.save.unwrap_or(true) {
-            let review = Review {
-                auto_accept: params.auto_accept,
-                ..Review::default()
-            };
             match self
                 .store
                 .submit(&outcome, &request, review, &self.actor_for(&owner))
@@ -474,7 +558,7 @@ impl PlansmithMcp {
     }
 
     #[tool(
-        description = "Review a stored plan: accept it, edit it with free-text feedback (replans), answer its questions (replans), or reject it.",
+        description = "Review a stored plan: accept it, edit it with free-text feedback (replans), answer its questions (replans), reject it, patch it (a JSON Patch, re-validated), or decide about a step of its run (step + verdict: approve, deny, retry, skip, abort; a run waiting for it goes on).",
         annotations(
             read_only_hint = false,
             destructive_hint = false,
@@ -487,11 +571,46 @@ impl PlansmithMcp {
         context: RequestContext<RoleServer>,
     ) -> ToolAnswer {
         let owner = owner_of(&context);
-        if let Err(err) = self.visible(&params.plan_id, &owner).await {
-            return failure(err.to_string());
-        }
+        let current = match self.visible(&params.plan_id, &owner).await {
+            Ok(current) => current,
+            Err(err) => return failure(err.to_string()),
+        };
+        let planner = match self.planners.for_review(&self.store, &current.review).await {
+            Ok(planner) => planner,
+            Err(err) => return failure(err.to_string()),
+        };
         let text = params.text.unwrap_or_default();
+        let actor = self.actor_for(&owner);
         let decision = match params.action {
+            FeedbackAction::Patch => {
+                let Some(patch) = params.patch else {
+                    return failure("`patch` (JSON Patch operations) is required for patch");
+                };
+                return match self
+                    .store
+                    .patch(&params.plan_id, &patch, planner.catalog(), &actor)
+                    .await
+                {
+                    Ok((stored, diagnostics)) => {
+                        let mut value = stored_json(&stored);
+                        value["diagnostics"] = json!(diagnostics);
+                        answer(value, stored.render_text())
+                    }
+                    Err(err) => failure(err.to_string()),
+                };
+            }
+            FeedbackAction::Step => {
+                return self
+                    .decide_step(
+                        params.plan_id,
+                        params.step,
+                        params.verdict,
+                        text,
+                        params.expected_version,
+                        &actor,
+                    )
+                    .await;
+            }
             FeedbackAction::Accept => Decision::Accept,
             FeedbackAction::Reject => Decision::Reject(Some(text).filter(|t| !t.trim().is_empty())),
             FeedbackAction::Edit | FeedbackAction::Answer if text.trim().is_empty() => {
@@ -506,8 +625,8 @@ impl PlansmithMcp {
                 &params.plan_id,
                 decision,
                 params.expected_version,
-                Some(&self.planner),
-                &self.actor_for(&owner),
+                Some(&planner),
+                &actor,
             )
             .await;
         match decided {
@@ -535,6 +654,64 @@ impl PlansmithMcp {
 }
 
 impl PlansmithMcp {
+    /// The `step` action of `feedback`.
+    async fn decide_step(
+        &self,
+        plan_id: String,
+        step: Option<String>,
+        verdict: Option<String>,
+        note: String,
+        expected_version: Option<u32>,
+        actor: &str,
+    ) -> ToolAnswer {
+        let names = || {
+            plansmith_store::StepVerdict::ALL
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let Some(step) = step.filter(|s| !s.trim().is_empty()) else {
+            return failure("`step` (the step id) is required for step");
+        };
+        let Some(verdict) = verdict else {
+            return failure(format!(
+                "`verdict` is required for step: one of {}",
+                names()
+            ));
+        };
+        let Some(verdict) = plansmith_store::StepVerdict::ALL
+            .into_iter()
+            .find(|v| v.as_str() == verdict)
+        else {
+            return failure(format!(
+                "unknown verdict `{verdict}`: use one of {}",
+                names()
+            ));
+        };
+        match self
+            .store
+            .decide_step(&plan_id, &step, verdict, &note, expected_version, actor)
+            .await
+        {
+            Ok(decided) => {
+                if decided.applies == plansmith_store::Applies::Now
+                    && let Some(on_decided) = &self.on_decided
+                {
+                    on_decided(&plan_id);
+                }
+                let applies = serde_json::to_value(decided.applies).unwrap_or(Value::Null);
+                let text = format!(
+                    "Step {step} of plan {plan_id}: {} (applies: {})",
+                    verdict.as_str(),
+                    applies.as_str().unwrap_or_default()
+                );
+                answer(json!({"plan_id": plan_id, "step_decision": decided}), text)
+            }
+            Err(err) => failure(err.to_string()),
+        }
+    }
+
     async fn templates_command(
         &self,
         params: TemplatesParams,
@@ -650,7 +827,7 @@ impl PlansmithMcp {
                 let (mut plan, diagnostics) = template
                     .instantiate(
                         &params.arguments,
-                        self.planner.catalog(),
+                        self.planners.default_planner().catalog(),
                         &PlanOptions::default(),
                         &plan_id,
                         chrono::Utc::now(),

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use plansmith_core::PlanError;
 use plansmith_store::StoreError;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 
@@ -181,6 +181,18 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid { diagnostics } => ApiError::new("invalid_plan", message)
                 .with_details(serde_json::to_value(diagnostics).unwrap_or(Value::Null)),
             StoreError::Planning(plan_error) => ApiError::from(plan_error),
+            StoreError::BadCatalog(catalog_error) => {
+                let problems = match &catalog_error {
+                    plansmith_core::CatalogError::Invalid(problems) => problems
+                        .iter()
+                        .map(
+                            |p| json!({"name": p.name, "pointer": p.pointer, "message": p.message}),
+                        )
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                ApiError::new("bad_request", message).with_details(Value::Array(problems))
+            }
             _ => ApiError::new("internal", message),
         }
     }

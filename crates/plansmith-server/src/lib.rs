@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use plansmith_core::Planner;
-use plansmith_store::PlanStore;
+use plansmith_store::{PlanStore, Planners};
 
 pub use error::{ApiError, ERROR_TABLE, ErrorBody};
 pub use events::{EventBus, PlanBusEvent, RelayStats};
@@ -182,8 +182,11 @@ impl std::ops::Deref for AppState {
 pub struct Shared {
     /// The plan store.
     pub store: PlanStore,
-    /// The planner (model + catalog).
+    /// The planner (model + the service's catalog).
     pub planner: Arc<Planner>,
+    /// The service's planner and those built for catalogs that requests sent; a stored plan's
+    /// operations use [`Planners::for_review`].
+    pub planners: Arc<Planners>,
     /// Settings.
     pub config: Arc<ServerConfig>,
     /// Per-plan event channels.
@@ -219,9 +222,11 @@ struct Bucket {
 impl AppState {
     /// State over a store and a planner.
     pub fn new(store: PlanStore, planner: Planner, config: ServerConfig) -> AppState {
+        let planner = Arc::new(planner);
         AppState(Arc::new(Shared {
             store,
-            planner: Arc::new(planner),
+            planners: Arc::new(Planners::new(Arc::clone(&planner))),
+            planner,
             config: Arc::new(config),
             bus: EventBus::new(),
             metrics: Arc::new(Metrics::new()),
@@ -273,11 +278,14 @@ impl AppState {
         }
     }
 
-    /// Runs plans with `executor` (its events go to the plan event streams); with `worker`,
+    /// Runs plans with `executor` (its events go to the plan event streams; a plan made with
+    /// its caller's catalog runs against that one); with `worker`,
     /// also joins the running runs of the store every poll interval (several processes
     /// on one PostgreSQL store share the work).
     pub fn with_executor(mut self, executor: plansmith_exec::Executor, worker: bool) -> AppState {
         let every = executor.config().poll_interval;
+        // Plans made with their caller's catalog run against it.
+        let executor = executor.with_planners(Arc::clone(&self.planners));
         let runner = Runner::new(executor, self.bus.clone());
         if worker {
             run::spawn_worker(runner.clone(), every);

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{
@@ -15,7 +16,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
 use plansmith_core::{
-    Diagnostic, Diagnostics, Outcome, OutcomeStatus, Plan, PlanEvent, PlanRequest, StepStatus,
+    Diagnostic, Diagnostics, Outcome, OutcomeStatus, Plan, PlanEvent, PlanRequest, Planner,
+    StepStatus,
 };
 use plansmith_store::store::parse_status;
 use plansmith_store::{
@@ -818,6 +820,14 @@ pub struct CreatePlan {
     /// Review rounds before the policy applies (default 3).
     #[serde(default)]
     pub max_iterations: Option<u32>,
+    /// The caller's tools, in any catalog form the CLI reads (an MCP `tools/list` result, a
+    /// list of MCP tools, OpenAI `tools`, a name → tool map); without it, the service's
+    /// catalog. The plan keeps this catalog for its replans, edits and runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Value>,
+    /// The caller's agent cards (a list, or `{"agents": [...]}`), with `tools` or alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Value>,
 }
 
 /// Query of `POST /v1/plans`.
@@ -847,6 +857,7 @@ struct Created {
     responses(
         (status = 201, description = "Planned and stored", body = Created),
         (status = 200, description = "With `stream=true`: Server-Sent Events `attempt_started`, `token`, `step`, `repair` (data: the engine's `PlanEvent`), then `outcome` (data: `Created`) or `error` (data: `ErrorBody`)", content_type = "text/event-stream", body = SseEvent),
+        (status = 400, description = "`bad_request`: an empty query, a bad locale, or sent `tools` / `agents` that do not load (`details` lists each problem with the tool's name and the JSON pointer into the body)", body = ErrorBody),
         (status = 409, description = "`conflict`: the plan id is taken (a request whose `feedback.previous` names a stored plan keeps that id; revise a stored plan through its feedback route instead)", body = ErrorBody),
         (status = 422, description = "`planning_failed`: no valid plan; `details` is the engine's diagnostics", body = ErrorBody),
         (status = 502, description = "`model_error`: the language model failed", body = ErrorBody),
@@ -871,10 +882,21 @@ async fn create_plan(
     if let Some(max) = body.max_iterations {
         review.max_iterations = max;
     }
+    let planner = match state
+        .planners
+        .for_request(&state.store, body.tools.as_ref(), body.agents.as_ref())
+        .await?
+    {
+        Some((catalog, planner)) => {
+            review.catalog = Some(catalog);
+            planner
+        }
+        None => Arc::clone(&state.planner),
+    };
     if !query.stream {
         // Boxed: the planner's future is kilobytes, and inline it made this handler's future
         // as large, which axum copies as it boxes it (~2 % of a plan's time under load, perf).
-        let outcome = Box::pin(plan(&state, &request, None)).await?;
+        let outcome = Box::pin(plan(&state, &planner, &request, None)).await?;
         let created = Box::pin(store(&state, outcome, &request, review, &caller.actor())).await?;
         return Ok(json_response(StatusCode::CREATED, &created));
     }
@@ -885,7 +907,7 @@ async fn create_plan(
         // dropped, and a local model stops generating), as it does when the client of a plain
         // request goes away. A plan already made is still stored.
         let planned = tokio::select! {
-            planned = plan(&state, &request, Some(tx.clone())) => planned,
+            planned = plan(&state, &planner, &request, Some(tx.clone())) => planned,
             () = tx.closed() => return,
         };
         let result = match planned {
@@ -950,6 +972,7 @@ where
 /// Plans `request`, sending the planning events to `events` when there is a stream.
 async fn plan(
     state: &AppState,
+    planner: &Planner,
     request: &PlanRequest,
     events: Option<mpsc::UnboundedSender<Event>>,
 ) -> Result<Outcome, ApiError> {
@@ -957,12 +980,12 @@ async fn plan(
     // or the request timeout fired), the planning call is counted as abandoned.
     let unanswered = Unanswered(&state.metrics);
     let result = match events {
-        None => state.planner.plan(request).await,
+        None => planner.plan(request).await,
         Some(tx) => {
             let mut on_event = move |event: PlanEvent| {
                 let _ = tx.send(sse_json(event_kind(&event), &event));
             };
-            state.planner.plan_with_events(request, &mut on_event).await
+            planner.plan_with_events(request, &mut on_event).await
         }
     };
     std::mem::forget(unanswered);
@@ -1313,7 +1336,8 @@ async fn feedback(
     let current = load(&state, &caller, &id).await?;
     let actor = caller.actor();
     let store = &state.store;
-    let planner = state.planner.as_ref();
+    let planner = state.planners.for_review(store, &current.review).await?;
+    let planner = planner.as_ref();
     let mut step_decision = None;
     // Every action but a step decision (which compares the step itself) is refused here when
     // the plan moved on from the version the reviewer read; accept and reject check again as
@@ -1415,10 +1439,14 @@ async fn check_edit(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<Check>,
 ) -> Result<Json<Checked>, ApiError> {
-    load(&state, &caller, &id).await?;
+    let current = load(&state, &caller, &id).await?;
+    let planner = state
+        .planners
+        .for_review(&state.store, &current.review)
+        .await?;
     let (plan, diagnostics) = state
         .store
-        .check_patch(&id, &body.patch, state.planner.catalog())
+        .check_patch(&id, &body.patch, planner.catalog())
         .await?;
     Ok(Json(Checked {
         valid: !diagnostics.iter().any(Diagnostic::is_error),

@@ -1,6 +1,6 @@
 //! [`StoreError`]: everything a store operation can fail with.
 
-use plansmith_core::{Diagnostic, PlanError};
+use plansmith_core::{CatalogError, Diagnostic, PlanError};
 
 use crate::review::ReviewState;
 
@@ -72,6 +72,13 @@ pub enum StoreError {
     /// A JSON Patch that does not apply, or a patched document that is not a plan.
     #[error("bad edit: {0}")]
     BadEdit(String),
+    /// A caller's tool catalog (or agent cards) that does not load: each problem names the
+    /// tool or agent and the JSON pointer into what was sent.
+    #[error("invalid catalog: {0}")]
+    BadCatalog(CatalogError),
+    /// A plan names a stored catalog that is not in the store.
+    #[error("plan catalog `{0}` is not in the store")]
+    CatalogNotFound(String),
     /// Replanning failed.
     #[error("replanning failed: {0}")]
     Planning(#[from] PlanError),

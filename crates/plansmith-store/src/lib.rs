@@ -64,6 +64,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod catalogs;
 pub mod error;
 pub mod exec;
 mod group;
@@ -73,6 +74,7 @@ pub mod review;
 pub mod store;
 pub mod templates;
 
+pub use catalogs::Planners;
 pub use error::{Result, StoreError};
 pub use exec::{
     Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RUN_STOP, RunSignal, RunState,

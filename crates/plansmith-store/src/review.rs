@@ -205,6 +205,11 @@ pub struct Review {
     pub rejection: Option<String>,
     /// The planning request the plan came from (replans reuse its options and context).
     pub request: Option<PlanRequest>,
+    /// The catalog the plan was made with when its caller sent one (its id in the store's
+    /// catalogs, [`PlanStore::save_catalog`](crate::PlanStore::save_catalog)); none: the
+    /// service's own. Replans, patches and runs of the plan use this catalog.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<String>,
 }
 
 impl Default for Review {
@@ -217,6 +222,7 @@ impl Default for Review {
             schedule_confirmed: false,
             rejection: None,
             request: None,
+            catalog: None,
         }
     }
 }
@@ -230,6 +236,7 @@ impl PartialEq for Review {
             && self.iteration == other.iteration
             && self.schedule_confirmed == other.schedule_confirmed
             && self.rejection == other.rejection
+            && self.catalog == other.catalog
             && serde_json::to_value(&self.request).ok() == serde_json::to_value(&other.request).ok()
     }
 }

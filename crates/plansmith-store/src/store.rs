@@ -698,6 +698,17 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
         // as a corrupt row (see `VERSION_DOCUMENT`).
         &[],
     ),
+    (
+        9,
+        "catalogs sent with requests, by content id",
+        // A plan made with a caller's tools keeps their id in its review; its replans and runs
+        // read the document back from here, on any process on the store.
+        &["CREATE TABLE IF NOT EXISTS catalogs (
+            id TEXT PRIMARY KEY,
+            document TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )"],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every

@@ -19,8 +19,8 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use plansmith_core::{Outcome, PlanError, PlanRequest, Planner, Templates};
 use plansmith_store::{
-    ListFilter, Location, MaxIterationsPolicy, PlanStore, Review, ReviewAction, ReviewState,
-    StepKey, StoreError, StoredPlan,
+    ListFilter, Location, MaxIterationsPolicy, PlanStore, Planners, Review, ReviewAction,
+    ReviewState, StepKey, StoreError, StoredPlan,
 };
 
 use crate::{CliError, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_MODEL, EXIT_NEEDS_INPUT, EXIT_OK};
@@ -245,6 +245,25 @@ impl PlannerArgs {
                 planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
         }
         Ok(planner)
+    }
+
+    /// The planner for stored plan `id`: `base`, over the catalog given here; without one, over
+    /// the catalog the plan was made with when its caller sent one (over HTTP or MCP).
+    async fn for_plan(
+        &self,
+        store: &PlanStore,
+        id: &str,
+        base: Planner,
+    ) -> Result<Arc<Planner>, CliError> {
+        let base = Arc::new(base);
+        if self.tools.is_some() || self.agents.is_some() {
+            return Ok(base);
+        }
+        let stored = store.get(id).await.map_err(store_error)?;
+        Planners::new(base)
+            .for_review(store, &stored.review)
+            .await
+            .map_err(store_error)
     }
 
     fn catalog_planner(&self) -> Result<Planner, CliError> {
@@ -512,7 +531,9 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                 let patch: serde_json::Value = serde_json::from_str(&patch_text)
                     .context("the patch is not JSON")
                     .map_err(CliError::input)?;
-                let planner = planner.catalog_planner()?;
+                let planner = planner
+                    .for_plan(&store, &id, planner.catalog_planner()?)
+                    .await?;
                 let (stored, diagnostics) = store
                     .patch(&id, &patch, planner.catalog(), actor)
                     .await
@@ -525,7 +546,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             }
             (Some(text), None) => {
                 refuse_early(&store, &id, ReviewAction::Edit, &planner).await?;
-                let planner = planner.planner()?;
+                let planner = planner.for_plan(&store, &id, planner.planner()?).await?;
                 show_result(store.edit(&id, &text, &planner, actor).await)
             }
             (None, None) => Err(CliError::input(anyhow!(
@@ -534,7 +555,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
         },
         PlansCommand::Answer { id, text, planner } => {
             refuse_early(&store, &id, ReviewAction::Answer, &planner).await?;
-            let planner = planner.planner()?;
+            let planner = planner.for_plan(&store, &id, planner.planner()?).await?;
             show_result(store.answer(&id, &text, &planner, actor).await)
         }
         PlansCommand::Mark {
@@ -580,7 +601,8 @@ async fn refuse_early(
 ) -> Result<(), CliError> {
     let stored = store.get(id).await.map_err(store_error)?;
     stored.require(action).map_err(store_error)?;
-    if planner.tools.is_none() {
+    // A plan made with its caller's catalog replans with that one.
+    if planner.tools.is_none() && stored.review.catalog.is_none() {
         let mut tools: Vec<&str> = stored
             .plan
             .steps

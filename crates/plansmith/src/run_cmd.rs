@@ -166,10 +166,26 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
             seen.store(true, Ordering::Release);
             observer.show(event);
         }));
-    if let Some(model) = model {
-        executor = executor
-            .with_planner(Arc::new(crate::retrieval::planner(catalog, model.clone())?))
-            .with_summary_model(model);
+    let replanner = match &model {
+        Some(model) => Some(Arc::new(crate::retrieval::planner(
+            catalog.clone(),
+            model.clone(),
+        )?)),
+        None => None,
+    };
+    // Without a catalog here, a plan made with its caller's catalog (over HTTP or MCP) runs
+    // against that one.
+    if args.tools.is_none() && args.mcp.is_none() {
+        let base = replanner.clone().unwrap_or_else(|| {
+            Arc::new(plansmith_core::Planner::new(
+                catalog.clone(),
+                Arc::new(plansmith_core::ScriptedModel::new(Vec::<String>::new())),
+            ))
+        });
+        executor = executor.with_planners(Arc::new(plansmith_store::Planners::new(base)));
+    }
+    if let (Some(model), Some(replanner)) = (model, replanner) {
+        executor = executor.with_planner(replanner).with_summary_model(model);
     }
     let mut signals = Interrupts::install().map_err(CliError::failed)?;
     let run = async {

@@ -334,9 +334,14 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 ),
             ),
         }
+        // The executor, once there is one: a step decided over MCP resumes its waiting run
+        // here at once, as one decided over HTTP does.
+        let runner_slot: Arc<std::sync::OnceLock<plansmith_server::Runner>> = Arc::default();
         // The same tools as `plansmith mcp`, over streamable HTTP at /mcp.
         let mcp = plansmith_mcp::server::http_service(
-            PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp"),
+            PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp")
+                .with_planners(state.planners.clone())
+                .with_on_decided(resume_waiting(state.store.clone(), runner_slot.clone())),
             tokens,
         );
         let mcp_sessions = mcp.clone();
@@ -383,6 +388,9 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 )))
                 .with_summary_model(model);
             state = state.with_executor(executor, true);
+            if let Some(runner) = &state.runner {
+                let _ = runner_slot.set(runner.clone());
+            }
         }
         let signals = stop_signals().map_err(CliError::failed)?;
         let store = state.store.clone();
@@ -463,6 +471,27 @@ fn stop_signals() -> anyhow::Result<tokio::sync::watch::Receiver<u32>> {
         }
     });
     Ok(counted)
+}
+
+/// What a step decision over MCP does in `serve`: the plan's run, if it waits for people,
+/// goes on on this process (without an executor, nothing: another process's worker finds it).
+fn resume_waiting(
+    store: plansmith_store::PlanStore,
+    runner: Arc<std::sync::OnceLock<plansmith_server::Runner>>,
+) -> plansmith_mcp::server::OnDecided {
+    Arc::new(move |plan_id: &str| {
+        let Some(runner) = runner.get().cloned() else {
+            return;
+        };
+        let (store, plan_id) = (store.clone(), plan_id.to_owned());
+        tokio::spawn(async move {
+            if let Ok(Some(run)) = store.exec_run(&plan_id).await
+                && run.state == plansmith_store::RunState::Waiting
+            {
+                runner.spawn_join(&plan_id, true);
+            }
+        });
+    })
 }
 
 #[cfg(test)]

@@ -36,8 +36,8 @@ fn reply(steps: Value) -> String {
     json!({"title": "replanned", "steps": steps}).to_string()
 }
 
-fn executor(env: &Env, model: Arc<ScriptedModel>) -> (Executor, Seen) {
-    let planner = Planner::new(catalog(), model);
+/// An executor that replans once a step failed, with the three tools' commands.
+fn replanning(env: &Env) -> Executor {
     let mut config = config("n");
     config.policy.on_failure = OnFailure::Replan;
     config.policy.retries = 0;
@@ -46,9 +46,14 @@ fn executor(env: &Env, model: Arc<ScriptedModel>) -> (Executor, Seen) {
         ("broken", script("fail.sh", &["upstream said 503"])),
         ("fixed", script("echo.sh", &[])),
     ]);
+    Executor::new(env.store.clone(), tools, config)
+}
+
+fn executor(env: &Env, model: Arc<ScriptedModel>) -> (Executor, Seen) {
+    let planner = Planner::new(catalog(), model);
     let seen = Seen::default();
     let executor = seen.attach(
-        Executor::new(env.store.clone(), tools, config)
+        replanning(env)
             .with_catalog(catalog())
             .with_planner(Arc::new(planner)),
     );
@@ -161,4 +166,46 @@ async fn the_same_failure_after_a_replan_stalls() {
         "{report:?}"
     );
     assert_eq!(model.remaining(), 1, "no second replan after a stall");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_made_with_its_callers_catalog_replans_with_it() {
+    let env = env().await;
+    // The plan's own catalog is stored; the executor's planners know none of its tools.
+    let document = json!({"tools": [
+        {"name": "items", "description": "list items", "input_schema": {"type": "object"}},
+        {"name": "broken", "description": "old fetch", "input_schema": {"type": "object"}},
+        {"name": "fixed", "description": "new fetch", "input_schema": {"type": "object",
+            "properties": {"id": {"type": "string"}}, "required": ["id"]}}
+    ]});
+    let catalog_id = env.store.save_catalog(&document).await.unwrap();
+    failing_plan(&env, "own").await;
+    let stored = env.store.get("own").await.unwrap();
+    let mut review = stored.review.clone();
+    review.catalog = Some(catalog_id);
+    env.store
+        .write(plansmith_store::Change {
+            expected_version: stored.version(),
+            plan: stored.plan.clone(),
+            state: stored.state,
+            review,
+            trigger: Trigger::StepUpdate,
+            actor: "test".to_owned(),
+        })
+        .await
+        .unwrap();
+    let model = Arc::new(ScriptedModel::new([reply(json!([
+        {"id": "s1", "type": "tool", "title": "list", "name": "items", "arguments": {}},
+        {"id": "s2", "type": "tool", "title": "fetch again", "name": "fixed",
+         "arguments": {"id": {"$ref": "s1.output.items[0].id"}}, "depends_on": ["s1"]}
+    ]))]));
+    let empty = Arc::new(Planner::new(Catalog::empty(), model));
+    let executor = replanning(&env)
+        .with_planner(empty.clone())
+        .with_planners(Arc::new(plansmith_store::Planners::new(empty)));
+    let report = executor.run("own").await.unwrap();
+    // Against the executor's empty catalog the replan would name unknown tools and fail.
+    assert_eq!(report.state, RunState::Completed, "{report:?}");
+    assert_eq!(report.replans, 1);
+    assert_eq!(report.steps[1].title, "fetch again", "{report:?}");
 }

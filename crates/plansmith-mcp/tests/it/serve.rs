@@ -476,3 +476,110 @@ async fn cancel_and_see_the_model_dropped(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_takes_the_options_and_the_tools_of_its_caller() {
+    let order = json!({"title": "Find the order", "steps": [
+        {"id": "s1", "type": "tool", "name": "lookup_order", "arguments": {"order_id": "A-17"}},
+        {"id": "s2", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}
+    ]});
+    let replanned = json!({"title": "Find the other order", "steps": [
+        {"id": "s1", "type": "tool", "name": "lookup_order", "arguments": {"order_id": "B-2"}}
+    ]});
+    let s = start(vec![
+        order.to_string(),
+        order.to_string(),
+        replanned.to_string(),
+    ])
+    .await;
+    let plan_tool = s
+        .client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "plan")
+        .unwrap();
+    let properties = plan_tool.input_schema["properties"].as_object().unwrap();
+    for name in ["options", "tools", "agents", "thread_id", "max_iterations"] {
+        assert!(properties.contains_key(name), "{name}: {properties:?}");
+    }
+    let tools = json!({"tools": [{"name": "lookup_order", "description": "An order by id",
+        "inputSchema": {"type": "object", "properties": {"order_id": {"type": "string"}},
+                        "required": ["order_id"]}}]});
+
+    // The options reach the planner (one step at most, no repairs); the sent tool is planned
+    // with, and the server's own tools are not in that catalog.
+    let planned = s
+        .ok(
+            "plan",
+            json!({"query": "Where is order A-17?", "tools": tools,
+                   "options": {"max_steps": 1, "max_repairs": 0}}),
+        )
+        .await;
+    let steps = planned["plan"]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{planned}");
+    assert_eq!(steps[0]["action"]["name"], "lookup_order", "{planned}");
+    let id = planned["plan_id"].as_str().unwrap().to_owned();
+
+    // Without the tools, the same reply names a tool the server does not have.
+    let other = s
+        .ok(
+            "plan",
+            json!({"query": "Where is order A-17?", "options": {"max_repairs": 0}}),
+        )
+        .await;
+    assert_ne!(other["status"], "ready", "{other}");
+
+    // A replan of the first plan still has the sent tool.
+    let edited = s
+        .ok(
+            "feedback",
+            json!({"plan_id": id, "action": "edit", "text": "It is B-2"}),
+        )
+        .await;
+    assert_eq!(
+        edited["plan"]["steps"][0]["action"]["arguments"]["order_id"], "B-2",
+        "{edited}"
+    );
+
+    // A JSON Patch is validated against the plan's own catalog too; a step decision needs a
+    // run that would read it.
+    let patched = s
+        .ok(
+            "feedback",
+            json!({"plan_id": id, "action": "patch", "patch": [{"op": "replace",
+                   "path": "/steps/0/action/arguments/order_id", "value": "C-3"}]}),
+        )
+        .await;
+    assert_eq!(
+        patched["plan"]["steps"][0]["action"]["arguments"]["order_id"], "C-3",
+        "{patched}"
+    );
+    let text = s
+        .fails(
+            "feedback",
+            json!({"plan_id": id, "action": "step", "step": "s1", "verdict": "approve"}),
+        )
+        .await;
+    assert!(text.contains("it never ran"), "{text}");
+    let text = s
+        .fails(
+            "feedback",
+            json!({"plan_id": id, "action": "step", "step": "s1", "verdict": "maybe"}),
+        )
+        .await;
+    assert!(text.contains("approve, deny, retry, skip, abort"), "{text}");
+
+    // A broken catalog is refused, naming the tool and where it is wrong.
+    let text = s
+        .fails(
+            "plan",
+            json!({"query": "x", "tools": [{"name": "broken", "inputSchema": {"type": "nonsense"}}]}),
+        )
+        .await;
+    assert!(
+        text.contains("broken") && text.contains("/tools/0"),
+        "{text}"
+    );
+}

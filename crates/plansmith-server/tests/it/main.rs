@@ -3,6 +3,7 @@
 
 mod api;
 mod browser;
+mod catalogs;
 mod openapi;
 mod run;
 mod security;

@@ -1,0 +1,252 @@
+//! Catalogs that callers send with a request, stored by content and planned with.
+//!
+//! A service is started with one catalog, but several agents may share it, each with its own
+//! tools. A request may carry its tools and agents (in any form [`Catalog::from_json`] reads);
+//! the document is stored once in the `catalogs` table under its content id (SHA-256 of its
+//! JSON), the plan's [`Review::catalog`] names that id, and every later operation on the plan
+//! (replan after an edit or an answer, JSON Patch, run, replan after a failed step) plans and
+//! validates against the same catalog, in this process or another one on the same store.
+//!
+//! [`Planners`] holds the service's own planner and a bounded set of planners built for sent
+//! catalogs, keyed by content id, so a caller that sends the same tools with every request pays
+//! for compiling their schemas once.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use plansmith_core::{Catalog, CatalogError, CatalogProblem, Planner};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+
+use crate::error::{Result, StoreError};
+use crate::review::Review;
+use crate::store::{PlanStore, timestamp};
+
+/// Planners built for sent catalogs that are kept (the oldest built goes first).
+const KEPT: usize = 32;
+
+impl PlanStore {
+    /// Stores a catalog document under its content id and returns the id (`sha256:` and the
+    /// hex digest of its JSON text). Storing the same document again changes nothing.
+    pub async fn save_catalog(&self, document: &Value) -> Result<String> {
+        let text = document.to_string();
+        let id = content_id(&text);
+        sqlx::query(
+            "INSERT INTO catalogs (id, document, created_at) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id.clone())
+        .bind(text)
+        .bind(timestamp(Utc::now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(id)
+    }
+
+    /// The catalog document stored under `id` ([`StoreError::CatalogNotFound`] when none is).
+    pub async fn catalog_document(&self, id: &str) -> Result<Value> {
+        let row = sqlx::query("SELECT document FROM catalogs WHERE id = $1")
+            .bind(id.to_owned())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::CatalogNotFound(id.to_owned()))?;
+        let text: String = row.try_get(0)?;
+        serde_json::from_str(&text).map_err(|err| StoreError::Corrupt {
+            id: id.to_owned(),
+            reason: format!("the stored catalog is not JSON: {err}"),
+        })
+    }
+}
+
+/// The content id of a catalog document's JSON text.
+fn content_id(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut id = String::with_capacity(7 + 64);
+    id.push_str("sha256:");
+    for byte in digest {
+        id.push_str(&format!("{byte:02x}"));
+    }
+    id
+}
+
+/// The document stored for sent tools and agents: `{"tools": …, "agents": …}`, each only when
+/// sent, as sent.
+fn document(tools: Option<&Value>, agents: Option<&Value>) -> Value {
+    let mut map = Map::new();
+    if let Some(tools) = tools {
+        map.insert("tools".to_owned(), tools.clone());
+    }
+    if let Some(agents) = agents {
+        map.insert("agents".to_owned(), agents.clone());
+    }
+    Value::Object(map)
+}
+
+/// Compiles a stored or sent catalog document. Problems point into the document
+/// (`/tools/0/inputSchema/type`), which is also where they are in a request that sent it.
+fn compile(document: &Value) -> std::result::Result<Catalog, CatalogError> {
+    let within = |err: CatalogError, base: &str| match err {
+        CatalogError::Invalid(problems) => CatalogError::Invalid(
+            problems
+                .into_iter()
+                .map(|p| CatalogProblem {
+                    pointer: format!("{base}{}", p.pointer),
+                    ..p
+                })
+                .collect(),
+        ),
+        other => other,
+    };
+    let catalog = match document.get("tools") {
+        Some(tools) => Catalog::from_json(tools).map_err(|err| within(err, "/tools"))?,
+        None => Catalog::empty(),
+    };
+    match document.get("agents") {
+        Some(agents) => {
+            let cards = Catalog::agents_from_json(agents).map_err(|err| within(err, "/agents"))?;
+            catalog.with_agents(cards)
+        }
+        None => Ok(catalog),
+    }
+}
+
+/// The planners a service plans with: its own, and one for each catalog a caller sent (see
+/// the module docs). Cheap to share behind an `Arc`.
+pub struct Planners {
+    default: Arc<Planner>,
+    built: Mutex<Built>,
+}
+
+#[derive(Default)]
+struct Built {
+    by_id: HashMap<String, Arc<Planner>>,
+    order: VecDeque<String>,
+}
+
+impl std::fmt::Debug for Planners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planners")
+            .field("default", &self.default)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Planners {
+    /// The service's own planner, and none built yet.
+    pub fn new(default: Arc<Planner>) -> Planners {
+        Planners {
+            default,
+            built: Mutex::default(),
+        }
+    }
+
+    /// The service's own planner (its catalog is every plan's without a sent one).
+    pub fn default_planner(&self) -> &Arc<Planner> {
+        &self.default
+    }
+
+    /// The planner for a request that sent `tools` and/or `agents`: the document is stored
+    /// (so the plan's later operations find it), compiled off the async workers on first
+    /// sight, and kept. Returns its content id with the planner, or `None` when neither was
+    /// sent (the service's own planner applies). A document that does not load is
+    /// [`StoreError::BadCatalog`], naming each tool or agent and its JSON pointer.
+    pub async fn for_request(
+        &self,
+        store: &PlanStore,
+        tools: Option<&Value>,
+        agents: Option<&Value>,
+    ) -> Result<Option<(String, Arc<Planner>)>> {
+        if tools.is_none() && agents.is_none() {
+            return Ok(None);
+        }
+        let document = document(tools, agents);
+        let id = content_id(&document.to_string());
+        let planner = match self.cached(&id) {
+            Some(planner) => planner,
+            None => self.build(&id, document.clone()).await?,
+        };
+        store.save_catalog(&document).await?;
+        Ok(Some((id, planner)))
+    }
+
+    /// The planner for a stored plan's operations: the one for the catalog it was made with
+    /// ([`Review::catalog`], loaded from the store when this process has not built it), or
+    /// the service's own.
+    pub async fn for_review(&self, store: &PlanStore, review: &Review) -> Result<Arc<Planner>> {
+        let Some(id) = review.catalog.as_deref() else {
+            return Ok(Arc::clone(&self.default));
+        };
+        if let Some(planner) = self.cached(id) {
+            return Ok(planner);
+        }
+        let document = store.catalog_document(id).await?;
+        self.build(id, document).await
+    }
+
+    fn cached(&self, id: &str) -> Option<Arc<Planner>> {
+        let built = self.built.lock().ok()?;
+        built.by_id.get(id).cloned()
+    }
+
+    /// Compiles `document` on a blocking thread (a large catalog's schemas take a while) and
+    /// keeps the planner under `id`.
+    async fn build(&self, id: &str, document: Value) -> Result<Arc<Planner>> {
+        let compiled = tokio::task::spawn_blocking(move || compile(&document))
+            .await
+            .map_err(|err| StoreError::BadEdit(format!("compiling the catalog stopped: {err}")))?;
+        let catalog = compiled.map_err(StoreError::BadCatalog)?;
+        let planner = Arc::new(self.default.for_catalog(catalog));
+        if let Ok(mut built) = self.built.lock()
+            && !built.by_id.contains_key(id)
+        {
+            if built.order.len() >= KEPT
+                && let Some(oldest) = built.order.pop_front()
+            {
+                built.by_id.remove(&oldest);
+            }
+            built.order.push_back(id.to_owned());
+            built.by_id.insert(id.to_owned(), Arc::clone(&planner));
+        }
+        Ok(planner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn problems_point_into_what_was_sent() {
+        let document = document(
+            Some(&json!([{"name": "ok", "inputSchema": {"type": "object"}},
+                         {"name": "bad", "inputSchema": {"type": "nonsense"}}])),
+            None,
+        );
+        let Err(CatalogError::Invalid(problems)) = compile(&document) else {
+            panic!("a broken schema must not compile");
+        };
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].name, "bad");
+        assert!(
+            problems[0].pointer.starts_with("/tools/1"),
+            "{}",
+            problems[0].pointer
+        );
+    }
+
+    #[test]
+    fn the_same_document_has_the_same_id() {
+        let tools = json!([{"name": "a", "inputSchema": {"type": "object"}}]);
+        let one = content_id(&document(Some(&tools), None).to_string());
+        let two = content_id(&document(Some(&tools.clone()), None).to_string());
+        assert_eq!(one, two);
+        assert_ne!(
+            one,
+            content_id(&document(Some(&tools), Some(&json!([]))).to_string())
+        );
+        assert!(one.starts_with("sha256:") && one.len() == 7 + 64, "{one}");
+    }
+}
