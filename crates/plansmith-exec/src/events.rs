@@ -89,6 +89,9 @@ pub enum ExecEvent {
         kept: Vec<String>,
         /// Steps of the new plan still to run.
         added: Vec<String>,
+        /// Every step of the new plan (id, title), as `run_started` lists them: a step the
+        /// replan changed is shown with its new title.
+        steps: Vec<(String, String)>,
         /// Replans so far.
         replans: u32,
     },

@@ -19,8 +19,9 @@ pub struct Merged {
 }
 
 /// Keeps the old plan's completed steps (`completed`: id → result) and appends the new plan's
-/// other steps. A new step equal to a completed one (title, description, action) is that
-/// step; a new step whose id is taken gets the next free `sN`; dependencies and `$ref`s follow
+/// other steps. A new step that makes the same tool call as a completed one (tool and
+/// arguments; models retitle steps when they replan), or that equals it (title, description,
+/// action), is that step: the call is not made again; a new step whose id is taken gets the next free `sN`; dependencies and `$ref`s follow
 /// the renames.
 pub fn merge(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -> Merged {
     let mut steps = Vec::new();
@@ -48,7 +49,9 @@ pub fn merge(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -> Merge
     let mut fresh = Vec::new();
     for step in new.steps {
         let same = steps.iter().find(|k| {
-            k.title == step.title && k.description == step.description && k.action == step.action
+            k.action == step.action
+                && (matches!(k.action, Action::Tool { .. })
+                    || (k.title == step.title && k.description == step.description))
         });
         if let Some(same) = same {
             renamed.insert(step.id.clone(), same.id.clone());
@@ -214,6 +217,32 @@ mod tests {
             panic!()
         };
         assert_eq!(arguments["a"], json!({"$ref": "s3.output"}));
+    }
+
+    #[test]
+    fn a_retitled_completed_call_is_not_made_again() {
+        let mut old = Plan::new("p", "g");
+        old.steps = vec![tool("s1", "fetch", json!({"q": "paris"}))];
+        let completed: HashMap<String, Value> = [("s1".to_owned(), json!({"v": 1}))].into();
+        let mut new = Plan::new("p", "g");
+        let mut again = tool("s1", "fetch", json!({"q": "paris"}));
+        again.title = "Fetch the Paris page again".into();
+        let mut other_args = tool("s2", "fetch", json!({"q": "lyon"}));
+        other_args.title = "fetch".into();
+        let mut reply = Step::new(
+            "s3",
+            "Answer",
+            Action::Reply {
+                text: "done".into(),
+            },
+        );
+        reply.depends_on = vec!["s1".into(), "s2".into()];
+        new.steps = vec![again, other_args, reply];
+        let merged = merge(&old, &completed, new);
+        assert_eq!(merged.kept, ["s1"]);
+        // The same call under a new title is the completed step; other arguments are a new call.
+        assert_eq!(merged.added, ["s2", "s3"]);
+        assert_eq!(merged.plan.step("s3").unwrap().depends_on, ["s1", "s2"]);
     }
 
     #[test]

@@ -1443,6 +1443,12 @@ impl<'a> Ctx<'a> {
             version: self.base_version,
             kept: merged.kept,
             added: merged.added,
+            steps: self
+                .plan
+                .steps
+                .iter()
+                .map(|s| (s.id.clone(), s.title.clone()))
+                .collect(),
             replans: self.replans,
         });
         Ok(true)

@@ -656,15 +656,23 @@ impl Progress {
                 version,
                 kept,
                 added,
+                steps,
                 ..
-            } => self.line(
-                "",
-                format!(
-                    "replanned as version {version}: kept {}, new {}",
-                    kept.join(", "),
-                    added.join(", ")
-                ),
-            ),
+            } => {
+                // The new plan's titles: a changed step is shown by what it now does.
+                if let Ok(mut titles) = self.titles.lock() {
+                    titles.clear();
+                    titles.extend(steps.iter().cloned());
+                }
+                self.line(
+                    "",
+                    format!(
+                        "replanned as version {version}: kept {}, new {}",
+                        kept.join(", "),
+                        added.join(", ")
+                    ),
+                );
+            }
             ExecEvent::RunFinished { .. } => {}
             _ => {}
         }
@@ -703,7 +711,32 @@ fn print_report(report: &RunReport) {
 
 #[cfg(test)]
 mod tests {
-    use super::progress_text;
+    use super::{Progress, progress_text};
+    use plansmith_exec::ExecEvent;
+
+    #[test]
+    fn after_a_replan_steps_are_shown_by_their_new_titles() {
+        let progress = Progress::new();
+        progress.show(&ExecEvent::RunStarted {
+            plan_id: "p".into(),
+            base_version: 1,
+            resumed: false,
+            steps: vec![("s1".into(), "list".into()), ("s2".into(), "fetch".into())],
+        });
+        assert_eq!(progress.title("s2"), "fetch");
+        progress.show(&ExecEvent::Replanned {
+            version: 2,
+            kept: vec!["s1".into()],
+            added: vec!["s2".into()],
+            steps: vec![
+                ("s1".into(), "list".into()),
+                ("s2".into(), "fetch from the mirror".into()),
+            ],
+            replans: 1,
+        });
+        assert_eq!(progress.title("s2"), "fetch from the mirror");
+        assert_eq!(progress.title("s1"), "list");
+    }
 
     #[test]
     fn progress_reads_as_a_fraction_a_percentage_or_a_count() {
