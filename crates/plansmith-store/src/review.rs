@@ -205,9 +205,9 @@ pub struct Review {
     pub rejection: Option<String>,
     /// The planning request the plan came from (replans reuse its options and context).
     pub request: Option<PlanRequest>,
-    /// The catalog the plan was made with when its caller sent one (its id in the store's
-    /// catalogs, [`PlanStore::save_catalog`](crate::PlanStore::save_catalog)); none: the
-    /// service's own. Replans, patches and runs of the plan use this catalog.
+    /// The catalog the plan was made with when its caller sent one: its content id in the
+    /// store's catalogs (`sha256:` and the digest); none: the service's own. Replans, patches
+    /// and runs of the plan use this catalog.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub catalog: Option<String>,
 }
