@@ -20,6 +20,8 @@
 //!
 //! Every answer carries `structuredContent` (the JSON) and a text block; a failure is a tool
 //! result with `isError: true` and a message naming what is wrong, never a protocol error.
+//! Arguments a tool does not take (a misspelt `max_step`) are refused by name, as the HTTP API
+//! refuses them: the call's answer is an invalid-params error naming the field.
 //!
 //! Over streamable HTTP, [`http_service`] checks bearer tokens (when configured) and each call
 //! acts for the token's owner: plans of other owners answer "no plan with id …".
@@ -78,6 +80,7 @@ pub type OnDecided = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Arguments of `plan`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PlanParams {
     /// The request to plan.
     pub query: String,
@@ -150,6 +153,7 @@ pub enum PlanningCommand {
 
 /// Arguments of `planning` (OpenManus's PlanningTool).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PlanningParams {
     /// The command.
     pub command: PlanningCommand,
@@ -199,6 +203,7 @@ pub enum FeedbackAction {
 
 /// Arguments of `feedback`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FeedbackParams {
     /// The plan.
     pub plan_id: String,
@@ -240,6 +245,7 @@ pub enum TemplatesCommand {
 
 /// One parameter of a template being saved.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TemplateParamSpec {
     /// The name used in `{{name}}`.
     pub name: String,
@@ -256,6 +262,7 @@ pub struct TemplateParamSpec {
 
 /// Arguments of `templates`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TemplatesParams {
     /// The command.
     pub command: TemplatesCommand,

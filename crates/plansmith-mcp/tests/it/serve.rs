@@ -571,6 +571,38 @@ async fn plan_takes_the_options_and_the_tools_of_its_caller() {
         .await;
     assert!(text.contains("approve, deny, retry, skip, abort"), "{text}");
 
+    // An argument the tool does not take is refused by name, as the HTTP API refuses it.
+    for (tool, arguments) in [
+        ("plan", json!({"query": "x", "max_step": 3})),
+        (
+            "feedback",
+            json!({"plan_id": id, "action": "accept", "verison": 2}),
+        ),
+    ] {
+        let refused = s
+            .client
+            .call_tool(
+                CallToolRequestParams::new(tool.to_owned())
+                    .with_arguments(arguments.as_object().cloned().unwrap()),
+            )
+            .await;
+        let text = match refused {
+            Err(err) => err.to_string(),
+            Ok(result) => {
+                assert_eq!(result.is_error, Some(true), "{tool}: {result:?}");
+                result.content[0].as_text().unwrap().text.clone()
+            }
+        };
+        let field = arguments
+            .as_object()
+            .unwrap()
+            .keys()
+            .find(|k| ["max_step", "verison"].contains(&k.as_str()))
+            .unwrap()
+            .clone();
+        assert!(text.contains(&field), "{tool}: {text}");
+    }
+
     // A broken catalog is refused, naming the tool and where it is wrong.
     let text = s
         .fails(
