@@ -225,7 +225,9 @@ impl Catalog {
     /// Builds a catalog from tools and agents; fails with every problem found
     /// (invalid schema, duplicate name, empty name).
     pub fn new(tools: Vec<Tool>, agents: Vec<AgentCard>) -> Result<Catalog, CatalogError> {
-        let pointers = (0..tools.len()).map(|idx| format!("/{idx}")).collect();
+        let pointers = (0..tools.len())
+            .map(|idx| (format!("/{idx}"), format!("/{idx}/input_schema")))
+            .collect();
         let (catalog, problems) = Catalog::build(tools, pointers, agents);
         if problems.is_empty() {
             Ok(catalog)
@@ -320,14 +322,16 @@ impl Catalog {
         Catalog::new(tools, all_agents)
     }
 
+    /// `pointers`: each tool's place in the loaded document, and its input schema's (under the
+    /// key the document used: `inputSchema`, `function/parameters`, …).
     fn build(
         tools: Vec<Tool>,
-        pointers: Vec<String>,
+        pointers: Vec<(String, String)>,
         agents: Vec<AgentCard>,
     ) -> (Catalog, Vec<CatalogProblem>) {
         let mut inner = CatalogInner::default();
         let mut problems = Vec::new();
-        for (tool, pointer) in tools.into_iter().zip(pointers) {
+        for (tool, (pointer, schema_at)) in tools.into_iter().zip(pointers) {
             if tool.name.trim().is_empty() {
                 problems.push(CatalogProblem {
                     name: format!("#{}", inner.tools.len()),
@@ -358,7 +362,7 @@ impl Catalog {
                 }
                 Err((schema_pointer, message)) => problems.push(CatalogProblem {
                     name: tool.name.clone(),
-                    pointer: format!("{pointer}/input_schema{schema_pointer}"),
+                    pointer: format!("{schema_at}{schema_pointer}"),
                     message,
                 }),
             }
@@ -487,19 +491,19 @@ fn compile_input_schema(schema: &Value) -> Result<jsonschema::Validator, (String
         .map_err(|err| (err.instance_path().to_string(), err.to_string()))
 }
 
-/// Reads tools from any accepted form; returns tools, their pointers in the document, and the
-/// problems with entries that could not be read at all.
+/// Reads tools from any accepted form; returns tools, their pointers in the document (the
+/// entry's and its input schema's), and the problems with entries that could not be read at all.
 #[allow(clippy::type_complexity)]
 fn read_tools(
     document: &Value,
-) -> Result<(Vec<Tool>, Vec<String>, Vec<CatalogProblem>), CatalogError> {
+) -> Result<(Vec<Tool>, Vec<(String, String)>, Vec<CatalogProblem>), CatalogError> {
     let mut tools = Vec::new();
     let mut pointers = Vec::new();
     let mut problems = Vec::new();
-    let mut push = |entry: Result<Tool, CatalogProblem>, pointer: String| match entry {
-        Ok(tool) => {
+    let mut push = |entry: Result<(Tool, String), CatalogProblem>, pointer: String| match entry {
+        Ok((tool, schema_at)) => {
             tools.push(tool);
-            pointers.push(pointer);
+            pointers.push((pointer, schema_at));
         }
         Err(problem) => problems.push(problem),
     };
@@ -542,13 +546,14 @@ fn read_tools(
     Ok((tools, pointers, problems))
 }
 
-/// One tool entry in any form: plain (snake or camel case keys), OpenAI function, or SAGE value.
+/// One tool entry in any form: plain (snake or camel case keys), OpenAI function, or SAGE value;
+/// with the pointer of its input schema in the document.
 fn tool_from_entry(
     item: &Value,
     dict_name: Option<&str>,
     pointer: &str,
     idx: usize,
-) -> Result<Tool, CatalogProblem> {
+) -> Result<(Tool, String), CatalogProblem> {
     let problem = |name: &str, message: String| CatalogProblem {
         name: if name.is_empty() {
             format!("#{idx}")
@@ -598,11 +603,15 @@ fn tool_from_entry(
             ));
         }
     };
-    let input_schema = ["input_schema", "inputSchema", "parameters"]
+    let (schema_key, input_schema) = ["input_schema", "inputSchema", "parameters"]
         .iter()
-        .find_map(|key| object.get(*key))
-        .cloned()
-        .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+        .find_map(|key| object.get(*key).map(|schema| (*key, schema.clone())))
+        .unwrap_or_else(|| {
+            (
+                "input_schema",
+                serde_json::json!({"type": "object", "properties": {}}),
+            )
+        });
     let output_schema = ["output_schema", "outputSchema"]
         .iter()
         .find_map(|key| object.get(*key))
@@ -614,13 +623,14 @@ fn tool_from_entry(
                 .map_err(|err| problem(&name, format!("bad annotations: {err}")))?,
         ),
     };
-    Ok(Tool {
+    let tool = Tool {
         name,
         description,
         input_schema,
         output_schema,
         annotations,
-    })
+    };
+    Ok((tool, format!("{pointer}{inner_pointer}/{schema_key}")))
 }
 
 #[cfg(test)]
@@ -663,7 +673,17 @@ mod tests {
         };
         assert_eq!(problems.len(), 3, "{problems:?}");
         let bad = problems.iter().find(|p| p.name == "bad").unwrap();
-        assert_eq!(bad.pointer, "/tools/1/input_schema/properties/x/type");
+        // The pointer follows the document's own keys.
+        assert_eq!(bad.pointer, "/tools/1/inputSchema/properties/x/type");
+        let openai = json!([{"type": "function", "function": {"name": "f",
+            "parameters": {"type": "object", "properties": {"x": {"type": "strng"}}}}}]);
+        let Err(CatalogError::Invalid(openai_problems)) = Catalog::from_json(&openai) else {
+            panic!("a broken schema must not load")
+        };
+        assert_eq!(
+            openai_problems[0].pointer,
+            "/0/function/parameters/properties/x/type"
+        );
         assert!(
             problems
                 .iter()

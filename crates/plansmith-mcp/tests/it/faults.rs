@@ -87,7 +87,7 @@ async fn broken_servers_are_named_and_the_rest_loads() {
     assert!(bad.message.contains("/properties/n/type"), "{bad}");
     assert!(
         bad.to_string().starts_with(
-            "server `badschema`, tool `broken_tool`: at /input_schema/properties/n/type"
+            "server `badschema`, tool `broken_tool`: at /inputSchema/properties/n/type"
         ),
         "{bad}"
     );
