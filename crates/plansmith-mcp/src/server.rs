@@ -582,16 +582,18 @@ impl PlansmithMcp {
             Ok(current) => current,
             Err(err) => return failure(err.to_string()),
         };
-        let planner = match self.planners.for_review(&self.store, &current.review).await {
-            Ok(planner) => planner,
-            Err(err) => return failure(err.to_string()),
-        };
+        // Only edits, answers and patches plan or validate: they use the plan's own catalog.
+        let planner = || self.planners.for_review(&self.store, &current.review);
         let text = params.text.unwrap_or_default();
         let actor = self.actor_for(&owner);
         let decision = match params.action {
             FeedbackAction::Patch => {
                 let Some(patch) = params.patch else {
                     return failure("`patch` (JSON Patch operations) is required for patch");
+                };
+                let planner = match planner().await {
+                    Ok(planner) => planner,
+                    Err(err) => return failure(err.to_string()),
                 };
                 return match self
                     .store
@@ -626,13 +628,20 @@ impl PlansmithMcp {
             FeedbackAction::Edit => Decision::Edit(text),
             FeedbackAction::Answer => Decision::Answer(text),
         };
+        let planner = match &decision {
+            Decision::Edit(_) | Decision::Answer(_) => match planner().await {
+                Ok(planner) => Some(planner),
+                Err(err) => return failure(err.to_string()),
+            },
+            _ => None,
+        };
         let decided = self
             .store
             .decide(
                 &params.plan_id,
                 decision,
                 params.expected_version,
-                Some(&planner),
+                planner.as_deref(),
                 &actor,
             )
             .await;
@@ -671,30 +680,15 @@ impl PlansmithMcp {
         expected_version: Option<u32>,
         actor: &str,
     ) -> ToolAnswer {
-        let names = || {
-            plansmith_store::StepVerdict::ALL
-                .iter()
-                .map(|v| v.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let Some(step) = step.filter(|s| !s.trim().is_empty()) else {
             return failure("`step` (the step id) is required for step");
         };
-        let Some(verdict) = verdict else {
-            return failure(format!(
-                "`verdict` is required for step: one of {}",
-                names()
-            ));
-        };
-        let Some(verdict) = plansmith_store::StepVerdict::ALL
-            .into_iter()
-            .find(|v| v.as_str() == verdict)
-        else {
-            return failure(format!(
-                "unknown verdict `{verdict}`: use one of {}",
-                names()
-            ));
+        let verdict = match verdict
+            .unwrap_or_default()
+            .parse::<plansmith_store::StepVerdict>()
+        {
+            Ok(verdict) => verdict,
+            Err(err) => return failure(format!("`verdict` for step: {err}")),
         };
         match self
             .store

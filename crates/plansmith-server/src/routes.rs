@@ -1336,8 +1336,8 @@ async fn feedback(
     let current = load(&state, &caller, &id).await?;
     let actor = caller.actor();
     let store = &state.store;
-    let planner = state.planners.for_review(store, &current.review).await?;
-    let planner = planner.as_ref();
+    // Only edits, answers and patches plan or validate: they use the plan's own catalog.
+    let planner = || state.planners.for_review(store, &current.review);
     let mut step_decision = None;
     // Every action but a step decision (which compares the step itself) is refused here when
     // the plan moved on from the version the reviewer read; accept and reject check again as
@@ -1360,18 +1360,19 @@ async fn feedback(
         Feedback::Edit { text, .. } => {
             let mut on_event = replan_events(&state, &id);
             let stored = store
-                .edit_with_events(&id, &text, planner, &actor, Some(&mut on_event))
+                .edit_with_events(&id, &text, &*planner().await?, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }
         Feedback::Answer { text, .. } => {
             let mut on_event = replan_events(&state, &id);
             let stored = store
-                .answer_with_events(&id, &text, planner, &actor, Some(&mut on_event))
+                .answer_with_events(&id, &text, &*planner().await?, &actor, Some(&mut on_event))
                 .await?;
             (stored, Vec::new())
         }
         Feedback::Patch { patch, .. } => {
+            let planner = planner().await?;
             store.patch(&id, &patch, planner.catalog(), &actor).await?
         }
         Feedback::Step {
@@ -1387,10 +1388,8 @@ async fn feedback(
             // find it, one poll later).
             if decided.applies == plansmith_store::Applies::Now
                 && let Some(runner) = &state.runner
-                && let Ok(Some(run)) = store.exec_run(&id).await
-                && run.state == plansmith_store::RunState::Waiting
             {
-                runner.spawn_join(&id, true);
+                runner.resume_if_waiting(&id).await;
             }
             step_decision = Some(decided);
             (store.get(&id).await?, Vec::new())

@@ -105,6 +105,16 @@ impl Runner {
         });
     }
 
+    /// Resumes the plan's run on this process if it waits for people (after a step decision
+    /// that applies now); a run in any other state is left to whoever drives it.
+    pub async fn resume_if_waiting(&self, plan_id: &str) {
+        if let Ok(Some(run)) = self.executor.store().exec_run(plan_id).await
+            && run.state == plansmith_store::RunState::Waiting
+        {
+            self.spawn_join(plan_id, true);
+        }
+    }
+
     /// Stops taking part in runs, for a process that shuts down: the worker stops, no run
     /// starts here any more, and each run this process takes part in is left where it
     /// stands. Its running steps here are dropped (a command tool's processes are killed),

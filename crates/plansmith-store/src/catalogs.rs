@@ -33,16 +33,21 @@ impl PlanStore {
     pub async fn save_catalog(&self, document: &Value) -> Result<String> {
         let text = document.to_string();
         let id = content_id(&text);
+        self.insert_catalog(&id, text).await?;
+        Ok(id)
+    }
+
+    async fn insert_catalog(&self, id: &str, text: String) -> Result<()> {
         sqlx::query(
             "INSERT INTO catalogs (id, document, created_at) VALUES ($1, $2, $3)
              ON CONFLICT (id) DO NOTHING",
         )
-        .bind(id.clone())
+        .bind(id.to_owned())
         .bind(text)
         .bind(timestamp(Utc::now()))
         .execute(&self.pool)
         .await?;
-        Ok(id)
+        Ok(())
     }
 
     /// The catalog document stored under `id` ([`StoreError::CatalogNotFound`] when none is).
@@ -62,13 +67,7 @@ impl PlanStore {
 
 /// The content id of a catalog document's JSON text.
 fn content_id(text: &str) -> String {
-    let digest = Sha256::digest(text.as_bytes());
-    let mut id = String::with_capacity(7 + 64);
-    id.push_str("sha256:");
-    for byte in digest {
-        id.push_str(&format!("{byte:02x}"));
-    }
-    id
+    format!("sha256:{:x}", Sha256::digest(text.as_bytes()))
 }
 
 /// The document stored for sent tools and agents: `{"tools": …, "agents": …}`, each only when
@@ -147,9 +146,9 @@ impl Planners {
         &self.default
     }
 
-    /// The planner for a request that sent `tools` and/or `agents`: the document is stored
-    /// (so the plan's later operations find it), compiled off the async workers on first
-    /// sight, and kept. Returns its content id with the planner, or `None` when neither was
+    /// The planner for a request that sent `tools` and/or `agents`: on first sight the
+    /// document is compiled off the async workers, stored (so the plan's later operations find
+    /// it, on any process), and kept; a document seen before costs a hash and a lookup. Returns its content id with the planner, or `None` when neither was
     /// sent (the service's own planner applies). A document that does not load is
     /// [`StoreError::BadCatalog`], naming each tool or agent and its JSON pointer.
     pub async fn for_request(
@@ -162,12 +161,16 @@ impl Planners {
             return Ok(None);
         }
         let document = document(tools, agents);
-        let id = content_id(&document.to_string());
-        let planner = match self.cached(&id) {
-            Some(planner) => planner,
-            None => self.build(&id, document.clone()).await?,
-        };
-        store.save_catalog(&document).await?;
+        let text = document.to_string();
+        let id = content_id(&text);
+        if let Some(planner) = self.cached(&id) {
+            return Ok(Some((id, planner)));
+        }
+        // Compiled first (a document that does not load is not stored), kept once stored (a
+        // kept catalog is always in the store).
+        let planner = self.build(document).await?;
+        store.insert_catalog(&id, text).await?;
+        self.keep(&id, &planner);
         Ok(Some((id, planner)))
     }
 
@@ -182,7 +185,9 @@ impl Planners {
             return Ok(planner);
         }
         let document = store.catalog_document(id).await?;
-        self.build(id, document).await
+        let planner = self.build(document).await?;
+        self.keep(id, &planner);
+        Ok(planner)
     }
 
     fn cached(&self, id: &str) -> Option<Arc<Planner>> {
@@ -190,14 +195,18 @@ impl Planners {
         built.by_id.get(id).cloned()
     }
 
-    /// Compiles `document` on a blocking thread (a large catalog's schemas take a while) and
-    /// keeps the planner under `id`.
-    async fn build(&self, id: &str, document: Value) -> Result<Arc<Planner>> {
+    /// A planner over `document`, compiled on a blocking thread (a large catalog's schemas take
+    /// a while).
+    async fn build(&self, document: Value) -> Result<Arc<Planner>> {
         let compiled = tokio::task::spawn_blocking(move || compile(&document))
             .await
             .map_err(|err| StoreError::BadEdit(format!("compiling the catalog stopped: {err}")))?;
         let catalog = compiled.map_err(StoreError::BadCatalog)?;
-        let planner = Arc::new(self.default.for_catalog(catalog));
+        Ok(Arc::new(self.default.for_catalog(catalog)))
+    }
+
+    /// Keeps `planner` under `id` (the oldest kept goes when full).
+    fn keep(&self, id: &str, planner: &Arc<Planner>) {
         if let Ok(mut built) = self.built.lock()
             && !built.by_id.contains_key(id)
         {
@@ -207,9 +216,8 @@ impl Planners {
                 built.by_id.remove(&oldest);
             }
             built.order.push_back(id.to_owned());
-            built.by_id.insert(id.to_owned(), Arc::clone(&planner));
+            built.by_id.insert(id.to_owned(), Arc::clone(planner));
         }
-        Ok(planner)
     }
 }
 

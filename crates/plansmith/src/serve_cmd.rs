@@ -334,19 +334,8 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 ),
             ),
         }
-        // The executor, once there is one: a step decided over MCP resumes its waiting run
-        // here at once, as one decided over HTTP does.
-        let runner_slot: Arc<std::sync::OnceLock<plansmith_server::Runner>> = Arc::default();
-        // The same tools as `plansmith mcp`, over streamable HTTP at /mcp.
-        let mcp = plansmith_mcp::server::http_service(
-            PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp")
-                .with_planners(state.planners.clone())
-                .with_on_decided(resume_waiting(state.store.clone(), runner_slot.clone())),
-            tokens,
-        );
-        let mcp_sessions = mcp.clone();
         let servers = mcp_tools.clone();
-        let mut state = state.with_mcp(mcp);
+        let mut state = state;
         if args.exec.commands.is_some() || mcp_tools.is_some() {
             let mut invokers = plansmith_exec::Invokers {
                 tasks: Some(Arc::new(plansmith_exec::TaskInvoker::new(
@@ -388,10 +377,20 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 )))
                 .with_summary_model(model);
             state = state.with_executor(executor, true);
-            if let Some(runner) = &state.runner {
-                let _ = runner_slot.set(runner.clone());
-            }
         }
+        // The same tools as `plansmith mcp`, over streamable HTTP at /mcp; a step decided there
+        // resumes its waiting run here at once, as one decided over HTTP does.
+        let mut mcp_server = PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp")
+            .with_planners(state.planners.clone());
+        if let Some(runner) = state.runner.clone() {
+            mcp_server = mcp_server.with_on_decided(Arc::new(move |plan_id: &str| {
+                let (runner, plan_id) = (runner.clone(), plan_id.to_owned());
+                tokio::spawn(async move { runner.resume_if_waiting(&plan_id).await });
+            }));
+        }
+        let mcp = plansmith_mcp::server::http_service(mcp_server, tokens);
+        let mcp_sessions = mcp.clone();
+        let state = state.with_mcp(mcp);
         let signals = stop_signals().map_err(CliError::failed)?;
         let store = state.store.clone();
         let runner = state.runner.clone();
@@ -471,27 +470,6 @@ fn stop_signals() -> anyhow::Result<tokio::sync::watch::Receiver<u32>> {
         }
     });
     Ok(counted)
-}
-
-/// What a step decision over MCP does in `serve`: the plan's run, if it waits for people,
-/// goes on on this process (without an executor, nothing: another process's worker finds it).
-fn resume_waiting(
-    store: plansmith_store::PlanStore,
-    runner: Arc<std::sync::OnceLock<plansmith_server::Runner>>,
-) -> plansmith_mcp::server::OnDecided {
-    Arc::new(move |plan_id: &str| {
-        let Some(runner) = runner.get().cloned() else {
-            return;
-        };
-        let (store, plan_id) = (store.clone(), plan_id.to_owned());
-        tokio::spawn(async move {
-            if let Ok(Some(run)) = store.exec_run(&plan_id).await
-                && run.state == plansmith_store::RunState::Waiting
-            {
-                runner.spawn_join(&plan_id, true);
-            }
-        });
-    })
 }
 
 #[cfg(test)]

@@ -569,7 +569,10 @@ async fn plan_takes_the_options_and_the_tools_of_its_caller() {
             json!({"plan_id": id, "action": "step", "step": "s1", "verdict": "maybe"}),
         )
         .await;
-    assert!(text.contains("approve, deny, retry, skip, abort"), "{text}");
+    assert!(
+        text.contains("approve, deny, retry, skip or abort"),
+        "{text}"
+    );
 
     // An argument the tool does not take is refused by name, as the HTTP API refuses it.
     for (tool, arguments) in [
