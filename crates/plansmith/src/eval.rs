@@ -202,6 +202,7 @@ mod tests {
             now: default_now,
             format: plansmith_core::PlanFormat::Json,
             templates: None,
+            top_k: None,
         };
         for _ in 0..2 {
             plan(&cases, &out, model.clone(), &run).unwrap();
@@ -331,6 +332,8 @@ pub struct PlanRun {
     pub format: plansmith_core::PlanFormat,
     /// Prompt templates overriding the built-in ones (a directory), to evaluate a change to them.
     pub templates: Option<std::path::PathBuf>,
+    /// At most this many of a case's tools in the prompt (all of them when `None`).
+    pub top_k: Option<usize>,
 }
 
 /// Runs every case (its messages and tools) through the pipeline with `model` at time `now` and writes
@@ -352,6 +355,7 @@ pub fn plan(
         now,
         format,
         templates,
+        top_k,
     } = run;
     let retriever_kind = crate::retrieval::kind(None)?;
     // Read once here, so a bad directory fails before the first case.
@@ -434,7 +438,7 @@ pub fn plan(
             request.query = last.content.clone();
             request.history = earlier.to_vec();
         }
-        request.options.top_k = n_tools.max(1);
+        request.options.top_k = top_k.unwrap_or(n_tools).clamp(1, n_tools.max(1));
         request.options.max_steps = 6;
         request.options.max_repairs = 1;
         request.options.max_string_length = 300;

@@ -239,6 +239,11 @@ struct EvalPlanArgs {
     /// Directory of prompt templates overriding the built-in ones (same file names).
     #[arg(long)]
     templates: Option<PathBuf>,
+    /// Show the model at most this many of a case's tools, the retriever's best (default: all
+    /// of them, as BFCL intends; a case that carries a whole library, as NESTFUL's do, needs a
+    /// bound to fit the context).
+    #[arg(long = "top-k", value_parser = clap::value_parser!(u16).range(1..))]
+    top_k: Option<u16>,
 }
 
 #[derive(Debug, Args)]
@@ -349,6 +354,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                     now: args.now,
                     format: args.format,
                     templates: args.templates.clone(),
+                    top_k: args.top_k.map(usize::from),
                 };
                 eval::plan(&args.cases, &args.out, model, &run).map_err(CliError::input)
             })
