@@ -82,6 +82,7 @@ pub mod calls;
 pub mod catalog;
 pub mod diagnostic;
 pub mod export;
+mod ground;
 pub mod investigate;
 pub mod llm;
 pub mod memory;

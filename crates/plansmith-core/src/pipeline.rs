@@ -1,4 +1,4 @@
-//! The planning pipeline: triage → select → render → generate → parse → validate → repair →
+//! The planning pipeline: triage → select → render → generate → parse → ground → validate → repair →
 //! outcome (see ARCHITECTURE.md). [`Planner::plan`] never ends silently and never panics: it returns an
 //! [`Outcome`] (ready, needs input, incomplete, or a fallback with its reason) or a [`PlanError`], and both
 //! carry [`Diagnostics`].
@@ -623,9 +623,12 @@ impl Planner {
             attempt.json_repaired = parsed.repaired;
 
             let stage = Instant::now();
-            let (mut plan, mut findings) = validate(parsed.plan, &self.catalog, &request.options);
+            let mut written = parsed.plan;
+            let mut grounded = crate::ground::ground(&mut written, request, &self.catalog);
+            let (mut plan, mut findings) = validate(written, &self.catalog, &request.options);
             diagnostics.timings.validate_us += micros(stage);
             let mut all = parsed.diagnostics;
+            all.append(&mut grounded);
             all.append(&mut findings);
             attempt.diagnostics.extend(all.iter().cloned());
             diagnostics.attempts.push(attempt);
@@ -761,7 +764,10 @@ impl Planner {
         let Some(last_id) = parsed.plan.steps.last().map(|s| s.id.clone()) else {
             return;
         };
-        let (plan, findings) = validate(parsed.plan, &self.catalog, &request.options);
+        let mut written = parsed.plan;
+        let mut findings = crate::ground::ground(&mut written, request, &self.catalog);
+        let (plan, mut checked) = validate(written, &self.catalog, &request.options);
+        findings.append(&mut checked);
         let Some(step) = plan.steps.iter().find(|s| s.id == last_id) else {
             return;
         };
