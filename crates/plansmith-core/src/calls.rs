@@ -190,6 +190,25 @@ pub fn to_plan_json(raw: &str) -> Option<Value> {
     Some(json!({"steps": steps}))
 }
 
+/// The calls of an answer in the tool-call format, each written again inside its tags (however
+/// the answer wrote them), with how many there are; `None` when the answer cannot be read.
+pub fn tagged(raw: &str) -> Option<(String, usize)> {
+    let plan = to_plan_json(raw)?;
+    let mut out = String::new();
+    let mut n = 0;
+    for step in plan["steps"].as_array().into_iter().flatten() {
+        if step["type"] == "tool" {
+            let call = json!({"name": step["name"], "arguments": step["arguments"]});
+            if n > 0 {
+                out.push('\n');
+            }
+            out.push_str(&format!("{CALL_OPEN}\n{call}\n{CALL_CLOSE}"));
+            n += 1;
+        }
+    }
+    Some((out, n))
+}
+
 /// Calls written without their tags: one or more `{"name", "arguments"}` objects in a row
 /// (white space between them), perhaps inside a Markdown code fence, as small models write
 /// them. `None` unless every value is such a call.
@@ -344,6 +363,24 @@ fn referenced_steps(value: &Value, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bare_and_fenced_calls_are_written_again_in_their_tags() {
+        let bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+        let (text, n) = tagged(bare).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(
+            text,
+            "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>"
+        );
+        let (again, _) = tagged(&format!("```json\n{bare}\n```")).unwrap();
+        assert_eq!(again, text);
+        // Two answers in tagged form read as one, numbered on.
+        let both = to_plan_json(&format!("{text}\n{text}")).unwrap();
+        assert_eq!(both["steps"][1]["id"], "s2");
+        assert_eq!(tagged("No function can do that."), Some((String::new(), 0)));
+        assert_eq!(tagged(""), None);
+    }
 
     #[test]
     fn calls_become_steps_with_their_dependencies() {

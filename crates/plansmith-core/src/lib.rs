@@ -80,6 +80,7 @@
 
 pub mod calls;
 pub mod catalog;
+mod cover;
 pub mod diagnostic;
 pub mod export;
 mod ground;

@@ -25,8 +25,8 @@ use crate::retrieve::{Bm25Index, Retriever, select};
 use crate::schema::SchemaCache;
 use crate::stream::StepScanner;
 use crate::template::{
-    AgentView, DESCRIPTION_MAX, FeedbackView, PromptContext, RepairContext, SkillView,
-    TemplateError, Templates, short_description,
+    AgentView, DESCRIPTION_MAX, FeedbackView, FollowUpContext, PromptContext, RepairContext,
+    SkillView, TemplateError, Templates, short_description,
 };
 use crate::validate::validate;
 
@@ -289,6 +289,17 @@ impl std::fmt::Debug for Planner {
             .finish()
     }
 }
+
+/// What a follow-up question is asked with: the request and the first answer's prompt.
+struct FollowUp<'a> {
+    request: &'a PlanRequest,
+    base_messages: &'a [Message],
+    constraint: &'a Option<OutputConstraint>,
+    defaults: &'a ParseDefaults<'a>,
+}
+
+/// At most this many follow-up questions per plan.
+const FOLLOW_UPS_MAX: usize = 3;
 
 /// A candidate plan from one attempt.
 struct Candidate {
@@ -665,6 +676,21 @@ impl Planner {
             messages = repair_messages(&base_messages, &raw, repair);
         }
 
+        // A clean answer in the tool-call format that leaves a part of the request without a
+        // call gets one follow-up question per such part.
+        if calls
+            && model_failure.is_none()
+            && let Some(candidate) = best.take()
+        {
+            let follow = FollowUp {
+                request,
+                base_messages: &base_messages,
+                constraint: &constraint,
+                defaults: &defaults,
+            };
+            best = Some(self.follow_up(&follow, candidate, &mut diagnostics).await);
+        }
+
         let mut outcome = self.finish(
             request,
             best,
@@ -678,6 +704,110 @@ impl Planner {
             outcome.diagnostics.timings.total_us = micros(started);
         }
         outcome
+    }
+
+    /// Asks the model, once per part of the request that no call of `candidate` addresses (see
+    /// [`crate::cover`]), for that part's calls, and adds them when they address the part and
+    /// the plan with them has no more errors; anything else (a failed call, a text answer,
+    /// calls for something else) leaves the candidate as it was. Only a candidate without
+    /// errors is followed up, and never past `max_steps`.
+    async fn follow_up(
+        &self,
+        follow: &FollowUp<'_>,
+        mut candidate: Candidate,
+        diagnostics: &mut Diagnostics,
+    ) -> Candidate {
+        let request = follow.request;
+        if candidate.diagnostics.iter().any(Diagnostic::is_error) {
+            return candidate;
+        }
+        let parts = crate::cover::unaddressed(&request.query, &candidate.plan);
+        for part in parts.into_iter().take(FOLLOW_UPS_MAX) {
+            let n_steps = candidate.plan.steps.len();
+            if n_steps >= request.options.max_steps {
+                break;
+            }
+            if crate::cover::addresses(&candidate.plan, &part) {
+                continue;
+            }
+            let Ok(prompt) = self.templates.follow_up(&FollowUpContext {
+                part: part.text.clone(),
+                calls: n_steps,
+            }) else {
+                break;
+            };
+            let mut messages = follow.base_messages.to_vec();
+            messages.push(Message::assistant(candidate.raw.clone()));
+            messages.push(Message::user(prompt));
+            let stage = Instant::now();
+            let completion = self
+                .model
+                .complete(CompletionRequest {
+                    messages,
+                    constraint: follow.constraint.clone(),
+                    max_tokens: request.options.max_tokens,
+                    temperature: 0.0,
+                })
+                .await;
+            diagnostics.timings.generate_us += micros(stage);
+            let completion = match completion {
+                Ok(completion) => completion,
+                Err(err) => {
+                    diagnostics.findings.push(Diagnostic::warning(
+                        Code::ModelError,
+                        "",
+                        format!("asking for the calls of a part of the request failed: {err}"),
+                    ));
+                    break;
+                }
+            };
+            diagnostics.usage += completion.usage;
+            // Both answers in tagged form, one after the other: the calls are numbered on as
+            // if the model had written them all at once (the first may have been bare calls).
+            let (Some((written, _)), Some((added, n_added))) = (
+                crate::calls::tagged(&candidate.raw),
+                crate::calls::tagged(&completion.text),
+            ) else {
+                continue;
+            };
+            if n_added == 0 {
+                continue;
+            }
+            let raw = format!("{written}\n{added}");
+            let Ok(parsed) = parse::parse_calls_for_pipeline(&raw, follow.defaults) else {
+                continue;
+            };
+            let mut written = parsed.plan;
+            let mut all = parsed.diagnostics;
+            all.extend(crate::ground::ground(&mut written, request, &self.catalog));
+            let (mut plan, findings) = validate(written, &self.catalog, &request.options);
+            all.extend(findings);
+            apply_request_fields(&mut plan, request);
+            if all.iter().any(Diagnostic::is_error) || plan.steps.len() <= n_steps {
+                continue;
+            }
+            let mut new_steps = plan.clone();
+            new_steps.steps.drain(..n_steps);
+            if !crate::cover::addresses(&new_steps, &part) {
+                continue;
+            }
+            let ids: Vec<&str> = new_steps.steps.iter().map(|s| s.id.as_str()).collect();
+            all.push(Diagnostic::info(
+                Code::AutoFixed,
+                "/steps",
+                format!(
+                    "the first answer had no call for \"{}\"; asked for it and added {}",
+                    part.text,
+                    ids.join(", ")
+                ),
+            ));
+            candidate = Candidate {
+                plan,
+                diagnostics: all,
+                raw,
+            };
+        }
+        candidate
     }
 
     /// One streamed generation: tokens and each complete step go to `on_event` as they arrive.

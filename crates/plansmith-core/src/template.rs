@@ -3,9 +3,12 @@
 //!
 //! Template names: `tool_steps.system.j2`, `tool_calls.system.j2` (the tool-call format,
 //! [`crate::calls`]), `research.system.j2`, `agent_tasks.system.j2`,
-//! `user.j2`, `repair.j2`, `triage.system.j2` (the optional routing call before planning). A user directory holding a file of one of these names replaces the
+//! `user.j2`, `repair.j2`, `follow_up.j2` (in the tool-call format, the request for the calls of
+//! a part of the request that the first answer left out), `triage.system.j2` (the optional
+//! routing call before planning). A user directory holding a file of one of these names replaces the
 //! built-in one; other files there are ignored. The context each template sees is
-//! [`PromptContext`] (and [`RepairContext`] for `repair.j2`).
+//! [`PromptContext`] (and [`RepairContext`] for `repair.j2`, [`FollowUpContext`] for
+//! `follow_up.j2`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,7 +19,7 @@ use serde::Serialize;
 
 use crate::request::Shape;
 
-const BUILTIN: [(&str, &str); 7] = [
+const BUILTIN: [(&str, &str); 8] = [
     (
         "tool_steps.system.j2",
         include_str!("../templates/tool_steps.system.j2"),
@@ -35,6 +38,7 @@ const BUILTIN: [(&str, &str); 7] = [
     ),
     ("user.j2", include_str!("../templates/user.j2")),
     ("repair.j2", include_str!("../templates/repair.j2")),
+    ("follow_up.j2", include_str!("../templates/follow_up.j2")),
     (
         "triage.system.j2",
         include_str!("../templates/triage.system.j2"),
@@ -150,6 +154,15 @@ pub struct RepairContext {
     /// The output was in the tool-call format ([`crate::calls`]), and the repair asks for
     /// that format again.
     pub calls: bool,
+}
+
+/// What the follow-up template sees.
+#[derive(Debug, Clone, Serialize)]
+pub struct FollowUpContext {
+    /// The part of the request that no call addresses yet, as the request words it.
+    pub part: String,
+    /// How many calls the answer so far has (`s1` to `sN`).
+    pub calls: usize,
 }
 
 /// The fields of [`PromptContext`] that stay the same across requests that choose the same
@@ -319,6 +332,12 @@ impl Templates {
     /// The repair message.
     pub fn repair(&self, context: &RepairContext) -> Result<String, TemplateError> {
         self.render("repair.j2", context)
+    }
+
+    /// The follow-up message: asks for the calls of a part of the request that the answer so
+    /// far leaves out.
+    pub fn follow_up(&self, context: &FollowUpContext) -> Result<String, TemplateError> {
+        self.render("follow_up.j2", context)
     }
 
     fn render<S: Serialize>(&self, name: &str, context: &S) -> Result<String, TemplateError> {
