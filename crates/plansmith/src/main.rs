@@ -318,11 +318,28 @@ fn main() -> ExitCode {
                 tracing::Level::ERROR,
                 "plansmith",
                 "error",
-                &format!("{error:#}"),
+                &describe(&error),
             );
             ExitCode::from(code)
         }
     }
+}
+
+/// The error and its causes, `: `-joined, each cause once: many errors already quote their
+/// cause in their own message ("model call failed: {cause}"), and `{:#}` would print it again.
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 /// Runs one command.
@@ -401,5 +418,41 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 })
                 .map_err(CliError::input)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    /// An error that quotes its cause and also returns it as its source.
+    #[derive(Debug)]
+    struct Quoting {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot read template directory /x: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_message_quotes_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory");
+        let error = anyhow::Error::new(Quoting { source: io }).context("cannot load the templates");
+        assert_eq!(
+            describe(&error),
+            "cannot load the templates: cannot read template directory /x: no such directory"
+        );
+        // A cause that is not quoted is still shown.
+        let error = anyhow::anyhow!("disk full").context("cannot save the plan");
+        assert_eq!(describe(&error), "cannot save the plan: disk full");
     }
 }

@@ -6,15 +6,15 @@ use std::process::{Command, Output};
 
 /// `plansmith mcp`, `serve`'s /mcp, `tools list --mcp`, `plan --mcp` (issue: MCP).
 mod mcp;
-/// `plansmith plans`, `plan --save`, `plan --review` (issue 5).
+/// `plansmith plans`, `plan --save`, `plan --review`.
 mod plans;
-/// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4).
+/// `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…`.
 mod providers;
-/// Issue 9: background investigation, conversation memory, plan templates, worked examples.
+/// Background investigation, conversation memory, plan templates, worked examples.
 mod seed;
-/// `plansmith serve` fuzzed through its OpenAPI document; two of them on PostgreSQL (issue 6).
+/// `plansmith serve` fuzzed through its OpenAPI document; two of them on PostgreSQL.
 mod serve;
-/// Stopping `plansmith serve`: SIGTERM / Ctrl-C drain it, a second signal stops it (issue 6).
+/// Stopping `plansmith serve`: SIGTERM / Ctrl-C drain it, a second signal stops it.
 mod stop;
 
 fn root() -> PathBuf {
@@ -484,6 +484,29 @@ fn unknown_model_specs_are_named() {
             text(&output.stderr)
         );
     }
+}
+
+#[test]
+fn an_error_prints_each_cause_once() {
+    // The script error quotes the I/O error in its message and returns it as its cause.
+    let output = plansmith(&[
+        "plan",
+        "hi",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:does/not/exist.json",
+    ]);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("cannot read script does/not/exist.json"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -962,7 +985,7 @@ fn validate_reads_seed_shapes_and_names_every_problem() {
     assert!(text(&output.stderr).contains("is not a plan in any accepted shape"));
 }
 
-/// Background investigation (issue 9): the command's findings are shown and reach the prompt;
+/// Background investigation: the command's findings are shown and reach the prompt;
 /// a command that hangs is stopped at the budget and planning goes on with a warning.
 #[test]
 fn background_investigation_by_a_command() {

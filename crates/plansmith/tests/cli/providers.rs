@@ -1,4 +1,4 @@
-//! `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…` (issue 4): the binary
+//! `--model openai:…`, `openai-compatible:URL#MODEL`, `anthropic:…`: the binary
 //! against a local stand-in server (a plain `std::net` listener with one canned reply).
 
 use std::io::Write;
@@ -96,7 +96,7 @@ fn missing_keys_are_exit_3_and_named() {
 
 const TOOL_CALL_REPLY: &str = r#"{"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "planning", "arguments": "{\"title\": \"Weather\", \"steps\": [{\"id\": \"s1\", \"type\": \"tool\", \"title\": \"Weather\", \"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}"}}]}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}"#;
 
-/// The config file (issue 4): the default model, the base URL, the key variable, and the
+/// The config file: the default model, the base URL, the key variable, and the
 /// strategies offered all come from the file; the request that reaches the server shows them.
 #[test]
 fn the_config_file_chooses_model_endpoint_key_and_strategy() {

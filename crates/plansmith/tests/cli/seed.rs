@@ -1,4 +1,4 @@
-//! Issue 9 (seed parity) as a user runs it: conversation memory across two
+//! The seed behaviours as a user runs them: conversation memory across two
 //! `plan --conversation --save` calls, plan templates end to end, and the README's ValueCell
 //! worked example. (Background investigation from the CLI is in `investigate.rs`.)
 
