@@ -146,7 +146,7 @@ impl AnthropicClient {
             self.offered(),
             &self.refused.list(),
         );
-        let url = format!("{}/v1/messages", self.config.base_url);
+        let url = self.config.endpoint("/v1/messages");
         let mut last_refusal = None;
         for strategy in ladder {
             let body = self.body(request, strategy, target.as_ref(), stream);

@@ -169,6 +169,21 @@ impl ClientConfig {
         }
     }
 
+    /// The URL of the endpoint `path` (`/chat/completions`) under the base URL: the path goes
+    /// before the base URL's query, which is kept (`https://host/v1?api-version=1` and
+    /// `/chat/completions` give `https://host/v1/chat/completions?api-version=1`).
+    pub fn endpoint(&self, path: &str) -> String {
+        let (base, query) = match self.base_url.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
+            None => (self.base_url.as_str(), None),
+        };
+        let base = base.trim_end_matches('/');
+        match query {
+            Some(query) => format!("{base}{path}?{query}"),
+            None => format!("{base}{path}"),
+        }
+    }
+
     /// Sets the key.
     pub fn with_api_key(mut self, key: impl Into<String>) -> ClientConfig {
         let key = key.into();

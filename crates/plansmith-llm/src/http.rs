@@ -56,6 +56,9 @@ pub(crate) struct Transport {
     pub(crate) timeout: Duration,
     retry: RetryPolicy,
     key: Option<Secret>,
+    /// The base URL's password and query values (`https://user:PASS@host/v1?key=VALUE`): a
+    /// transport error quotes the URL it failed on.
+    url_secrets: Vec<String>,
 }
 
 impl Transport {
@@ -72,14 +75,17 @@ impl Transport {
             timeout: config.request_timeout,
             retry: config.retry,
             key: config.api_key.clone(),
+            url_secrets: url_secrets(&config.base_url),
         })
     }
 
-    /// Text safe to show: the key replaced wherever it appears.
+    /// Text safe to show: the key, and the secrets of the base URL, replaced wherever they
+    /// appear.
     pub(crate) fn redact(&self, text: &str) -> String {
+        let text = plansmith_core::secrets::redact_all(text, &self.url_secrets);
         match &self.key {
-            Some(key) => key.redact(text),
-            None => text.to_owned(),
+            Some(key) => key.redact(&text),
+            None => text,
         }
     }
 
@@ -230,6 +236,32 @@ impl Transport {
 }
 
 /// The error and its sources, one line.
+/// The parts of `base_url` that may be credentials: the password of its user part and the
+/// values of its query (`?api-key=…`, `?key=…`), each as written and percent-decoded.
+fn url_secrets(base_url: &str) -> Vec<String> {
+    let Ok(url) = reqwest::Url::parse(base_url) else {
+        return Vec::new();
+    };
+    let mut secrets = Vec::new();
+    if let Some(password) = url.password() {
+        secrets.push(password.to_owned());
+    }
+    if let Some(query) = url.query() {
+        for pair in query.split('&') {
+            if let Some((_, value)) = pair.split_once('=') {
+                secrets.push(value.to_owned());
+            }
+        }
+    }
+    for (_, value) in url.query_pairs() {
+        secrets.push(value.into_owned());
+    }
+    // The longest first, so a secret that holds another is replaced whole.
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets.dedup();
+    secrets
+}
+
 pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();

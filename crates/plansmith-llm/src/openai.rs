@@ -71,7 +71,7 @@ impl OpenAiClient {
     }
 
     fn url(&self) -> String {
-        format!("{}/chat/completions", self.config.base_url)
+        self.config.endpoint("/chat/completions")
     }
 
     fn headers(&self) -> Vec<(&'static str, String, bool)> {

@@ -506,3 +506,41 @@ async fn stream_cut_mid_chunk_is_an_error() {
         "{events:?}"
     );
 }
+
+#[tokio::test]
+async fn a_base_url_with_a_query_keeps_it_after_the_endpoint_path() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path("/v1/chat/completions"))
+        .and(wiremock::matchers::query_param("api-version", "2024-10-21"))
+        .respond_with(json_reply(chat_reply(PLAN)))
+        .mount(&server)
+        .await;
+    let mut config = ClientConfig::new(
+        Provider::OpenAiCompatible,
+        format!("{}/v1?api-version=2024-10-21", server.uri()),
+        "m",
+    );
+    config.retry = support::fast_retry(0);
+    let outcome = bounded(plan(Arc::new(OpenAiClient::new(config).unwrap())))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, OutcomeStatus::Ready);
+}
+
+#[tokio::test]
+async fn secrets_in_the_base_url_never_appear_in_errors() {
+    // Nothing listens on port 1: the connection fails, and the error quotes the URL.
+    let mut config = ClientConfig::new(
+        Provider::OpenAiCompatible,
+        "http://planner:url-password-42@127.0.0.1:1/v1?key=query-key-42",
+        "m",
+    );
+    config.retry = support::fast_retry(0);
+    let model = Arc::new(OpenAiClient::new(config).unwrap());
+    let err = bounded(plan(model)).await.unwrap_err();
+    let shown = format!("{err} {err:?} {:?}", err.diagnostics());
+    assert!(!shown.contains("url-password-42"), "{shown}");
+    assert!(!shown.contains("query-key-42"), "{shown}");
+    assert!(shown.contains("[redacted]"), "{shown}");
+}
