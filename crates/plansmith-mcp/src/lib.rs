@@ -52,6 +52,7 @@ pub mod client;
 pub mod config;
 pub mod names;
 pub mod server;
+mod stdio;
 
 pub use client::{
     CallExtras, ClientOptions, Imported, McpTools, ServerProblem, ToolOutput, ToolProgress,

@@ -1102,15 +1102,21 @@ impl ServerHandler for PlansmithMcp {
 
 /// Serves `server` over stdin / stdout until the client disconnects. Only JSON-RPC is written
 /// to stdout; logs go to stderr.
+/// A line that is not a JSON-RPC message MCP knows is answered with its JSON-RPC error
+/// instead of being dropped (see [`crate::stdio`]).
 pub async fn serve_stdio(server: PlansmithMcp) -> Result<(), McpError> {
+    let (transport, lines) = crate::stdio::guard(tokio::io::stdin(), tokio::io::stdout());
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve(transport)
         .await
         .map_err(|err| McpError::Serve(format!("initialize over stdio failed: {err}")))?;
-    running
+    let ended = running
         .waiting()
         .await
-        .map_err(|err| McpError::Serve(err.to_string()))?;
+        .map_err(|err| McpError::Serve(err.to_string()));
+    // The last answers are written before the process goes on to exit.
+    let _ = lines.await;
+    ended?;
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! MCP on the command line (issue: MCP): `plansmith mcp` over stdio and `plansmith serve`'s
+//! MCP on the command line: `plansmith mcp` over stdio and `plansmith serve`'s
 //! `/mcp` driven by the official Python MCP SDK (a client we did not write); `tools list` and
 //! `plan --mcp` against the reference servers, with a dead server beside them. The servers and
 //! the SDK are installed by `scripts/mcp-servers.sh` (env `PLANSMITH_TEST_MCP_*`); without
@@ -112,6 +112,88 @@ fn mcp_stdio_with_the_python_sdk() {
     let listed = plansmith(&["plans", "--store", &store, "list", "--state", "accepted"]);
     assert_exit(&listed, 0);
     assert!(text(&listed.stdout).contains("Paris weather to Bob"));
+}
+
+#[test]
+fn mcp_stdio_answers_a_malformed_message_with_its_error() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args([
+            "mcp",
+            "--tools",
+            "examples/tools.json",
+            "--model",
+            "scripted:examples/replies/weather-email.json",
+            "--store",
+            &store,
+        ])
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}});
+    let lines = [
+        "this is not JSON".to_owned(),
+        json!({"id": 7, "hello": "world"}).to_string(),
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": "oops"}).to_string(),
+        initialize.to_string(),
+    ];
+    for line in &lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    stdin.flush().unwrap();
+    // Read on a thread: a server that drops a line never answers it, and the test must fail
+    // then, not hang.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (sender, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..4 {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let _ = sender.send(line);
+        }
+    });
+    let mut answers: Vec<Value> = Vec::new();
+    for _ in 0..4 {
+        let Ok(line) = answered.recv_timeout(std::time::Duration::from_secs(30)) else {
+            let _ = child.kill();
+            panic!("only these answers came to 4 messages: {answers:?}");
+        };
+        answers.push(serde_json::from_str(&line).unwrap_or_else(|err| panic!("{err}: {line}")));
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let by_id = |id: Value| answers.iter().find(|a| a["id"] == id).cloned();
+    assert_eq!(
+        by_id(Value::Null).unwrap()["error"]["code"],
+        -32700,
+        "{answers:?}"
+    );
+    assert_eq!(
+        by_id(json!(7)).unwrap()["error"]["code"],
+        -32600,
+        "{answers:?}"
+    );
+    assert_eq!(
+        by_id(json!(8)).unwrap()["error"]["code"],
+        -32600,
+        "{answers:?}"
+    );
+    assert!(
+        by_id(json!(1)).unwrap()["result"]["serverInfo"].is_object(),
+        "{answers:?}"
+    );
 }
 
 /// `plansmith serve` on a free port; returns the child and its base URL.
