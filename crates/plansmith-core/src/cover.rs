@@ -3,15 +3,51 @@
 //! Small models answer a request that asks for several things ("What's the weather in Paris?
 //! Email it to bob@example.com", "the weather in Paris and London") with the first call and
 //! stop. The request is cut into parts (sentences, then `then` and `and` joints), and a part is
-//! addressed when a call's arguments carry one of its particulars: an address, a link, a number,
-//! or a capitalised name inside the part. A part without particulars ("and tell me when it is
-//! done") cannot be checked and counts as addressed. The planner asks the model for the calls
-//! of each part left (see `Planner::plan`), and keeps a call only when it carries one of that
-//! part's particulars.
+//! addressed when the calls' arguments carry its particulars: every number in it, and one of
+//! its addresses, links or capitalised names. A part without particulars ("and tell me when it
+//! is done") cannot be checked and counts as addressed. The planner asks the model for the
+//! calls of each part left (see `Planner::plan`), and keeps them only when they carry one of
+//! that part's particulars.
 
 use serde_json::Value;
 
 use crate::plan::{Action, Plan};
+
+/// Month and day names: a call writes a date in its own form (`2019-12-13` for "December
+/// 13, 2019"), so they are not particulars a call must carry.
+const CALENDAR: &[&str] = &[
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+];
 
 /// Joints that separate two things a request asks for, tried in this order inside a sentence.
 const JOINTS: &[&str] = &[
@@ -84,14 +120,32 @@ fn split_ignoring_case(text: &str, joint: &str) -> Vec<String> {
     out
 }
 
-/// The particulars of a part: words with `@` or `://`, words with a digit, and capitalised
-/// words other than `I` and the first word of a sentence (which every sentence capitalises).
+/// The particulars of a part: words with `@` or `://`, numbers, words with a digit, and
+/// capitalised words other than `I` and the first word of a sentence (which every sentence
+/// capitalises). A number is written as a number (`$400,000` is `400000`, `4%` is `4`), and
+/// a list run together (`5,10`) gives each of its numbers.
 fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
     let mut out = Vec::new();
     for (i, word) in part.split_whitespace().enumerate() {
-        let word = word.trim_matches(|c: char| !c.is_alphanumeric() && c != '@' && c != '/');
+        let keep = |c: char| c.is_alphanumeric() || c == '@' || c == '/';
+        let word = word.trim_end_matches(|c: char| !keep(c));
+        // A leading minus stays with its number (`-4`).
+        let mut start = word.find(keep).unwrap_or(word.len());
+        if word[..start].ends_with('-') && word[start..].starts_with(|c: char| c.is_ascii_digit()) {
+            start -= 1;
+        }
+        let word = &word[start..];
         let word = word.strip_suffix("'s").unwrap_or(word);
         if word.is_empty() {
+            continue;
+        }
+        // `a=1`: the value is the particular.
+        let word = match word.rsplit_once('=') {
+            Some((_, value)) if !value.is_empty() => value,
+            _ => word,
+        };
+        if let Some(numbers) = numbers_of(word) {
+            out.extend(numbers);
             continue;
         }
         let address = word.contains('@') || word.contains("://");
@@ -99,12 +153,43 @@ fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
         let name = (i > 0 || !starts_sentence)
             && word.chars().next().is_some_and(char::is_uppercase)
             && word != "I"
-            && !word.starts_with("I'");
+            && !word.starts_with("I'")
+            && !CALENDAR.contains(&word.to_lowercase().as_str());
         if address || number || name {
             out.push(word.to_lowercase());
         }
     }
     out
+}
+
+/// The numbers `word` writes (`400,000` → `400000`; `5,10` → `5`, `10`; `-3`, `2.5`), or
+/// `None` when it is not made of numbers only.
+fn numbers_of(word: &str) -> Option<Vec<String>> {
+    let plain = |text: &str| {
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && digits.chars().next().is_some_and(|c| c.is_ascii_digit())
+            && digits.matches('.').count() <= 1
+            && text.parse::<f64>().is_ok()
+    };
+    let groups: Vec<&str> = word.split(',').collect();
+    if !groups.iter().all(|group| plain(group)) {
+        return None;
+    }
+    // `400,000`: thousands (groups of three after the first); else a list.
+    let thousands = groups.len() > 1
+        && groups[1..].iter().enumerate().all(|(i, group)| {
+            let last = i + 2 == groups.len();
+            let whole = group.split('.').next().unwrap_or_default();
+            whole.len() == 3 && (last || !group.contains('.'))
+        })
+        && !groups[0].contains('.');
+    Some(if thousands {
+        vec![groups.concat()]
+    } else {
+        groups.into_iter().map(str::to_owned).collect()
+    })
 }
 
 /// The text of every tool call's arguments in `plan`, lower-cased.
@@ -119,10 +204,76 @@ fn arguments_text(plan: &Plan) -> String {
     text
 }
 
-/// Whether one of `part`'s particulars is in the arguments of `plan`'s calls.
+/// The numbers in every tool call's arguments in `plan`: JSON numbers, and the numbers
+/// written inside strings.
+fn arguments_numbers(plan: &Plan) -> Vec<f64> {
+    fn walk(value: &Value, out: &mut Vec<f64>) {
+        match value {
+            Value::Number(number) => out.extend(number.as_f64()),
+            Value::String(text) => out.extend(numbers_in(text)),
+            Value::Array(items) => items.iter().for_each(|item| walk(item, out)),
+            Value::Object(map) => map.values().for_each(|item| walk(item, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for step in &plan.steps {
+        if let Action::Tool { arguments, .. } = &step.action {
+            arguments.values().for_each(|value| walk(value, &mut out));
+        }
+    }
+    out
+}
+
+/// The numbers written in `text`: `2019-12-13` holds 2019, 12 and 13; `-4 and 2.5` holds -4
+/// and 2.5 (a minus counts as a sign where no digit comes right before it).
+fn numbers_in(text: &str) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut previous = ' ';
+    for c in text.chars().chain([' ']) {
+        let starts_negative = c == '-' && !previous.is_ascii_digit() && current.is_empty();
+        if c.is_ascii_digit() || (c == '.' && !current.is_empty()) || starts_negative {
+            current.push(c);
+        } else if !current.is_empty() {
+            out.extend(current.trim_end_matches('.').parse::<f64>().ok());
+            current.clear();
+        }
+        previous = c;
+    }
+    out
+}
+
+/// Whether `plan`'s calls address `part`: their arguments carry every number of the part
+/// (as that number, or as a percentage of it: `0.04` for `4`), and one of its other
+/// particulars as text when it has any. A list of numbers in one part ("a term of 15, 20")
+/// needs them all; a name or an address needs to be there once.
 pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
     let text = arguments_text(plan);
-    part.particulars.iter().any(|p| text.contains(p.as_str()))
+    let numbers = arguments_numbers(plan);
+    let carried = |wanted: f64| {
+        numbers
+            .iter()
+            .any(|&n| (n - wanted).abs() < 1e-9 || (n * 100.0 - wanted).abs() < 1e-6)
+    };
+    let (wanted, others): (Vec<_>, Vec<_>) = part
+        .particulars
+        .iter()
+        .partition(|p| p.parse::<f64>().is_ok());
+    wanted.iter().all(|p| p.parse::<f64>().is_ok_and(carried))
+        && (others.is_empty() || others.iter().any(|p| text.contains(p.as_str())))
+}
+
+/// Whether `plan`'s new calls do `part`: they carry one of its particulars.
+pub(crate) fn touches(plan: &Plan, part: &Part) -> bool {
+    let text = arguments_text(plan);
+    let numbers = arguments_numbers(plan);
+    part.particulars.iter().any(|p| match p.parse::<f64>() {
+        Ok(wanted) => numbers
+            .iter()
+            .any(|&n| (n - wanted).abs() < 1e-9 || (n * 100.0 - wanted).abs() < 1e-6),
+        Err(_) => text.contains(p.as_str()),
+    })
 }
 
 /// The parts of `query` that have particulars and that no call of `plan` addresses, in the
@@ -232,5 +383,54 @@ mod tests {
         );
         let reply = Plan::new("p1", "goal");
         assert!(unaddressed("Paris? And London?", &reply).is_empty());
+    }
+
+    #[test]
+    fn numbers_are_matched_as_numbers() {
+        assert_eq!(numbers_of("400,000"), Some(vec!["400000".to_owned()]));
+        assert_eq!(
+            numbers_of("5,10"),
+            Some(vec!["5".to_owned(), "10".to_owned()])
+        );
+        assert_eq!(numbers_of("-3"), Some(vec!["-3".to_owned()]));
+        assert_eq!(numbers_of("2019-12-13"), None);
+        assert_eq!(numbers_of("7:30"), None);
+
+        let mortgage = plan(&[(
+            "mortgage",
+            json!({"loan_amount": 400000, "interest_rate": 0.04, "loan_term": 15}),
+        )]);
+        let left = unaddressed(
+            "Calculate the monthly mortgage payment for a loan amount of $400,000, with an \
+             annual interest rate of 4% and a loan term of 15, 20 and 30 years.",
+            &mortgage,
+        );
+        let texts: Vec<&str> = left.iter().map(|part| part.text.as_str()).collect();
+        assert_eq!(texts, vec!["a loan term of 15, 20", "30 years."]);
+        // A number inside a longer one is not that number.
+        let fifteen = plan(&[("factorial", json!({"number": 15}))]);
+        let left = unaddressed("Find the factorial of 5 and 15.", &fifteen);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].particulars, vec!["5"]);
+        assert_eq!(
+            numbers_in("2019-12-13, -4 and 2.5."),
+            vec![2019.0, 12.0, 13.0, -4.0, 2.5]
+        );
+        let roots = plan(&[("roots", json!({"a": 3, "b": -11, "c": -4}))]);
+        assert!(unaddressed("Roots for a = 3, b = -11, and c = -4.", &roots).is_empty());
+        let weather = plan(&[(
+            "weather",
+            json!({"coordinates": [46.603354, 1.888334], "date": "2019-12-13"}),
+        )]);
+        assert!(
+            unaddressed(
+                "What is the wind speed and temperature at 46.603354,1.8883340 on December 13, 2019?",
+                &weather
+            )
+            .is_empty()
+        );
+        // `a=1` is the number 1.
+        let roots = plan(&[("roots", json!({"a": 1, "b": -3, "c": 2}))]);
+        assert!(unaddressed("Solve it with a=1, b=-3, c=2. Then stop.", &roots).is_empty());
     }
 }

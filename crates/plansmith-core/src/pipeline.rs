@@ -788,7 +788,7 @@ impl Planner {
             }
             let mut new_steps = plan.clone();
             new_steps.steps.drain(..n_steps);
-            if !crate::cover::addresses(&new_steps, &part) {
+            if !crate::cover::touches(&new_steps, &part) {
                 continue;
             }
             let ids: Vec<&str> = new_steps.steps.iter().map(|s| s.id.as_str()).collect();
