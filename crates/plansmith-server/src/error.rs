@@ -19,6 +19,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 /// | `unauthorized` | 401 | tokens are configured and the bearer token is missing or unknown |
 /// | `not_found` | 404 | no such plan, version or template (or the plan is another owner's) |
 /// | `method_not_allowed` | 405 | the route exists but not with this method |
+/// | `request_timeout` | 408 | the request body stalled: nothing came for the header timeout |
 /// | `conflict` | 409 | stale version, taken id, or a review state that forbids the operation |
 /// | `payload_too_large` | 413 | the body is over the configured limit |
 /// | `unsupported_media_type` | 415 | a JSON body without `content-type: application/json` |
@@ -35,6 +36,7 @@ pub const ERROR_TABLE: &[(&str, u16)] = &[
     ("forbidden", 403),
     ("not_found", 404),
     ("method_not_allowed", 405),
+    ("request_timeout", 408),
     ("conflict", 409),
     ("payload_too_large", 413),
     ("unsupported_media_type", 415),

@@ -62,7 +62,8 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// Longest wait for a request's headers, from when the connection is ready for the next
     /// request: a client that sends partial headers, or keeps an idle connection open, is
-    /// disconnected after this long.
+    /// disconnected after this long. Also the longest pause within a request's body: a body
+    /// that sends nothing for this long is answered `408 request_timeout`.
     pub header_timeout: Duration,
     /// Most connections served at once (review pages' event streams included); more wait to be
     /// accepted until one closes.

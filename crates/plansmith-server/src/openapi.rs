@@ -415,6 +415,10 @@ fn add_error_responses(path: &str, operation: &mut Operation) {
         ));
     }
     if has_body {
+        codes.push((
+            "408",
+            "`request_timeout`: the body stalled (nothing for the header timeout)",
+        ));
         codes.push(("413", "`payload_too_large`: the body is over the limit"));
         codes.push((
             "415",

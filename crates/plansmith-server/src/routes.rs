@@ -594,6 +594,16 @@ async fn admitted(
     {
         return err.into_response();
     }
+    let req = match body_read(
+        req,
+        state.config.max_body_bytes,
+        state.config.header_timeout,
+    )
+    .await
+    {
+        Ok(req) => req,
+        Err(err) => return err.into_response(),
+    };
     match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => ApiError::new(
@@ -605,6 +615,45 @@ async fn admitted(
         )
         .into_response(),
     }
+}
+
+/// The request with its body read whole, each piece within `pause` of the one before, and at
+/// most `limit` bytes: a stalled upload would otherwise hold its connection and its handler
+/// until the request timeout.
+async fn body_read(req: Request, limit: usize, pause: Duration) -> Result<Request, ApiError> {
+    use futures::StreamExt;
+    let (parts, body) = req.into_parts();
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    loop {
+        let chunk = match tokio::time::timeout(pause, stream.next()).await {
+            Err(_) => {
+                return Err(ApiError::new(
+                    "request_timeout",
+                    format!(
+                        "the request body sent nothing for {} s; send it without pauses",
+                        pause.as_secs_f64()
+                    ),
+                ));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(err))) => {
+                return Err(ApiError::new(
+                    "bad_request",
+                    format!("cannot read the request body: {err}"),
+                ));
+            }
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        if bytes.len() + chunk.len() > limit {
+            return Err(ApiError::new(
+                "payload_too_large",
+                format!("the request body is over the limit of {limit} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// The error for query parameters an API route does not take (the names it takes are in the

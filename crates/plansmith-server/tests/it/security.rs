@@ -281,6 +281,42 @@ async fn slow_headers_and_idle_connections_are_closed() {
 }
 
 #[tokio::test]
+async fn a_stalled_upload_is_answered_408_after_the_header_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let config = ServerConfig {
+        header_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(60),
+        ..ServerConfig::default()
+    };
+    let s = start(Vec::new(), config).await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    // A body that promises 100 bytes, sends 10 and stops.
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stalled
+        .write_all(
+            b"POST /v1/plans HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\nConnection: close\r\n\r\n{\"query\": ",
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let answer = closed_within(&mut stalled, Duration::from_secs(20))
+        .await
+        .expect("a stalled upload was held past the body timeout");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // The server still serves.
+    let (status, _) = call(&s, Method::GET, "/healthz", None, None).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
 async fn connections_over_the_cap_wait_for_one_to_close() {
     use tokio::io::AsyncWriteExt;
     let config = ServerConfig {
