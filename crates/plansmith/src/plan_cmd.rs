@@ -117,13 +117,22 @@ pub struct PlanArgs {
 
 /// Runs `plansmith plan`.
 pub fn run(args: PlanArgs) -> Result<u8, CliError> {
+    // Every input is checked before the model is loaded and asked: a bad templates directory
+    // or store fails at once, the same way every time, and not after the plan was made.
     let catalog = load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
+    let templates = args
+        .templates
+        .as_deref()
+        .map(Templates::with_overrides)
+        .transpose()
+        .map_err(CliError::input)?;
+    crate::plans_cmd::check_store(&args.save)?;
     let catalog = crate::mcp_cmd::extend(catalog, args.mcp.as_deref())?;
     let model = crate::model::load(args.model.as_deref())?;
     let model_name = model.name();
     let mut planner = crate::retrieval::planner(catalog, model)?;
-    if let Some(dir) = &args.templates {
-        planner = planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
+    if let Some(templates) = templates {
+        planner = planner.with_templates(templates);
     }
     if let Some(command) = &args.investigate {
         planner = planner.with_investigator(std::sync::Arc::new(

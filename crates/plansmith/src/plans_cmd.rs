@@ -631,6 +631,19 @@ fn show_result(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {
     Ok(EXIT_OK)
 }
 
+/// Opens the store `--save` or `--review` will write to, and closes it again: a store that
+/// cannot be opened is an error before planning, not after it.
+pub fn check_store(args: &SaveArgs) -> Result<(), CliError> {
+    if !args.save && !args.review {
+        return Ok(());
+    }
+    runtime()?.block_on(async {
+        let store = open(args.store.as_deref()).await?;
+        store.close().await;
+        Ok(())
+    })
+}
+
 /// After `plansmith plan`: stores the outcome (`--save`) and runs the terminal review
 /// (`--review`). Returns the exit code to use; `code` is the one planning gave.
 pub fn after_plan(

@@ -510,6 +510,53 @@ fn an_error_prints_each_cause_once() {
 }
 
 #[test]
+fn a_bad_store_or_templates_directory_fails_before_planning() {
+    // The script would plan; the store cannot be opened, so nothing is planned or printed.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, "x").unwrap();
+    let store = format!("sqlite:{}/plans.db", file.display());
+    let output = plansmith(&[
+        "plan",
+        "What's the weather in Paris?",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:examples/replies/weather-email.json",
+        "--save",
+        "--store",
+        &store,
+    ]);
+    assert_exit(&output, 2);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("cannot open the plan store"), "{stderr}");
+    assert_eq!(
+        text(&output.stdout),
+        "",
+        "a plan was printed before the store failed"
+    );
+
+    // A bad templates directory is bad input, found before the model is loaded (this model
+    // file does not exist: had it been loaded first, that would be the error).
+    let output = plansmith(&[
+        "plan",
+        "hi",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:does/not/exist.json",
+        "--templates",
+        "does/not/exist",
+    ]);
+    assert_exit(&output, 2);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("template directory does/not/exist"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn bad_files_are_exit_2_and_name_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.json");
