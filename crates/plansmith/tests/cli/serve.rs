@@ -1,5 +1,6 @@
 //! `plansmith serve` as a process: an OpenAPI-driven fuzz run (schemathesis, against the
-//! server's own `/openapi.json`) with zero 5xx answers, without and with API tokens; two
+//! server's own `/openapi.json`) with zero 5xx answers, none slower than 2 s and the server's
+//! memory under 500 MiB, without and with API tokens; two
 //! processes on one PostgreSQL store.
 
 use std::io::Write;
@@ -138,6 +139,9 @@ fn fuzz(tool: &str, serve: &Serve, token: Option<&str>, report: &Path) {
         // The live event stream never ends by design (covered by the API tests).
         .args(["--exclude-path", "/v1/plans/{id}/events"])
         .args(["--max-examples", "40", "--max-time", "60"])
+        // Every answer within 2 s, the largest bodies the schema allows (JSON Patch lists,
+        // 500-step plans) included.
+        .args(["--max-response-time", "2"])
         // One worker: with two, hypothesis parses lambda sources from two threads at once, and
         // CPython 3.11's parser is not thread-safe there ("SystemError: AST constructor
         // recursion depth mismatch", seen in a clean-clone CI run).
@@ -199,6 +203,22 @@ fn fuzz(tool: &str, serve: &Serve, token: Option<&str>, report: &Path) {
     }
     let errors = server_errors(&serve.addr, token);
     assert!(errors.is_empty(), "the server answered 5xx: {errors:#?}");
+    if let Some(peak) = peak_resident_mib(serve.child.id()) {
+        println!("plansmith serve peak resident memory: {peak} MiB");
+        assert!(
+            peak < 500,
+            "the server's resident memory peaked at {peak} MiB"
+        );
+    }
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in MiB; `None` where `/proc` has no
+/// such figure.
+fn peak_resident_mib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
 }
 
 #[test]
