@@ -1103,7 +1103,7 @@ impl ServerHandler for PlansmithMcp {
 /// Serves `server` over stdin / stdout until the client disconnects. Only JSON-RPC is written
 /// to stdout; logs go to stderr.
 /// A line that is not a JSON-RPC message MCP knows is answered with its JSON-RPC error
-/// instead of being dropped (see [`crate::stdio`]).
+/// instead of being dropped.
 pub async fn serve_stdio(server: PlansmithMcp) -> Result<(), McpError> {
     let (transport, lines) = crate::stdio::guard(tokio::io::stdin(), tokio::io::stdout());
     let running = server
