@@ -244,36 +244,50 @@ fn numbers_in(text: &str) -> Vec<f64> {
     out
 }
 
-/// Whether `plan`'s calls address `part`: their arguments carry every number of the part
-/// (as that number, or as a percentage of it: `0.04` for `4`), and one of its other
-/// particulars as text when it has any. A list of numbers in one part ("a term of 15, 20")
-/// needs them all; a name or an address needs to be there once.
+/// What the calls of a plan carry: their arguments' text and numbers.
+struct Carried {
+    text: String,
+    numbers: Vec<f64>,
+}
+
+impl Carried {
+    fn of(plan: &Plan) -> Carried {
+        Carried {
+            text: arguments_text(plan),
+            numbers: arguments_numbers(plan),
+        }
+    }
+
+    /// Whether particular `p` is carried: a number as that number (or as a percentage of it:
+    /// `0.04` for `4`), anything else as text.
+    fn has(&self, p: &str) -> bool {
+        match p.parse::<f64>() {
+            Ok(wanted) => self
+                .numbers
+                .iter()
+                .any(|&n| (n - wanted).abs() < 1e-9 || (n * 100.0 - wanted).abs() < 1e-6),
+            Err(_) => self.text.contains(p),
+        }
+    }
+}
+
+/// Whether `plan`'s calls address `part`: their arguments carry every number of the part,
+/// and one of its other particulars when it has any. A list of numbers in one part ("a term
+/// of 15, 20") needs them all; a name or an address needs to be there once.
 pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
-    let text = arguments_text(plan);
-    let numbers = arguments_numbers(plan);
-    let carried = |wanted: f64| {
-        numbers
-            .iter()
-            .any(|&n| (n - wanted).abs() < 1e-9 || (n * 100.0 - wanted).abs() < 1e-6)
-    };
-    let (wanted, others): (Vec<_>, Vec<_>) = part
+    let carried = Carried::of(plan);
+    let (numbers, others): (Vec<&String>, Vec<&String>) = part
         .particulars
         .iter()
         .partition(|p| p.parse::<f64>().is_ok());
-    wanted.iter().all(|p| p.parse::<f64>().is_ok_and(carried))
-        && (others.is_empty() || others.iter().any(|p| text.contains(p.as_str())))
+    numbers.iter().all(|p| carried.has(p))
+        && (others.is_empty() || others.iter().any(|p| carried.has(p)))
 }
 
 /// Whether `plan`'s new calls do `part`: they carry one of its particulars.
 pub(crate) fn touches(plan: &Plan, part: &Part) -> bool {
-    let text = arguments_text(plan);
-    let numbers = arguments_numbers(plan);
-    part.particulars.iter().any(|p| match p.parse::<f64>() {
-        Ok(wanted) => numbers
-            .iter()
-            .any(|&n| (n - wanted).abs() < 1e-9 || (n * 100.0 - wanted).abs() < 1e-6),
-        Err(_) => text.contains(p.as_str()),
-    })
+    let carried = Carried::of(plan);
+    part.particulars.iter().any(|p| carried.has(p))
 }
 
 /// The parts of `query` that have particulars and that no call of `plan` addresses, in the

@@ -634,16 +634,10 @@ impl Planner {
             attempt.json_repaired = parsed.repaired;
 
             let stage = Instant::now();
-            let mut written = parsed.plan;
-            let mut grounded = crate::ground::ground(&mut written, request, &self.catalog);
-            let (mut plan, mut findings) = validate(written, &self.catalog, &request.options);
+            let (plan, all) = self.checked(parsed, request);
             diagnostics.timings.validate_us += micros(stage);
-            let mut all = parsed.diagnostics;
-            all.append(&mut grounded);
-            all.append(&mut findings);
             attempt.diagnostics.extend(all.iter().cloned());
             diagnostics.attempts.push(attempt);
-            apply_request_fields(&mut plan, request);
 
             let n_errors = all.iter().filter(|d| d.is_error()).count();
             let clean = n_errors == 0;
@@ -704,6 +698,18 @@ impl Planner {
             outcome.diagnostics.timings.total_us = micros(started);
         }
         outcome
+    }
+
+    /// A parsed answer grounded ([`crate::ground`]), validated and given the request's fields,
+    /// with every diagnostic of the three.
+    fn checked(&self, parsed: parse::Parsed, request: &PlanRequest) -> (Plan, Vec<Diagnostic>) {
+        let mut written = parsed.plan;
+        let mut all = parsed.diagnostics;
+        all.extend(crate::ground::ground(&mut written, request, &self.catalog));
+        let (mut plan, findings) = validate(written, &self.catalog, &request.options);
+        all.extend(findings);
+        apply_request_fields(&mut plan, request);
+        (plan, all)
     }
 
     /// Asks the model, once per part of the request that no call of `candidate` addresses (see
@@ -777,12 +783,7 @@ impl Planner {
             let Ok(parsed) = parse::parse_calls_for_pipeline(&raw, follow.defaults) else {
                 continue;
             };
-            let mut written = parsed.plan;
-            let mut all = parsed.diagnostics;
-            all.extend(crate::ground::ground(&mut written, request, &self.catalog));
-            let (mut plan, findings) = validate(written, &self.catalog, &request.options);
-            all.extend(findings);
-            apply_request_fields(&mut plan, request);
+            let (plan, mut all) = self.checked(parsed, request);
             if all.iter().any(Diagnostic::is_error) || plan.steps.len() <= n_steps {
                 continue;
             }

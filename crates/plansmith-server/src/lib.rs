@@ -264,17 +264,10 @@ impl AppState {
     }
 
     /// The router the routes are added to: empty, or with the MCP endpoint nested at `/mcp`
-    /// (its request bodies bounded as the API's are).
+    /// (its request bodies are read and bounded by the guard in front of every route).
     fn base_router(&self) -> Router<AppState> {
         match &self.mcp {
-            Some(mcp) => Router::new().nest_service(
-                "/mcp",
-                mcp.clone()
-                    .layer(axum::middleware::from_fn(routes::buffered_body))
-                    .layer(axum::extract::DefaultBodyLimit::max(
-                        self.config.max_body_bytes,
-                    )),
-            ),
+            Some(mcp) => Router::new().nest_service("/mcp", mcp.clone()),
             None => Router::new(),
         }
     }

@@ -147,21 +147,6 @@ impl<T: DeserializeOwned + ToSchema, S: Send + Sync> FromRequest<S> for ApiJson<
     }
 }
 
-/// Reads the whole body of a request for a service that reads bodies itself (the MCP endpoint,
-/// which `DefaultBodyLimit` does not reach) before passing it on, within the same limit as the
-/// API's bodies: a larger one is `413 payload_too_large`.
-pub(crate) async fn buffered_body(req: Request, next: Next) -> Response {
-    let (parts, body) = req.into_parts();
-    let bytes = match axum::body::Bytes::from_request(Request::from_parts(parts.clone(), body), &())
-        .await
-    {
-        Ok(bytes) => bytes,
-        Err(err) => return rejection(err.status(), err.body_text()).into_response(),
-    };
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-        .await
-}
-
 /// Reads a request body of type `T` out of its JSON, checked against its OpenAPI schema.
 fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError> {
     // Every body of this API is a JSON object: serde would also read a struct out of an
@@ -618,8 +603,9 @@ async fn admitted(
 }
 
 /// The request with its body read whole, each piece within `pause` of the one before, and at
-/// most `limit` bytes: a stalled upload would otherwise hold its connection and its handler
-/// until the request timeout.
+/// most `limit` bytes (`413 payload_too_large` past it), for every route, the MCP endpoint
+/// (which reads bodies itself, out of `DefaultBodyLimit`'s reach) included: a stalled upload
+/// would otherwise hold its connection and its handler until the request timeout.
 async fn body_read(req: Request, limit: usize, pause: Duration) -> Result<Request, ApiError> {
     use futures::StreamExt;
     let (parts, body) = req.into_parts();

@@ -91,20 +91,9 @@ fn mcp_stdio_with_the_python_sdk() {
     };
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("plans.db").display());
-    let (output, report) = python_client(
-        &python,
-        &[
-            "stdio",
-            env!("CARGO_BIN_EXE_plansmith"),
-            "mcp",
-            "--tools",
-            "examples/tools.json",
-            "--model",
-            "scripted:examples/replies/weather-email.json",
-            "--store",
-            &store,
-        ],
-    );
+    let mut args = vec!["stdio", env!("CARGO_BIN_EXE_plansmith")];
+    args.extend(mcp_stdio_args(&store));
+    let (output, report) = python_client(&python, &args);
     assert_exit(&output, 0);
     check_session(&report);
     assert_eq!(report["list"]["structured"]["total"], 1);
@@ -114,21 +103,26 @@ fn mcp_stdio_with_the_python_sdk() {
     assert!(text(&listed.stdout).contains("Paris weather to Bob"));
 }
 
+/// `plansmith mcp` over the example tools, the scripted weather reply and `store`.
+fn mcp_stdio_args(store: &str) -> [&str; 7] {
+    [
+        "mcp",
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        "scripted:examples/replies/weather-email.json",
+        "--store",
+        store,
+    ]
+}
+
 #[test]
 fn mcp_stdio_answers_a_malformed_message_with_its_error() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("plans.db").display());
     let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args([
-            "mcp",
-            "--tools",
-            "examples/tools.json",
-            "--model",
-            "scripted:examples/replies/weather-email.json",
-            "--store",
-            &store,
-        ])
+        .args(mcp_stdio_args(&store))
         .current_dir(root())
         .env_remove("PLANSMITH_MODEL")
         .stdin(Stdio::piped())
