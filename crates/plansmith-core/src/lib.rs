@@ -106,7 +106,7 @@ pub use diagnostic::{Code, Diagnostic, Severity};
 pub use investigate::{Finding, Investigation, Investigator, ScriptedInvestigator};
 pub use llm::{
     Capabilities, Completion, CompletionRequest, LanguageModel, LlmError, Message,
-    OutputConstraint, Role, ScriptedModel, Strategy, Usage,
+    OutputConstraint, Role, ScriptedModel, Stages, Strategy, Usage,
 };
 pub use memory::{MemoryReport, Turn};
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};

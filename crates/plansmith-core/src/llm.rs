@@ -255,10 +255,41 @@ pub struct Completion {
     /// the call's time, which the pipeline reports apart from the generation itself.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub queue_us: u64,
+    /// Where the backend's time went, stage by stage, when it can tell (the embedded model
+    /// can; a remote API does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Stages>,
 }
 
 fn is_zero(value: &u64) -> bool {
     *value == 0
+}
+
+/// One model call's time inside the backend, stage by stage: what a reply waits for before
+/// its first token, and after.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Stages {
+    /// Loading the model, reported on the first call of the process that loaded it: the
+    /// cost a cold process pays once, before this call could start.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub load_ms: u64,
+    /// Prompt tokens whose state the backend already held (reused from the call before, or
+    /// restored from its on-disk prompt cache).
+    #[serde(default)]
+    pub cached_tokens: u32,
+    /// Of the cached tokens, those restored from the on-disk prompt cache for this call.
+    #[serde(default)]
+    pub restored_tokens: u32,
+    /// Reading the restored tokens' state.
+    #[serde(default)]
+    pub restore_ms: u64,
+    /// Evaluating the prompt tokens that were not cached (and saving the prompt cache).
+    #[serde(default)]
+    pub prompt_ms: u64,
+    /// Writing the reply.
+    #[serde(default)]
+    pub generate_ms: u64,
 }
 
 /// Errors at the model boundary.

@@ -15,7 +15,7 @@ use crate::diagnostic::{Code, Diagnostic, Severity};
 use crate::investigate::{self, Finding, Investigation, Investigator};
 use crate::llm::{
     Completion, CompletionRequest, FinishReason, LanguageModel, LlmError, Message,
-    OutputConstraint, Strategy, StreamEvent, Usage,
+    OutputConstraint, Stages, Strategy, StreamEvent, Usage,
 };
 use crate::memory::MemoryReport;
 use crate::parse::{self, ParseDefaults, SourceShape};
@@ -127,6 +127,9 @@ pub struct Attempt {
     /// request at a time).
     #[serde(default)]
     pub queue_ms: u64,
+    /// Where the backend's time went, when it can tell (the embedded model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Stages>,
 }
 
 /// Time spent per stage, in microseconds (summed over attempts).
@@ -584,6 +587,7 @@ impl Planner {
                 usage: completion.usage,
                 generate_ms: generate_us / 1000,
                 queue_ms: queue_us / 1000,
+                stages: completion.stages,
             };
             if completion.finish == FinishReason::Length {
                 attempt.diagnostics.push(Diagnostic::warning(

@@ -285,6 +285,7 @@ fn parse_reply(bytes: &[u8], strategy: Strategy) -> Result<Completion, LlmError>
         finish: negotiate::finish_reason(reply.get("stop_reason").and_then(Value::as_str)),
         strategy: Some(strategy),
         queue_us: 0,
+        stages: None,
     })
 }
 
@@ -425,6 +426,7 @@ impl Accumulate for Accumulator {
             finish: negotiate::finish_reason(self.stop_reason.as_deref()),
             strategy: Some(self.strategy),
             queue_us: 0,
+            stages: None,
         })
     }
 }

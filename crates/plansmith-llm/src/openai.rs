@@ -454,6 +454,7 @@ fn parse_reply(
         finish: negotiate::finish_reason(choice.finish_reason.as_deref()),
         strategy: Some(strategy),
         queue_us: 0,
+        stages: None,
     })
 }
 
@@ -590,6 +591,7 @@ impl Accumulate for Accumulator {
             finish: negotiate::finish_reason(self.finish.as_deref()),
             strategy: Some(self.strategy),
             queue_us: 0,
+            stages: None,
         })
     }
 }

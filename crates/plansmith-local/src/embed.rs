@@ -508,16 +508,7 @@ impl VectorCache {
     /// `$PLANSMITH_CACHE_DIR/vectors`, else `$XDG_CACHE_HOME/plansmith/vectors`, else
     /// `~/.cache/plansmith/vectors`.
     pub fn default_dir() -> PathBuf {
-        if let Some(dir) = std::env::var_os("PLANSMITH_CACHE_DIR").filter(|d| !d.is_empty()) {
-            return PathBuf::from(dir).join("vectors");
-        }
-        std::env::var_os("XDG_CACHE_HOME")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-            .unwrap_or_else(|| PathBuf::from("."))
-            .join("plansmith")
-            .join("vectors")
+        crate::cache_dir().join("vectors")
     }
 
     /// The file of one model.

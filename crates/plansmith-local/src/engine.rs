@@ -10,6 +10,14 @@
 //! reply's text after each decoding round, so the pipeline reports tokens and each finished
 //! step while the model still writes.
 //!
+//! A new process has no KV cache to reuse; with a [`PromptCache`] it starts from the disk
+//! instead. A prompt's leading system messages (instructions, profile, tool manifest: most of a
+//! planning prompt) are evaluated on their own and their state saved; the next process loads
+//! the entry that shares the longest prefix with its prompt and evaluates only the rest. Both
+//! split the prompt at the same place, so they reply alike. Each completion reports its
+//! [`Stages`]: the model's load (on the process's first call), the restore, the prompt and the
+//! generation.
+//!
 //! With an output constraint the plan's JSON Schema becomes a grammar (llguidance, compiled
 //! per request; the vocabulary is indexed once per model), and decoding is greedy-first: the
 //! best token is checked against the grammar alone, and the grammar's mask of the whole
@@ -67,9 +75,14 @@ use plansmith_core::llm::{
     BoxFuture, BoxStream, Completion, FinishReason, Role, Strategy, StreamEvent,
 };
 use plansmith_core::{
-    Capabilities, CompletionRequest, LanguageModel, LlmError, OutputConstraint, Usage,
+    Capabilities, CompletionRequest, LanguageModel, LlmError, OutputConstraint, Stages, Usage,
 };
 use serde_json::{Value, json};
+
+use crate::prompt_cache::PromptCache;
+
+/// The shortest system prompt worth a prompt-cache entry, in tokens.
+const MIN_CACHED_PREFIX: usize = 64;
 
 /// How to run a local model.
 #[derive(Debug, Clone)]
@@ -78,8 +91,10 @@ pub struct LocalConfig {
     pub path: PathBuf,
     /// Name shown in diagnostics (`local:qwen2.5-coder-0.5b`).
     pub name: String,
-    /// Threads for generation. One is the safe default on a small machine: with every core busy,
-    /// llama.cpp's threads spin against other processes and generation collapses.
+    /// Threads for generation: by default the physical cores this process may use (its CPU
+    /// affinity and cgroup quota counted) that other work leaves idle (less the load average),
+    /// at least 1. A thread on a core another process keeps busy slows every other thread
+    /// down: llama.cpp's threads wait for the slowest at every barrier.
     pub threads: i32,
     /// Threads for prompt evaluation (batched, benefits from more cores).
     pub threads_batch: i32,
@@ -97,25 +112,28 @@ pub struct LocalConfig {
     /// and a reused prefix splits it differently, which can change a greedy reply; evaluations
     /// turn reuse off so that each case's reply is the same alone, in a run, or on resume.
     pub reuse_prefix: bool,
+    /// Keep the KV state of each prompt's system part on disk, and start from the longest one
+    /// that begins a new prompt ([`PromptCache`]): a new process then skips evaluating the
+    /// system prompt it has seen before. Off by default; used only with `reuse_prefix`.
+    pub prompt_cache: Option<PromptCache>,
 }
 
 impl LocalConfig {
-    /// Defaults for a model file: 1 generation thread, all cores for the prompt, 4096 tokens,
-    /// constrained decoding on.
+    /// Defaults for a model file: a generation thread per idle physical core, every available CPU
+    /// for the prompt, 4096 tokens, constrained decoding on, no prompt cache.
     pub fn new(path: PathBuf, name: impl Into<String>) -> LocalConfig {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let count = |n: usize| i32::try_from(n).unwrap_or(1).max(1);
         LocalConfig {
             path,
             name: name.into(),
-            threads: 1,
-            threads_batch: i32::try_from(cores).unwrap_or(1).max(1),
+            threads: count(crate::cores::idle_physical()),
+            threads_batch: count(crate::cores::available()),
             context: 4096,
             batch: 512,
             constrained: true,
             fallback_template: "chatml".to_owned(),
             reuse_prefix: true,
+            prompt_cache: None,
         }
     }
 }
@@ -125,8 +143,15 @@ impl LocalConfig {
 pub struct Stats {
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
-    /// Prompt tokens that were already in the KV cache (reused prefix).
+    /// Prompt tokens that were already in the KV cache (reused prefix), from this process or
+    /// restored from the prompt cache.
     pub cached_tokens: usize,
+    /// Of the cached tokens, those restored from the on-disk prompt cache for this request.
+    pub restored_tokens: usize,
+    /// Time reading the restored tokens' state from the prompt cache.
+    pub restore_time: Duration,
+    /// Time writing the system prompt's state to the prompt cache (part of the prompt time).
+    pub save_time: Duration,
     /// Time evaluating the new prompt tokens.
     pub prompt_time: Duration,
     /// Tokens generated (chosen by the model or forced by the grammar).
@@ -156,6 +181,10 @@ impl Stats {
     pub fn generate_tok_s(&self) -> f64 {
         per_second(self.generated_tokens, self.generate_time)
     }
+}
+
+fn millis(time: Duration) -> u64 {
+    u64::try_from(time.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn per_second(n: usize, time: Duration) -> f64 {
@@ -324,6 +353,7 @@ fn worker(
     ready: mpsc::Sender<Result<(), LocalError>>,
     stats: Arc<Mutex<Stats>>,
 ) {
+    let started = Instant::now();
     let load_error = |message: String| LocalError::Load {
         path: config.path.display().to_string(),
         message,
@@ -380,6 +410,13 @@ fn worker(
         },
     };
     let _ = ready.send(Ok(()));
+    // The first request of the process reports the load it waited behind.
+    let mut load = Some(started.elapsed());
+    let identity = config
+        .prompt_cache
+        .as_ref()
+        .filter(|_| config.reuse_prefix)
+        .map(|_| PromptCache::identity(&config.path, config.context));
     let mut session = Session {
         model: &model,
         ctx: &mut ctx,
@@ -387,6 +424,7 @@ fn worker(
         cached: Vec::new(),
         config: &config,
         factory,
+        identity,
     };
     for job in inbox {
         let mut run_stats = Stats::default();
@@ -398,6 +436,14 @@ fn worker(
             .complete(&job.request, &mut run_stats, &abandoned, job.text.as_ref())
             .map(|completion| Completion {
                 queue_us,
+                stages: Some(Stages {
+                    load_ms: load.take().map_or(0, millis),
+                    cached_tokens: u32::try_from(run_stats.cached_tokens).unwrap_or(u32::MAX),
+                    restored_tokens: u32::try_from(run_stats.restored_tokens).unwrap_or(u32::MAX),
+                    restore_ms: millis(run_stats.restore_time),
+                    prompt_ms: millis(run_stats.prompt_time),
+                    generate_ms: millis(run_stats.generate_time),
+                }),
                 ..completion
             });
         if let Ok(mut shared) = stats.lock() {
@@ -573,6 +619,8 @@ struct Session<'m, 'c> {
     config: &'c LocalConfig,
     /// Builds a grammar matcher per constrained request (None when decoding is unconstrained).
     factory: Option<ParserFactory>,
+    /// The prompt cache's identity of this model and build, when the cache is on.
+    identity: Option<[u8; 32]>,
 }
 
 /// Ends a request whose caller stopped waiting: marks the stats, and gives an error that nobody
@@ -668,16 +716,28 @@ impl Session<'_, '_> {
 
         // Reuse the longest prefix already in the KV cache; always re-evaluate at least one
         // token, so there are logits to sample from.
-        let common = if self.config.reuse_prefix {
-            self.cached
+        let shared = |cached: &[LlamaToken]| {
+            cached
                 .iter()
                 .zip(&tokens)
                 .take_while(|(a, b)| a == b)
                 .count()
                 .min(tokens.len() - 1)
+        };
+        let mut common = if self.config.reuse_prefix {
+            shared(&self.cached)
         } else {
             0
         };
+        // The system part's end, when the prompt cache is on and the part is worth an entry.
+        let system = self
+            .identity
+            .and_then(|_| self.system_part(request, &messages, &tokens))
+            .filter(|&end| end >= MIN_CACHED_PREFIX && end < tokens.len());
+        if system.is_some_and(|end| common < end) {
+            self.restore(&tokens, common, stats);
+            common = shared(&self.cached);
+        }
         let common_u32 = u32::try_from(common).unwrap_or(0);
         if self
             .ctx
@@ -699,9 +759,17 @@ impl Session<'_, '_> {
         if let Some(matcher) = matcher.as_mut() {
             reply.force(matcher, max_tokens, &vocab, stats)?;
         }
-        let mut prompt_and_forced = tokens.get(common..).unwrap_or_default().to_vec();
-        prompt_and_forced.append(&mut reply.pending);
         let mut batch = LlamaBatch::new(self.batch_size(), 1);
+        // A system part not yet cached is evaluated on its own and saved, then the rest.
+        let mut rest = common;
+        if let Some(end) = system.filter(|&end| common < end) {
+            let part = tokens.get(common..end).unwrap_or_default();
+            self.evaluate(&mut batch, part, "prompt evaluation", abandoned, stats)?;
+            self.save(stats);
+            rest = end;
+        }
+        let mut prompt_and_forced = tokens.get(rest..).unwrap_or_default().to_vec();
+        prompt_and_forced.append(&mut reply.pending);
         let mut last_index = self.evaluate(
             &mut batch,
             &prompt_and_forced,
@@ -776,7 +844,83 @@ impl Session<'_, '_> {
             finish,
             strategy: unconstrained_instead.then_some(Strategy::PromptOnly),
             queue_us: 0,
+            stages: None,
         })
+    }
+
+    /// Where the prompt's leading system messages end in `tokens`: they rendered alone must
+    /// tokenize to a prefix of the whole prompt (true of chat templates that close a message
+    /// before the next one starts).
+    fn system_part(
+        &self,
+        request: &CompletionRequest,
+        messages: &[LlamaChatMessage],
+        tokens: &[LlamaToken],
+    ) -> Option<usize> {
+        let count = request
+            .messages
+            .iter()
+            .take_while(|m| m.role == Role::System)
+            .count();
+        let system = self
+            .model
+            .apply_chat_template(&self.template, messages.get(..count)?, false)
+            .ok()?;
+        let prefix = self.model.vocab().tokenize(system.as_bytes(), true, true);
+        (count > 0 && tokens.starts_with(&prefix)).then_some(prefix.len())
+    }
+
+    /// Loads the prompt cache's entry that shares the most with `tokens`, when it shares more
+    /// than the `common` tokens already in the KV cache. Anything amiss (no entry, a damaged
+    /// one, llama.cpp refusing it) leaves an empty KV cache and a debug log.
+    fn restore(&mut self, tokens: &[LlamaToken], common: usize, stats: &mut Stats) {
+        let (Some(cache), Some(identity)) = (self.config.prompt_cache.as_ref(), self.identity)
+        else {
+            return;
+        };
+        let started = Instant::now();
+        let prompt: Vec<i32> = tokens.iter().map(|t| t.0).collect();
+        let at_least = (common + 1).max(MIN_CACHED_PREFIX);
+        let Some(candidate) = cache.best(&identity, &prompt, at_least) else {
+            return;
+        };
+        let ctx = &mut *self.ctx;
+        let restored = cache.restore(&candidate, |path| {
+            ctx.clear_kv_cache();
+            ctx.state_seq_load_file(path, 0, candidate.tokens.len())
+                .map(|(tokens, _)| tokens.into_iter().map(|t| t.0).collect())
+                .map_err(|err| err.to_string())
+        });
+        match restored {
+            Ok(()) => {
+                self.cached = candidate.tokens.iter().map(|&t| LlamaToken(t)).collect();
+                stats.restored_tokens = candidate.common.min(tokens.len() - 1);
+            }
+            Err(err) => {
+                tracing::debug!(dir = %cache.dir().display(), error = %err, "prompt cache: entry not used");
+                self.ctx.clear_kv_cache();
+                self.cached.clear();
+            }
+        }
+        stats.restore_time = started.elapsed();
+    }
+
+    /// Saves the state of the tokens in the KV cache (a system part) to the prompt cache.
+    fn save(&mut self, stats: &mut Stats) {
+        let (Some(cache), Some(identity)) = (self.config.prompt_cache.as_ref(), self.identity)
+        else {
+            return;
+        };
+        let started = Instant::now();
+        let tokens: Vec<i32> = self.cached.iter().map(|t| t.0).collect();
+        let ctx = &*self.ctx;
+        let cached = &self.cached;
+        cache.store(&identity, &tokens, |path| {
+            ctx.state_seq_save_file(path, 0, cached)
+                .map(|_| ())
+                .map_err(|err| err.to_string())
+        });
+        stats.save_time = started.elapsed();
     }
 
     /// Tokens per llama.cpp batch (the prompt is evaluated in batches of this size).

