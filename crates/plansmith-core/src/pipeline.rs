@@ -1238,6 +1238,24 @@ impl Planner {
             diagnostics.findings.extend(findings.iter().cloned());
             return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
         }
+        // A missing argument is asked of the user, unless the caller chose to fail when the
+        // repairs run out (`fail`, `previous_or_fail`): then that policy decides, as for any
+        // other error. (The nl2sql shape's SQL is the model's to write, not the user's.)
+        if matches!(
+            request.options.fallback,
+            FallbackPolicy::Fail | FallbackPolicy::PreviousOrFail
+        ) {
+            let missing: Vec<&str> = findings
+                .iter()
+                .filter(|d| d.is_error() && d.code == Code::MissingArgument)
+                .map(|d| d.message.as_str())
+                .collect();
+            if !missing.is_empty() {
+                let reason = missing.join("; ");
+                diagnostics.findings.extend(findings.iter().cloned());
+                return fallback(request, plan_id, now, reason, Some(&raw), diagnostics);
+            }
+        }
 
         let mut questions: Vec<Question> = Vec::new();
         let mut dropped: Vec<String> = Vec::new();

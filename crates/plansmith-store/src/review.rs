@@ -210,6 +210,11 @@ pub struct Review {
     /// and runs of the plan use this catalog.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub catalog: Option<String>,
+    /// What the last edit or answer could not do, for the person who gave it: its replan
+    /// failed (this version is the fallback, or the plan as it was), or `max_iterations` was
+    /// reached and it was not applied. Cleared by the next review action.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Default for Review {
@@ -223,6 +228,7 @@ impl Default for Review {
             rejection: None,
             request: None,
             catalog: None,
+            note: None,
         }
     }
 }
@@ -237,6 +243,7 @@ impl PartialEq for Review {
             && self.schedule_confirmed == other.schedule_confirmed
             && self.rejection == other.rejection
             && self.catalog == other.catalog
+            && self.note == other.note
             && serde_json::to_value(&self.request).ok() == serde_json::to_value(&other.request).ok()
     }
 }
@@ -583,12 +590,14 @@ impl PlanStore {
         } else {
             ReviewState::NeedsInput
         };
+        let mut review = current.review.clone();
+        review.note = None;
         let stored = self
             .write(Change {
                 expected_version: current.version(),
                 plan,
                 state,
-                review: current.review.clone(),
+                review,
                 trigger: Trigger::HumanEdit,
                 actor: actor.to_owned(),
             })
@@ -643,24 +652,36 @@ impl PlanStore {
             return Ok(None);
         }
         let note = format!("max_iterations ({}) reached", current.review.max_iterations);
-        let stored = match current.review.on_max_iterations {
+        let (mut capped, state, reason, outcome) = match current.review.on_max_iterations {
             MaxIterationsPolicy::UseAsIs => {
                 let mut accepted = current.clone();
                 accepted
                     .plan
                     .metadata
-                    .insert("review_note".into(), Value::String(note));
-                self.transition(accepted, ReviewState::Accepted, None, actor)
-                    .await?
+                    .insert("review_note".into(), Value::String(note.clone()));
+                (
+                    accepted,
+                    ReviewState::Accepted,
+                    None,
+                    "the plan was accepted as it stood",
+                )
             }
-            MaxIterationsPolicy::Stop => {
-                self.transition(current.clone(), ReviewState::Stopped, Some(note), actor)
-                    .await?
-            }
+            MaxIterationsPolicy::Stop => (
+                current.clone(),
+                ReviewState::Stopped,
+                Some(note.clone()),
+                "the review stopped",
+            ),
         };
-        Ok(Some(stored))
+        capped.review.note = Some(format!(
+            "{note}: the feedback was not applied, and {outcome}"
+        ));
+        Ok(Some(
+            self.write_state(capped, state, reason, actor, true).await?,
+        ))
     }
 
+    /// A change of review state alone (accept, reject), which also clears the last note.
     async fn transition(
         &self,
         current: StoredPlan,
@@ -668,8 +689,24 @@ impl PlanStore {
         reason: Option<String>,
         actor: &str,
     ) -> Result<StoredPlan> {
+        self.write_state(current, state, reason, actor, false).await
+    }
+
+    /// Writes `current` in `state` with `reason`, keeping its review note only when
+    /// `keep_note`.
+    async fn write_state(
+        &self,
+        current: StoredPlan,
+        state: ReviewState,
+        reason: Option<String>,
+        actor: &str,
+        keep_note: bool,
+    ) -> Result<StoredPlan> {
         let mut review = current.review.clone();
         review.rejection = reason;
+        if !keep_note {
+            review.note = None;
+        }
         self.write(Change {
             expected_version: current.version(),
             plan: current.plan,
@@ -718,6 +755,19 @@ impl PlanStore {
             None => planner.plan(&request).await?,
         };
         let state = initial_state(&outcome, &review);
+        review.note = match &outcome.status {
+            OutcomeStatus::Fallback { reason } if outcome.plan.steps == current.plan.steps => {
+                Some(format!(
+                    "replanning failed ({reason}): the plan is unchanged, and the feedback was \
+                     not applied"
+                ))
+            }
+            OutcomeStatus::Fallback { reason } => Some(format!(
+                "replanning failed ({reason}): this version is the fallback plan, not a plan \
+                 of the feedback"
+            )),
+            _ => None,
+        };
         let mut plan = outcome.plan;
         plan.id = current.plan.id.clone();
         plan.created_at = current.plan.created_at;

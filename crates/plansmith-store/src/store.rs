@@ -361,8 +361,8 @@ impl StoredPlan {
         }
     }
 
-    /// Text rendering: [`Plan::render_text`] (progress and markers), then the review state, what
-    /// it allows (`Actions: accept, reject, …`) and the questions; for a plan that lost steps
+    /// Text rendering: [`Plan::render_text`] (progress and markers), then the review state, the
+    /// note of the last edit or answer that could not be applied, what it allows (`Actions: accept, reject, …`) and the questions; for a plan that lost steps
     /// when it was planned, what it lost.
     pub fn render_text(&self) -> String {
         let mut out = self.plan.render_text();
@@ -380,6 +380,9 @@ impl StoredPlan {
             out.push_str(&format!(" ({reason})"));
         }
         out.push('\n');
+        if let Some(note) = &self.review.note {
+            out.push_str(&format!("Note: {note}\n"));
+        }
         let actions: Vec<&str> = self.actions().iter().map(|a| a.as_str()).collect();
         let actions = actions.join(", ");
         if !actions.is_empty() {

@@ -23,7 +23,9 @@ use plansmith_store::{
     ReviewState, StepKey, StoreError, StoredPlan,
 };
 
-use crate::{CliError, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_MODEL, EXIT_NEEDS_INPUT, EXIT_OK};
+use crate::{
+    CliError, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FALLBACK, EXIT_MODEL, EXIT_NEEDS_INPUT, EXIT_OK,
+};
 
 /// Exit code when the plan does not exist.
 pub const EXIT_NOT_FOUND: u8 = 4;
@@ -547,7 +549,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             (Some(text), None) => {
                 refuse_early(&store, &id, ReviewAction::Edit, &planner).await?;
                 let planner = planner.for_plan(&store, &id, planner.planner()?).await?;
-                show_result(store.edit(&id, &text, &planner, actor).await)
+                show_replanned(store.edit(&id, &text, &planner, actor).await)
             }
             (None, None) => Err(CliError::input(anyhow!(
                 "give feedback text or --patch JSON"
@@ -556,7 +558,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
         PlansCommand::Answer { id, text, planner } => {
             refuse_early(&store, &id, ReviewAction::Answer, &planner).await?;
             let planner = planner.for_plan(&store, &id, planner.planner()?).await?;
-            show_result(store.answer(&id, &text, &planner, actor).await)
+            show_replanned(store.answer(&id, &text, &planner, actor).await)
         }
         PlansCommand::Mark {
             id,
@@ -629,6 +631,23 @@ fn show_result(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {
     let stored = result.map_err(store_error)?;
     print!("{}", stored.render_text());
     Ok(EXIT_OK)
+}
+
+/// [`show_result`] after an edit or answer: when it could not be applied (its replan failed,
+/// or the review reached `max_iterations`), says so on stderr and exits with
+/// [`EXIT_FALLBACK`].
+fn show_replanned(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {
+    let stored = result.map_err(store_error)?;
+    print!("{}", stored.render_text());
+    Ok(not_applied(&stored).unwrap_or(EXIT_OK))
+}
+
+/// [`EXIT_FALLBACK`], with the note said on stderr, when the last edit or answer of `stored`
+/// could not be applied.
+fn not_applied(stored: &StoredPlan) -> Option<u8> {
+    let note = stored.review.note.as_deref()?;
+    eprintln!("plansmith: {note}");
+    Some(EXIT_FALLBACK)
 }
 
 /// Opens the store `--save` or `--review` will write to, and closes it again: a store that
@@ -725,9 +744,10 @@ async fn review_loop(
     let mut lines = stdin.lock().lines();
     loop {
         match stored.state {
+            // Accepted as it stood at max_iterations: the last edit was not applied.
             ReviewState::Accepted => {
                 println!("{}", stored.render_text().trim_end());
-                return Ok(EXIT_OK);
+                return Ok(not_applied(&stored).unwrap_or(EXIT_OK));
             }
             ReviewState::Rejected | ReviewState::Stopped => {
                 println!("{}", stored.render_text().trim_end());
@@ -790,7 +810,15 @@ async fn review_loop(
             _ => store.edit(&stored.plan.id, line, planner, actor).await,
         };
         match result {
-            Ok(next) => stored = next,
+            Ok(next) => {
+                stored = next;
+                // A failed replan is said before the plan is shown again (its note is in it).
+                if stored.state != ReviewState::Accepted
+                    && let Some(note) = &stored.review.note
+                {
+                    eprintln!("plansmith: {note}");
+                }
+            }
             Err(
                 err @ (StoreError::BadEdit(_)
                 | StoreError::InvalidState { .. }

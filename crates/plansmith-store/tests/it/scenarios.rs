@@ -13,7 +13,7 @@
 //! `n_steps`, `step_titles`, `statuses` ({step id: status}), `notes` ({step id: notes}),
 //! `n_questions`, `schedule_confirmed`, `model_calls` (requests the scripted model got so far),
 //! `last_prompt_contains`, `render_contains`, `owner`, `conversation_id`, `thread_id`,
-//! `metadata` ({key: value}), `list_ids` (for `list`), `list_total`, `next_offset`,
+//! `metadata` ({key: value}), `note` (what the last edit or answer could not do, or null), `list_ids` (for `list`), `list_total`, `next_offset`,
 //! `warnings` (codes of the diagnostics a patch returned).
 
 use std::sync::Arc;
@@ -386,6 +386,7 @@ async fn check_plan(
             ),
             "n_questions" => json!(plan.questions.len()),
             "schedule_confirmed" => json!(fresh.review.schedule_confirmed),
+            "note" => json!(fresh.review.note),
             "owner" => json!(plan.owner),
             "conversation_id" => json!(plan.conversation_id),
             "thread_id" => json!(plan.thread_id),

@@ -412,6 +412,69 @@ fn review_edit_then_accept_from_stdin() {
     assert_eq!(triggers, ["created", "feedback", "status"]);
 }
 
+/// An edit the review loop could not apply is said (stderr, the plan's `Note:` and the exit
+/// code): at `--max-iterations` the plan is accepted as it stood (exit 11, not 0), and a replan
+/// that failed shows the plan unchanged before the person decides again.
+#[test]
+fn review_says_when_an_edit_was_not_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let args = |model: &str, extra: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            "plan".into(),
+            WEATHER_QUERY.into(),
+            "--tools".into(),
+            "examples/tools.json".into(),
+            "--model".into(),
+            model.into(),
+            "--review".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+
+    // At the cap (0 rounds here) the edit is not applied: accepted as it stood, and said.
+    let model = script(dir.path(), "cap.json", &[weather_v1()]);
+    let capped_args = args(&model, &["--max-iterations", "0"]);
+    let capped_args: Vec<&str> = capped_args.iter().map(String::as_str).collect();
+    let capped = run(&store, &capped_args, "edit Search the web first\n");
+    assert_exit(&capped, 11);
+    let stderr = text(&capped.stderr);
+    assert!(
+        stderr.contains("max_iterations (0) reached: the feedback was not applied"),
+        "{stderr}"
+    );
+    let out = text(&capped.stdout);
+    assert!(
+        out.contains("State: accepted") && out.contains("Note: max_iterations (0) reached"),
+        "{out}"
+    );
+
+    // A replan that fails (the model answers no plan) keeps the plan, and says so; accepting
+    // it afterwards is an ordinary success.
+    let model = script(
+        dir.path(),
+        "failed.json",
+        &[
+            weather_v1(),
+            serde_json::json!("I am not sure what you mean."),
+        ],
+    );
+    let failed_args = args(
+        &model,
+        &["--fallback", "previous-or-fail", "--max-repairs", "0"],
+    );
+    let failed_args: Vec<&str> = failed_args.iter().map(String::as_str).collect();
+    let failed = run(&store, &failed_args, "edit Use Fahrenheit\naccept\n");
+    assert_exit(&failed, 0);
+    let stderr = text(&failed.stderr);
+    assert!(
+        stderr.contains("replanning failed") && stderr.contains("the plan is unchanged"),
+        "{stderr}"
+    );
+    assert!(text(&failed.stdout).contains("Note: replanning failed"));
+}
+
 #[test]
 fn review_reject_without_text_and_end_of_input() {
     let dir = tempfile::tempdir().unwrap();
