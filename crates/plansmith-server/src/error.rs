@@ -17,6 +17,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 /// |---|---|---|
 /// | `bad_request` | 400 | malformed JSON, query or path; a query parameter the route does not take; bad step index or status; bad edit |
 /// | `unauthorized` | 401 | tokens are configured and the bearer token is missing or unknown |
+/// | `forbidden` | 403 | without tokens, a `Host` that is not a loopback name or address; a browser `Origin` that is neither the server's own nor listed in `cors_origins` |
 /// | `not_found` | 404 | no such plan, version or template (or the plan is another owner's) |
 /// | `method_not_allowed` | 405 | the route exists but not with this method |
 /// | `request_timeout` | 408 | the request body stalled: nothing came for the header timeout |
