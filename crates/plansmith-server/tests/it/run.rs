@@ -28,14 +28,20 @@ impl Invoker for Reporting {
         call: &'a Call,
         progress: &'a (dyn Fn(CallProgress) + Send + Sync),
     ) -> BoxFuture<'a, Result<Value, InvokeError>> {
-        if matches!(&call.action, Action::Tool { name, .. } if name == "get_weather") {
-            progress(CallProgress {
-                progress: 1.0,
-                total: Some(2.0),
-                message: Some("asking the weather service".into()),
-            });
-        }
-        self.0.invoke(call)
+        let reports = matches!(&call.action, Action::Tool { name, .. } if name == "get_weather");
+        Box::pin(async move {
+            if reports {
+                progress(CallProgress {
+                    progress: 1.0,
+                    total: Some(2.0),
+                    message: Some("asking the weather service".into()),
+                });
+                // As a real tool does, it works on after its report: a page that got the
+                // report and the result in one batch of events would only ever show the result.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            self.0.invoke(call).await
+        })
     }
 }
 
