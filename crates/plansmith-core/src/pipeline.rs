@@ -430,19 +430,8 @@ impl Planner {
         diagnostics.selected_tools = selected.iter().map(|t| t.tool.name.clone()).collect();
         diagnostics.timings.select_us = micros(stage);
 
-        let findings = if request.options.investigate {
-            self.investigate(request, &mut diagnostics).await
-        } else {
-            Vec::new()
-        };
-
-        let stage = Instant::now();
         let agents: Vec<&AgentCard> = self.catalog.agents().iter().collect();
         let mut context = prompt_context(request, &selected, &agents, now);
-        context.findings = findings
-            .iter()
-            .map(|f| format!("[{}] {}", f.source, f.text))
-            .collect();
         let mut history = Vec::new();
         if !request.turns.is_empty() {
             let (messages, report) = crate::memory::history(
@@ -462,6 +451,16 @@ impl Planner {
             outcome.diagnostics.timings.total_us = micros(started);
             return Ok(outcome);
         }
+        // After triage: a request it answered or handed off needs no search.
+        if request.options.investigate {
+            context.findings = self
+                .investigate(request, &mut diagnostics)
+                .await
+                .iter()
+                .map(|f| format!("[{}] {}", f.source, f.text))
+                .collect();
+        }
+        let stage = Instant::now();
         let strategy = Strategy::negotiate(self.model.capabilities());
         diagnostics.strategy = Some(strategy);
         let calls = uses_calls(&request.options, strategy, agents.is_empty());

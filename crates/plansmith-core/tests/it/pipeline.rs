@@ -64,6 +64,8 @@ struct Expect {
     /// Findings that went into the prompt (after trimming), as `[source] text`.
     investigated: Option<Vec<String>>,
     investigation_error_contains: Option<String>,
+    /// How many requests the scripted investigator got.
+    investigator_calls: Option<usize>,
     /// Partial match on `diagnostics.memory`.
     memory: Option<Value>,
 }
@@ -143,6 +145,7 @@ fn constraint_kind(request: &CompletionRequest) -> String {
 fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
     let model = Arc::new(ScriptedModel::from_script(scenario.script.clone()));
     let mut planner = Planner::new(test_catalog(scenario.agents), model.clone());
+    let mut investigator = None;
     if let Some(answers) = &scenario.investigation {
         let answers = answers
             .iter()
@@ -151,7 +154,9 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
                 None => Ok(a.findings.clone()),
             })
             .collect();
-        planner = planner.with_investigator(Arc::new(ScriptedInvestigator::new(answers)));
+        let scripted = Arc::new(ScriptedInvestigator::new(answers));
+        planner = planner.with_investigator(scripted.clone());
+        investigator = Some(scripted);
     }
     let result = futures::executor::block_on(planner.plan(&scenario.request));
     let expect = &scenario.expect;
@@ -354,6 +359,14 @@ fn run(scenario: &Scenario) -> Result<(), Vec<String>> {
             .unwrap_or_default();
         if &got != expected {
             fail(format!("investigated {got:?}, expected {expected:?}"));
+        }
+    }
+    if let Some(expected) = expect.investigator_calls {
+        let got = investigator.as_ref().map_or(0, |i| i.queries().len());
+        if got != expected {
+            fail(format!(
+                "the investigator got {got} request(s), expected {expected}"
+            ));
         }
     }
     if let Some(needle) = &expect.investigation_error_contains {
