@@ -124,7 +124,14 @@ impl Plan {
     /// A plain-text rendering with progress, e.g. `Progress: 1/3 (33.3%)` and `[✓] [→] [!] [ ]`:
     /// one line per step (OpenManus's shape), then its id, what it waits for and what it does
     /// ([`Step::action_lines`]), its notes, its result (on one line, cut to 300 characters) and its error.
+    /// Steps are numbered from 1.
     pub fn render_text(&self) -> String {
+        self.render_text_from(1)
+    }
+
+    /// [`Plan::render_text`] with the steps numbered from `first`: OpenManus's planning tool
+    /// numbers them from 0, as its `mark_step` counts them.
+    pub fn render_text_from(&self, first: usize) -> String {
         let total = self.steps.len();
         let done = self
             .steps
@@ -141,7 +148,7 @@ impl Plan {
         for (idx, step) in self.steps.iter().enumerate() {
             out.push_str(&format!(
                 "{}. {} {}\n",
-                idx + 1,
+                idx + first,
                 step.status.marker(),
                 step.title
             ));

@@ -167,7 +167,7 @@ pub struct PlanningParams {
     /// Step texts (create, update).
     #[serde(default)]
     pub steps: Option<Vec<String>>,
-    /// 0-based step index (mark_step).
+    /// 0-based step index (mark_step), the number this tool's plan text shows the step under.
     #[serde(default)]
     pub step_index: Option<usize>,
     /// not_started, in_progress, completed, blocked, failed, skipped (mark_step).
@@ -995,7 +995,7 @@ impl PlansmithMcp {
                 let stored = self.store.get(&id).await.map_err(err)?;
                 let text = format!(
                     "Plan '{id}' is now the active plan.\n\n{}",
-                    stored.render_text()
+                    stored.render_text_from(0)
                 );
                 return Ok((stored_json(&stored), text));
             }
@@ -1032,7 +1032,7 @@ impl PlansmithMcp {
                     .map_err(err)?;
                 let text = format!(
                     "Step {index} updated in plan '{id}'.\n\n{}",
-                    stored.render_text()
+                    stored.render_text_from(0)
                 );
                 return Ok((stored_json(&stored), text));
             }
@@ -1046,7 +1046,7 @@ impl PlansmithMcp {
                 ));
             }
         };
-        let text = stored.render_text();
+        let text = stored.render_text_from(0);
         Ok((stored_json(&stored), text))
     }
 }

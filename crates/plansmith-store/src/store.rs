@@ -365,7 +365,13 @@ impl StoredPlan {
     /// note of the last edit or answer that could not be applied, what it allows (`Actions: accept, reject, …`) and the questions; for a plan that lost steps
     /// when it was planned, what it lost.
     pub fn render_text(&self) -> String {
-        let mut out = self.plan.render_text();
+        self.render_text_from(1)
+    }
+
+    /// [`StoredPlan::render_text`] with the steps numbered from `first` (see
+    /// [`Plan::render_text_from`]).
+    pub fn render_text_from(&self, first: usize) -> String {
+        let mut out = self.plan.render_text_from(first);
         if let Some(reason) = self
             .plan
             .metadata

@@ -171,11 +171,11 @@ enum PlansCommand {
         #[command(flatten)]
         planner: PlannerArgs,
     },
-    /// Set a step's status and notes (step: 0-based index or step id).
+    /// Set a step's status and notes (step: its number as `plans show` lists it, or its id).
     Mark {
         /// Plan id.
         id: String,
-        /// Step: 0-based index or id (`s2`).
+        /// Step: its number as `plans show` lists it (from 1), or its id (`s2`).
         step: String,
         /// New status: not_started, in_progress, completed, blocked, failed, skipped.
         #[arg(long)]
@@ -567,7 +567,16 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             notes,
             expected_version,
         } => {
-            let key: StepKey = step.parse().unwrap_or(StepKey::Id(step));
+            let key = step_key(step)?;
+            if let StepKey::Index(index) = key {
+                let steps = store.get(&id).await.map_err(store_error)?.plan.steps.len();
+                if index >= steps {
+                    return Err(CliError::input(anyhow!(
+                        "plan {id} has {steps} step(s), numbered from 1: there is no step {}",
+                        index + 1
+                    )));
+                }
+            }
             show_result(
                 store
                     .mark_step(
@@ -625,6 +634,17 @@ async fn refuse_early(
         }
     }
     Ok(())
+}
+
+/// A step as the CLI names it: the number `plans show` lists it under (from 1), or its id.
+fn step_key(step: String) -> Result<StepKey, CliError> {
+    match step.trim().parse::<usize>() {
+        Ok(0) => Err(CliError::input(anyhow!(
+            "steps are numbered from 1, as `plans show` lists them (or name the step by its id)"
+        ))),
+        Ok(number) => Ok(StepKey::Index(number - 1)),
+        Err(_) => Ok(StepKey::Id(step)),
+    }
 }
 
 fn show_result(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {

@@ -64,8 +64,11 @@ fn check_session(report: &Value) {
     let id = plan["structured"]["plan_id"].as_str().unwrap();
     assert_eq!(report["get"]["structured"]["plan"]["id"], id);
     let mark = report["mark"]["text"].as_str().unwrap();
+    // OpenManus's view: steps numbered from 0, as `step_index` counts them (0 was marked).
     assert!(
-        mark.contains("Progress: 1/3 (33.3%)") && mark.contains("[✓]"),
+        mark.contains("Progress: 1/3 (33.3%)")
+            && mark.contains("\n0. [✓] ")
+            && mark.contains("\n1. [ ] "),
         "{mark}"
     );
     assert_eq!(report["accept"]["structured"]["state"], "accepted");

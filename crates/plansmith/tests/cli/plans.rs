@@ -141,7 +141,7 @@ fn lifecycle_on(store: &str) {
             "plans",
             "mark",
             &id,
-            "0",
+            "1",
             "--status",
             "completed",
             "--notes",
@@ -163,7 +163,19 @@ fn lifecycle_on(store: &str) {
         "",
     );
     assert_exit(&bad_index, 2);
-    assert!(text(&bad_index.stderr).contains("valid indices range from 0 to 2"));
+    assert!(
+        text(&bad_index.stderr).contains("has 3 step(s), numbered from 1: there is no step 9"),
+        "{}",
+        text(&bad_index.stderr)
+    );
+    // Steps are numbered as `plans show` lists them, from 1.
+    let zero = run(
+        store,
+        &["plans", "mark", &id, "0", "--status", "completed"],
+        "",
+    );
+    assert_exit(&zero, 2);
+    assert!(text(&zero.stderr).contains("steps are numbered from 1"));
     let bad_status = run(store, &["plans", "mark", &id, "s2", "--status", "done"], "");
     assert_exit(&bad_status, 2);
     assert!(text(&bad_status.stderr).contains("valid statuses are"));
