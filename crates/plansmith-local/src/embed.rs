@@ -14,9 +14,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use candle_core::{DType, Device, Tensor};
@@ -559,7 +557,7 @@ impl VectorCache {
         entries.extend(old.into_iter().take(room));
         entries.truncate(VectorCache::MAX_ENTRIES);
         let path = self.path(model);
-        if let Err(err) = write_atomically(&self.dir, &path, &encode(&entries, dim)) {
+        if let Err(err) = crate::files::write_atomically(&self.dir, &path, &encode(&entries, dim)) {
             tracing::warn!(path = %path.display(), error = %err, "could not write the vector cache");
         }
     }
@@ -604,26 +602,6 @@ fn encode(entries: &[([u8; 32], Vec<f32>)], dim: usize) -> Vec<u8> {
         }
     }
     out
-}
-
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// A [`DenseIndex`] built at its first search: the model is loaded and the catalog embedded

@@ -150,8 +150,6 @@ pub struct Stats {
     pub restored_tokens: usize,
     /// Time reading the restored tokens' state from the prompt cache.
     pub restore_time: Duration,
-    /// Time writing the system prompt's state to the prompt cache (part of the prompt time).
-    pub save_time: Duration,
     /// Time evaluating the new prompt tokens.
     pub prompt_time: Duration,
     /// Tokens generated (chosen by the model or forced by the grammar).
@@ -765,7 +763,7 @@ impl Session<'_, '_> {
         if let Some(end) = system.filter(|&end| common < end) {
             let part = tokens.get(common..end).unwrap_or_default();
             self.evaluate(&mut batch, part, "prompt evaluation", abandoned, stats)?;
-            self.save(stats);
+            self.save();
             rest = end;
         }
         let mut prompt_and_forced = tokens.get(rest..).unwrap_or_default().to_vec();
@@ -905,13 +903,13 @@ impl Session<'_, '_> {
         stats.restore_time = started.elapsed();
     }
 
-    /// Saves the state of the tokens in the KV cache (a system part) to the prompt cache.
-    fn save(&mut self, stats: &mut Stats) {
+    /// Saves the state of the tokens in the KV cache (a system part) to the prompt cache (its
+    /// time is part of the prompt's).
+    fn save(&mut self) {
         let (Some(cache), Some(identity)) = (self.config.prompt_cache.as_ref(), self.identity)
         else {
             return;
         };
-        let started = Instant::now();
         let tokens: Vec<i32> = self.cached.iter().map(|t| t.0).collect();
         let ctx = &*self.ctx;
         let cached = &self.cached;
@@ -920,7 +918,6 @@ impl Session<'_, '_> {
                 .map(|_| ())
                 .map_err(|err| err.to_string())
         });
-        stats.save_time = started.elapsed();
     }
 
     /// Tokens per llama.cpp batch (the prompt is evaluated in batches of this size).

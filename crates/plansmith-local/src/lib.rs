@@ -36,6 +36,7 @@ pub mod acquire;
 mod cores;
 pub mod embed;
 mod engine;
+mod files;
 mod prompt_cache;
 
 pub use engine::{LocalConfig, LocalError, LocalModel, Stats, backend};

@@ -19,12 +19,13 @@
 //!   used least recently (by modification time, renewed on each use) go first.
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
+
+use crate::files::{Temp, write_atomically};
 
 const MAGIC: &[u8; 8] = b"PSMKV001";
 /// Magic, identity, token count.
@@ -209,8 +210,7 @@ impl PromptCache {
             ));
         }
         let path = self.dir.join(entry_name(identity, tokens));
-        let tmp = Temp::write(&self.dir, &bytes).map_err(|err| err.to_string())?;
-        fs::rename(&tmp.0, &path).map_err(|err| err.to_string())
+        write_atomically(&self.dir, &path, &bytes).map_err(|err| err.to_string())
     }
 
     /// Removes entries, least recently used first, until the rest fit the budget.
@@ -306,35 +306,6 @@ fn entry_name(identity: &[u8; 32], tokens: &[i32]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect();
     format!("{hex}.{EXTENSION}")
-}
-
-/// A file of this process in the cache directory, removed when dropped.
-struct Temp(PathBuf);
-
-impl Temp {
-    fn new(dir: &Path) -> Temp {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        Temp(dir.join(format!(
-            ".tmp-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        )))
-    }
-
-    fn write(dir: &Path, bytes: &[u8]) -> std::io::Result<Temp> {
-        fs::create_dir_all(dir)?;
-        let tmp = Temp::new(dir);
-        let mut file = fs::File::create(&tmp.0)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        Ok(tmp)
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
 }
 
 #[cfg(test)]

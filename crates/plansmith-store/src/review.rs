@@ -436,7 +436,7 @@ impl PlanStore {
         if current.plan.steps.is_empty() && current.plan.has_enough_context != Some(true) {
             return Err(StoreError::EmptyPlan(id.to_owned()));
         }
-        self.transition(current, ReviewState::Accepted, None, actor)
+        self.transition(current, ReviewState::Accepted, None, None, actor)
             .await
     }
 
@@ -457,7 +457,7 @@ impl PlanStore {
             .filter(|t| !t.is_empty())
             .unwrap_or(REJECTED_WITHOUT_TEXT)
             .to_owned();
-        self.transition(current, ReviewState::Rejected, Some(reason), actor)
+        self.transition(current, ReviewState::Rejected, Some(reason), None, actor)
             .await
     }
 
@@ -652,7 +652,7 @@ impl PlanStore {
             return Ok(None);
         }
         let note = format!("max_iterations ({}) reached", current.review.max_iterations);
-        let (mut capped, state, reason, outcome) = match current.review.on_max_iterations {
+        let (capped, state, reason, outcome) = match current.review.on_max_iterations {
             MaxIterationsPolicy::UseAsIs => {
                 let mut accepted = current.clone();
                 accepted
@@ -673,40 +673,26 @@ impl PlanStore {
                 "the review stopped",
             ),
         };
-        capped.review.note = Some(format!(
-            "{note}: the feedback was not applied, and {outcome}"
-        ));
+        let note = format!("{note}: the feedback was not applied, and {outcome}");
         Ok(Some(
-            self.write_state(capped, state, reason, actor, true).await?,
+            self.transition(capped, state, reason, Some(note), actor)
+                .await?,
         ))
     }
 
-    /// A change of review state alone (accept, reject), which also clears the last note.
+    /// A change of review state alone, with the rejection `reason` and the `note` it leaves
+    /// (none but at the iteration cap: an accept or reject clears the last edit's note).
     async fn transition(
         &self,
         current: StoredPlan,
         state: ReviewState,
         reason: Option<String>,
+        note: Option<String>,
         actor: &str,
-    ) -> Result<StoredPlan> {
-        self.write_state(current, state, reason, actor, false).await
-    }
-
-    /// Writes `current` in `state` with `reason`, keeping its review note only when
-    /// `keep_note`.
-    async fn write_state(
-        &self,
-        current: StoredPlan,
-        state: ReviewState,
-        reason: Option<String>,
-        actor: &str,
-        keep_note: bool,
     ) -> Result<StoredPlan> {
         let mut review = current.review.clone();
         review.rejection = reason;
-        if !keep_note {
-            review.note = None;
-        }
+        review.note = note;
         self.write(Change {
             expected_version: current.version(),
             plan: current.plan,
