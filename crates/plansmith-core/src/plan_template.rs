@@ -83,6 +83,9 @@ pub enum PlanTemplateError {
     /// Declared parameters that the plan never uses.
     #[error("declared parameters the plan never uses: {}", .0.join(", "))]
     Unused(Vec<String>),
+    /// The plan lists more steps than any plan may hold ([`crate::parse::MAX_PLAN_STEPS`]).
+    #[error("the plan lists {0} steps; a plan may hold at most {max}", max = crate::parse::MAX_PLAN_STEPS)]
+    TooManySteps(usize),
     /// Instantiation without a value for required parameters.
     #[error("template `{template}` needs values for: {}", .missing.join(", "))]
     MissingArguments {
@@ -105,7 +108,7 @@ pub enum PlanTemplateError {
 
 impl PlanTemplate {
     /// A template (version 0 until stored) of `plan`, whose placeholders must be exactly the
-    /// declared `parameters`. The plan's progress (step status, notes, results) is cleared and
+    /// declared `parameters`, and whose steps are at most [`crate::parse::MAX_PLAN_STEPS`]. The plan's progress (step status, notes, results) is cleared and
     /// its conversation fields dropped.
     pub fn new(
         name: &str,
@@ -120,6 +123,10 @@ impl PlanTemplate {
                 .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
         {
             return Err(PlanTemplateError::InvalidName(name.to_owned()));
+        }
+        // Checked first: the placeholder scans below read every step.
+        if plan.steps.len() > crate::parse::MAX_PLAN_STEPS {
+            return Err(PlanTemplateError::TooManySteps(plan.steps.len()));
         }
         let mut declared = BTreeSet::new();
         for parameter in &parameters {

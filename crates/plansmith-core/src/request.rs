@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Diagnostic;
 use crate::llm::Message;
+use crate::parse::MAX_PLAN_STEPS;
 use crate::plan::Plan;
 
 /// One planning request.
@@ -70,7 +71,8 @@ impl PlanRequest {
             .unwrap_or("en-US")
     }
 
-    /// What makes the request unplannable, in words for its sender: an empty query, or a
+    /// What makes the request unplannable, in words for its sender: an empty query, a previous
+    /// plan longer than any plan may be ([`MAX_PLAN_STEPS`]), or a
     /// `locale` that is not a well-formed language tag (BCP 47, as Unicode locale identifiers
     /// write it: `en-US`, `zh-Hans-CN`, `de-CH-u-co-phonebk`). The locale only reaches the
     /// prompt and the plan, so a typo there would otherwise plan in the wrong language without
@@ -78,6 +80,15 @@ impl PlanRequest {
     pub fn problem(&self) -> Option<String> {
         if self.query.trim().is_empty() {
             return Some("the query is empty".to_owned());
+        }
+        let previous = self.feedback.as_ref().and_then(|f| f.previous.as_ref());
+        if let Some(steps) = previous
+            .map(|p| p.steps.len())
+            .filter(|n| *n > MAX_PLAN_STEPS)
+        {
+            return Some(format!(
+                "`feedback.previous` lists {steps} steps; a plan may hold at most {MAX_PLAN_STEPS}"
+            ));
         }
         let locale = self.locale.as_deref().filter(|l| !l.trim().is_empty())?;
         match icu_locale_core::Locale::try_from_str(locale) {
@@ -289,7 +300,7 @@ impl Default for PlanOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::PlanRequest;
+    use super::{Feedback, MAX_PLAN_STEPS, PlanRequest};
 
     fn with_locale(locale: &str) -> PlanRequest {
         PlanRequest {
@@ -323,5 +334,22 @@ mod tests {
             PlanRequest::new("  ").problem().as_deref(),
             Some("the query is empty")
         );
+        let mut replan = PlanRequest::new("shorter, please");
+        let mut previous = crate::Plan::new("plan-1", "long");
+        previous.steps = (0..=MAX_PLAN_STEPS)
+            .map(|i| {
+                crate::Step::new(
+                    format!("s{i}"),
+                    "t",
+                    crate::Action::Reply { text: "ok".into() },
+                )
+            })
+            .collect();
+        replan.feedback = Some(Feedback {
+            previous: Some(previous),
+            ..Feedback::default()
+        });
+        let problem = replan.problem().unwrap_or_default();
+        assert!(problem.contains("lists 501 steps"), "{problem}");
     }
 }

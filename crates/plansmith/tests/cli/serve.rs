@@ -1,6 +1,7 @@
 //! `plansmith serve` as a process: an OpenAPI-driven fuzz run (schemathesis, against the
-//! server's own `/openapi.json`) with zero 5xx answers, none slower than 2 s and the server's
-//! memory under 500 MiB, without and with API tokens; two
+//! server's own `/openapi.json`) followed by hostile bodies (JSON Patch amplification, the
+//! longest step and tool lists the body limit allows), with zero 5xx answers, none slower than
+//! 2 s and the server's memory under 500 MiB, without and with API tokens; two
 //! processes on one PostgreSQL store.
 
 use std::io::Write;
@@ -201,6 +202,7 @@ fn fuzz(tool: &str, serve: &Serve, token: Option<&str>, report: &Path) {
             "NOTE: schemathesis hit its internal hypothesis cache error on some cases: {summary}"
         );
     }
+    hostile(serve, token);
     let errors = server_errors(&serve.addr, token);
     assert!(errors.is_empty(), "the server answered 5xx: {errors:#?}");
     if let Some(peak) = peak_resident_mib(serve.child.id()) {
@@ -210,6 +212,104 @@ fn fuzz(tool: &str, serve: &Serve, token: Option<&str>, report: &Path) {
             "the server's resident memory peaked at {peak} MiB"
         );
     }
+}
+
+/// The bodies an attacker sends that random generation from the schema rarely reaches: JSON
+/// Patches of doubling copies and of too many operations (on the feedback and check routes),
+/// and step and tool lists as long as the body limit allows (a plan template, a replan's
+/// previous plan, a request's own catalog, a patch adding steps), and a body over the limit.
+/// Each is answered within 2 s with the status it must get, never a 5xx; the caller then checks
+/// the server's 5xx count and its peak memory, as after the fuzz run.
+fn hostile(serve: &Serve, token: Option<&str>) {
+    use serde_json::{Value, json};
+    let auth = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let send = |line: &str, body: &Value| {
+        let body = body.to_string();
+        let started = Instant::now();
+        let (status, answer) = crate::http_request(&serve.addr, line, &auth, &body).unwrap();
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "{line} with a {} byte body took {took:?}",
+            body.len()
+        );
+        assert!((200..500).contains(&status), "{line}: {status} {answer}");
+        println!(
+            "hostile: {line}, {} bytes: {status} in {} ms",
+            body.len(),
+            took.as_millis()
+        );
+        (status, answer)
+    };
+    let (status, created) = send(
+        "POST /v1/plans",
+        &json!({"query": "What's the weather in Paris? Email it to bob@example.com"}),
+    );
+    assert_eq!(status, 201, "{created}");
+    let created: Value = serde_json::from_str(&created).unwrap();
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let plan = created["stored"]["plan"].clone();
+
+    let doubling = |n: usize| -> Value {
+        (0..n)
+            .map(|_| json!({"op": "copy", "from": "/steps", "path": "/steps/0"}))
+            .collect()
+    };
+    let step = |i: usize| json!({"id": format!("s{i}"), "title": "t", "action": {"type": "reply", "text": "ok"}});
+    // As many steps or tools as fit in the default 1 MiB body.
+    let steps: Vec<Value> = (1..=12_000).map(step).collect();
+    let tools: Vec<Value> = (0..6_000)
+        .map(|i| json!({"name": format!("t{i}"), "description": "d", "inputSchema": {"type": "object"}}))
+        .collect();
+    let adds: Vec<Value> = (0..900)
+        .map(|i| json!({"op": "add", "path": "/steps/-", "value": step(10_000 + i)}))
+        .collect();
+    let tests: Vec<Value> = (0..5_000)
+        .map(|_| json!({"op": "test", "path": "/id", "value": id}))
+        .collect();
+    let mut many = plan.clone();
+    many["steps"] = Value::Array(steps.clone());
+    let feedback = format!("POST /v1/plans/{id}/feedback");
+    let check = format!("POST /v1/plans/{id}/check");
+    let (plans, templates) = ("POST /v1/plans".to_owned(), "POST /v1/templates".to_owned());
+    // Each with the status it must get: refused (400) by the patch bounds (operations, bytes
+    // brought in, steps) and the step cap of every plan document, refused unread (413) over
+    // the body limit; a request's own catalog of thousands of tools is planned with (201).
+    let cases = [
+        (
+            &feedback,
+            json!({"action": "patch", "patch": doubling(40)}),
+            400,
+        ),
+        (&check, json!({"patch": doubling(40)}), 400),
+        (&check, json!({"patch": tests}), 400),
+        (&check, json!({"patch": adds}), 400),
+        (
+            &feedback,
+            json!({"action": "patch", "patch": [{"op": "replace", "path": "/steps", "value": steps}]}),
+            400,
+        ),
+        (&templates, json!({"name": "huge", "plan": many}), 400),
+        (
+            &plans,
+            json!({"query": "again", "feedback": {"previous": many, "text": "shorter"}}),
+            400,
+        ),
+        (&plans, json!({"query": "weather", "tools": tools}), 201),
+        (&plans, json!({"query": "x".repeat(2 << 20)}), 413),
+    ];
+    for (line, body, expected) in &cases {
+        let (status, answer) = send(line, body);
+        assert_eq!(status, *expected, "{line}: {answer}");
+    }
+    let (_, current) = get(&serve.addr, &format!("/v1/plans/{id}"), token).unwrap();
+    let current: Value = serde_json::from_str(&current).unwrap();
+    assert_eq!(
+        current["plan"]["version"], plan["version"],
+        "no attack changed the plan"
+    );
 }
 
 /// The peak resident memory of process `pid` (`VmHWM`), in MiB; `None` where `/proc` has no
