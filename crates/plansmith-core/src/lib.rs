@@ -4,7 +4,8 @@
 //!
 //! A [`PlanRequest`] (query, profile, history, context, locale, time, options) and a [`Catalog`]
 //! of tools and agents go in; an [`Outcome`] comes out: a validated [`Plan`] that is ready, a
-//! plan that needs input (clarifying questions), or a fallback with its reason — always with
+//! plan that needs input (clarifying questions), an incomplete plan (a step the request asked
+//! for could not be planned), or a fallback with its reason — always with
 //! [`Diagnostics`] (attempts, strategy, raw outputs, repairs, findings, tokens, time per stage).
 //!
 //! The stages, one module each:
@@ -12,15 +13,18 @@
 //! | stage | module | what it does |
 //! |---|---|---|
 //! | triage | [`pipeline`] | passthrough agents get a one-task plan without a model call |
-//! | investigate | [`investigate`] | optional read-only tool run before planning, findings in the prompt |
+//! | select | [`retrieve`] | the retriever's top-K tools for the prompt (BM25F, or fused with dense scores), pinned tools always in |
 //! | memory | [`memory`] | earlier turns of the conversation as bounded history |
-//! | select | [`retrieve`] | BM25 top-K tools for the prompt, pinned tools always in |
+//! | model triage | [`pipeline`] | optional: answer directly, hand off to an agent, or plan |
+//! | investigate | [`investigate`] | optional read-only lookups before planning, findings in the prompt |
 //! | render | [`template`], [`schema`] | minijinja prompts; the JSON Schema the output must follow |
 //! | generate | [`llm`] | the [`LanguageModel`] boundary, strategy negotiation |
 //! | parse | [`parse`] | fences, `<think>`, prose, lenient JSON repair, every accepted shape |
+//! | ground | `ground` | a later call's argument that states an earlier result becomes a `$ref` |
 //! | validate | [`validate`] | names, arguments (JSON Schema), DAG, `$ref`s, schedules, `max_steps` |
 //! | repair | [`pipeline`] | a prompt quoting every diagnostic and the rejected plan, bounded |
-//! | outcome | [`pipeline`] | questions for missing arguments, dropped steps, fallback policy |
+//! | follow up | `cover` | parts of the request no call addresses are asked for once more |
+//! | outcome | [`pipeline`] | questions for missing arguments, dropped steps (`incomplete`), fallback policy |
 //!
 //! Validation always uses the **full** catalog: a valid tool the retriever did not select is kept.
 //! This crate does no network, database or HTTP work.

@@ -61,7 +61,7 @@ pub enum OutcomeStatus {
 }
 
 impl OutcomeStatus {
-    /// The status as serialised: `ready`, `needs_input` or `fallback`.
+    /// The status as serialised: `ready`, `needs_input`, `fallback` or `incomplete`.
     pub fn name(&self) -> &'static str {
         match self {
             OutcomeStatus::Ready => "ready",

@@ -1,4 +1,4 @@
-//! The one table of error codes at the HTTP edge (STYLE §2): code → HTTP status → JSON body
+//! The one table of error codes at the HTTP edge: code → HTTP status → JSON body
 //! `{code, message, details}`.
 
 use axum::Json;

@@ -580,7 +580,7 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
         )",
         ],
     ),
-    // Version 2 is added by another branch (issue work in parallel); the gap is intended.
+    // There is no version 2: numbers are never reused, so the gap stays.
     (
         3,
         "plan templates",

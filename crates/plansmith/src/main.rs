@@ -12,6 +12,7 @@
 //! | 5 | `plans`, `templates`: conflict — the plan changed since `--expected-version`, its id is taken, or its review state forbids the operation |
 //! | 10 | `plan`: the plan needs input (questions or guidance for the user) |
 //! | 11 | `plan`: a fallback plan was returned (the reason is printed) |
+//! | 12 | `plan`: the plan is incomplete: a step the request asked for could not be planned and was left out |
 //!
 //! `run`: 0 completed, 1 failed / aborted / stalled, 5 a run is in progress (use `--resume`)
 //! or the plan may not run in its review state, 10 paused waiting for a person's decision.

@@ -1,6 +1,6 @@
 //! `plansmith serve`: the HTTP service (see `plansmith-server`).
 //!
-//! Settings are layered (STYLE §7): defaults → the config file (the global `--config` /
+//! Settings are layered: defaults → the config file (the global `--config` /
 //! `PLANSMITH_CONFIG`: its `[server]` table, and its top-level `model` and `store`) →
 //! `PLANSMITH_*` environment → flags.
 

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// `plansmith mcp`, `serve`'s /mcp, `tools list --mcp`, `plan --mcp` (issue: MCP).
+/// Every command shown in README.md and docs/, run or checked.
+mod docs;
+/// `plansmith mcp`, `serve`'s /mcp, `tools list --mcp`, `plan --mcp`.
 mod mcp;
 /// `plansmith plans`, `plan --save`, `plan --review`.
 mod plans;

@@ -1,0 +1,466 @@
+//! Every command shown in README.md and under docs/, read out of the Markdown as a reader
+//! copies it. A `plansmith` command (`plansmith …` or `cargo run -p plansmith -- …`) that can
+//! run here (a scripted model, or no model at all, and the repository's own files) is run: it
+//! must end with the exit code the docs give (`exit N` in the comment before it, else 0), print
+//! what the docs show after it (a `text` block, or `# prints: …` / `# … …` comments), and the
+//! saved plan id it prints stands in for `plan-…` / `PLAN_ID` in the commands after it. Every
+//! other command is checked, not run: each flag is one its subcommand's `--help` lists, and each
+//! script, Python file, crate, bench and test it names exists. What is not run, and why, is
+//! printed (`--nocapture`): the embedded model's own plans (the model tests in plansmith-local
+//! run the same path on SmolLM2), long-running servers (the serve tests), evaluations and
+//! benchmarks (docs/perf.md), and synopses with placeholders.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::root;
+
+/// One command as the docs show it.
+#[derive(Debug)]
+struct Shown {
+    /// `file:line` of the command, for messages.
+    at: String,
+    /// `NAME=value` before it, and `export`s earlier in its block.
+    env: Vec<(String, String)>,
+    /// The words, as a shell splits them (environment prefix removed).
+    words: Vec<String>,
+    /// The exit code the comment before it names.
+    exit: Option<i32>,
+    /// Texts the docs say it prints (`…` separates the pieces).
+    prints: Vec<String>,
+    /// A `text` block right after a block of this one command: its whole standard output.
+    output: Option<String>,
+}
+
+/// The Markdown files a reader follows.
+fn documents() -> Vec<PathBuf> {
+    let mut files = vec![root().join("README.md")];
+    let mut dirs = vec![root().join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The pieces of an output claim: `# … tool get_weather  city = "Berlin" …` or
+/// `prints: saved plan plan-…`, split at `…`, whitespace collapsed, placeholders dropped.
+fn pieces(claim: &str) -> Vec<String> {
+    claim
+        .split('…')
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|p| p.trim_end_matches("plan-").trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// The text before a ` #` that is outside quotes, and the comment after it.
+fn split_comment(line: &str) -> (&str, Option<&str>) {
+    let (mut single, mut double) = (false, false);
+    let bytes = line.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'\'' if !double => single = !single,
+            b'"' if !single => double = !double,
+            b'#' if !single && !double && (i == 0 || bytes[i - 1] == b' ') => {
+                return (&line[..i], Some(line[i + 1..].trim()));
+            }
+            _ => {}
+        }
+    }
+    (line, None)
+}
+
+/// The commands of one Markdown file.
+fn commands_in(path: &Path) -> Vec<Shown> {
+    let name = path
+        .strip_prefix(root())
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    let source = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<&str> = source.lines().collect();
+    let mut shown: Vec<Shown> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let fence = lines[i].trim_start();
+        let shell = ["```sh", "```bash", "```console", "```shell"].contains(&fence);
+        if !shell {
+            i += 1;
+            continue;
+        }
+        let first = shown.len();
+        let mut exports: Vec<(String, String)> = Vec::new();
+        let mut exit = None;
+        i += 1;
+        while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+            let start = i;
+            let mut logical = lines[i].to_owned();
+            while logical.ends_with('\\') && i + 1 < lines.len() {
+                logical.pop();
+                i += 1;
+                logical.push(' ');
+                logical.push_str(lines[i].trim_start());
+            }
+            i += 1;
+            let (code, comment) = split_comment(&logical);
+            let code = code.trim();
+            if code.is_empty() {
+                // A comment line: what the previous command printed, or the next one's exit.
+                let Some(comment) = comment else { continue };
+                if comment.starts_with('…') && shown.len() > first {
+                    let last = shown.last_mut().unwrap();
+                    last.prints.extend(pieces(comment));
+                } else if let Some(n) = comment
+                    .split("exit ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|n| n.parse().ok())
+                {
+                    exit = Some(n);
+                }
+                continue;
+            }
+            let Some(words) = shlex::split(code) else {
+                panic!(
+                    "{name}:{}: cannot split `{code}` as a shell would",
+                    start + 1
+                );
+            };
+            for command in words.split(|w| w == "&&" || w == ";") {
+                let mut command = command.to_vec();
+                if command.first().is_some_and(|w| w == "export") {
+                    for assignment in &command[1..] {
+                        let (key, value) = assignment.split_once('=').unwrap();
+                        exports.push((key.to_owned(), value.to_owned()));
+                    }
+                    continue;
+                }
+                // Shell loops: their body is checked like any other command.
+                while command
+                    .first()
+                    .is_some_and(|w| ["for", "do", "done", "then", "fi"].contains(&w.as_str()))
+                {
+                    command.clear();
+                }
+                if command.is_empty() {
+                    continue;
+                }
+                let mut env = exports.clone();
+                while let Some((key, value)) = command.first().and_then(|w| w.split_once('=')) {
+                    if !key.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                        break;
+                    }
+                    env.push((key.to_owned(), value.to_owned()));
+                    command.remove(0);
+                }
+                let prints = comment
+                    .and_then(|c| c.split_once("prints:"))
+                    .map(|(_, claim)| pieces(claim))
+                    .unwrap_or_default();
+                shown.push(Shown {
+                    at: format!("{name}:{}", start + 1),
+                    env,
+                    words: command,
+                    exit: exit.take(),
+                    prints,
+                    output: None,
+                });
+            }
+        }
+        i += 1;
+        // A `text` block right after a block of one command is what that command prints.
+        let mut next = i;
+        while next < lines.len() && lines[next].trim().is_empty() {
+            next += 1;
+        }
+        if shown.len() == first + 1 && lines.get(next).is_some_and(|l| l.trim() == "```text") {
+            let end = lines[next + 1..]
+                .iter()
+                .position(|l| l.trim_start().starts_with("```"))
+                .unwrap();
+            let text = lines[next + 1..next + 1 + end].join("\n");
+            shown.last_mut().unwrap().output = Some(text);
+        }
+    }
+    shown
+}
+
+/// The plansmith arguments of a command, if it is one.
+fn plansmith_args(words: &[String]) -> Option<&[String]> {
+    match words.first().map(String::as_str) {
+        Some("plansmith") => Some(&words[1..]),
+        Some("cargo") if words.get(1).is_some_and(|w| w == "run") => {
+            let dashes = words.iter().position(|w| w == "--")?;
+            let package = words.iter().position(|w| w == "-p")?;
+            (words.get(package + 1)? == "plansmith").then(|| &words[dashes + 1..])
+        }
+        _ => None,
+    }
+}
+
+/// Why a plansmith command is not run here, or `None` when it is.
+fn not_run(args: &[String]) -> Option<&'static str> {
+    let scripted = args.iter().any(|a| a.starts_with("scripted:"));
+    let placeholder = args
+        .iter()
+        .any(|a| ["plan.json", "commands.json"].contains(&a.as_str()));
+    let subcommand = args.first().map(String::as_str).unwrap_or_default();
+    if placeholder {
+        return Some("a synopsis: its files are placeholders");
+    }
+    match subcommand {
+        "serve" => Some("a long-running server: the serve and service tests start it"),
+        "mcp" => Some("a long-running server: the MCP tests drive it"),
+        "eval" => Some("an evaluation: its figures and how to read them are in docs/perf.md"),
+        "plan" if !scripted => Some(
+            "the embedded model (469 MiB, fetched on first use): the plansmith-local model \
+             tests plan through the same path with SmolLM2",
+        ),
+        _ if args.iter().any(|a| a == "--mcp") => Some(
+            "starts the MCP servers of its file (npx, mcp-server-time on PATH): the MCP tests \
+             run the same commands against the installed reference servers",
+        ),
+        _ => None,
+    }
+}
+
+/// The flags `plansmith SUBCOMMAND… --help` lists, by subcommand path.
+fn flags_of(path: &[String], cache: &mut BTreeMap<Vec<String>, String>) -> String {
+    cache
+        .entry(path.to_vec())
+        .or_insert_with(|| {
+            let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+                .args(path)
+                .arg("--help")
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "plansmith {path:?} --help failed");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        })
+        .clone()
+}
+
+/// Checks a plansmith command without running it: its subcommands exist, and each flag is one
+/// their `--help` lists.
+fn check_flags(shown: &Shown, args: &[String], cache: &mut BTreeMap<Vec<String>, String>) {
+    let mut path: Vec<String> = Vec::new();
+    let mut help = flags_of(&path, cache);
+    for arg in args {
+        if arg.starts_with('-') {
+            let flag = arg.split('=').next().unwrap();
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "{}: `{flag}` is not a flag of `plansmith {}`:\n{help}",
+                shown.at,
+                path.join(" ")
+            );
+        } else if path.len() < 2 {
+            // A word that names a subcommand of the one so far goes one level down.
+            let listed = help
+                .lines()
+                .skip_while(|l| !l.starts_with("Commands:"))
+                .any(|l| l.split_whitespace().next() == Some(arg.as_str()));
+            if listed {
+                path.push(arg.clone());
+                help = flags_of(&path, cache);
+            }
+        }
+    }
+    assert!(
+        !path.is_empty(),
+        "{}: no plansmith subcommand in {args:?}",
+        shown.at
+    );
+}
+
+/// Checks a command of another program: what it names exists.
+fn check_other(shown: &Shown) {
+    let words = &shown.words;
+    let exists = |p: &str| {
+        assert!(
+            root().join(p).exists(),
+            "{}: `{p}` does not exist",
+            shown.at
+        );
+    };
+    match words[0].as_str() {
+        w if w.starts_with("scripts/") => exists(w),
+        "python3" => exists(words.iter().skip(1).find(|w| !w.starts_with('-')).unwrap()),
+        "cargo" => {
+            let after = |flag: &str| {
+                words
+                    .iter()
+                    .position(|w| w == flag)
+                    .and_then(|i| words.get(i + 1))
+            };
+            let krate = after("-p").map(String::as_str);
+            if let Some(krate) = krate {
+                exists(&format!("crates/{krate}/Cargo.toml"));
+            }
+            if let Some(bench) = after("--bench") {
+                exists(&format!("crates/{}/benches/{bench}.rs", krate.unwrap()));
+            }
+            if let Some(test) = after("--test") {
+                exists(&format!("crates/{}/tests/{test}", krate.unwrap()));
+            }
+        }
+        // A request to a server the docs start just before (the service tests send it).
+        "curl" => {}
+        other => panic!(
+            "{}: `{other}` is neither plansmith nor a command this test knows how to check",
+            shown.at
+        ),
+    }
+}
+
+/// Replaces the docs' `/tmp/` paths with the test's directory, and a saved plan's placeholder
+/// with its id.
+fn localise(word: &str, tmp: &Path, saved: Option<&str>) -> String {
+    let word = word.replace("/tmp/", &format!("{}/", tmp.display()));
+    match saved {
+        Some(id) if word == "plan-…" || word == "PLAN_ID" => id.to_owned(),
+        _ => word,
+    }
+}
+
+/// `output` with its durations (`12 ms`) as `N ms`, the only figures that vary from run to run,
+/// and without trailing spaces.
+fn normalise(output: &str) -> String {
+    let mut out = String::with_capacity(output.len());
+    let mut digits = String::new();
+    let mut rest = output;
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        if !digits.is_empty() {
+            let duration = c == ' '
+                && rest.starts_with("ms")
+                && !rest[2..].starts_with(|c: char| c.is_alphanumeric());
+            out.push_str(if duration { "N" } else { &digits });
+            digits.clear();
+        }
+        out.push(c);
+    }
+    out.push_str(&digits);
+    out.lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs a plansmith command as the docs show it.
+fn run(shown: &Shown, args: &[String], tmp: &Path, saved: &mut Option<String>) {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| localise(a, tmp, saved.as_deref()))
+        .collect();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
+    command
+        .args(&args)
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .env_remove("PLANSMITH_CONFIG")
+        .env(
+            "PLANSMITH_STORE",
+            format!("sqlite:{}", tmp.join("plans.db").display()),
+        )
+        .env("XDG_CONFIG_HOME", tmp)
+        .env("PLANSMITH_OUTBOX", tmp.join("outbox.jsonl"));
+    for (key, value) in &shown.env {
+        command.env(key, localise(value, tmp, saved.as_deref()));
+    }
+    if let Some(store) = shown
+        .env
+        .iter()
+        .find(|(k, _)| k == "PLANSMITH_STORE")
+        .and_then(|(_, v)| v.strip_prefix("sqlite:"))
+    {
+        let path = PathBuf::from(localise(store, tmp, None));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let said = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(
+        output.status.code(),
+        Some(shown.exit.unwrap_or(0)),
+        "{}: plansmith {args:?}\n{said}",
+        shown.at
+    );
+    let flat = said.split_whitespace().collect::<Vec<_>>().join(" ");
+    for piece in &shown.prints {
+        assert!(
+            flat.contains(piece),
+            "{}: the docs say it prints `{piece}`:\n{said}",
+            shown.at
+        );
+    }
+    if let Some(expected) = &shown.output {
+        assert_eq!(
+            normalise(&stdout),
+            normalise(expected),
+            "{}: the output shown in the docs is not what it prints",
+            shown.at
+        );
+    }
+    if let Some(id) = stderr
+        .lines()
+        .find_map(|l| l.split("saved plan ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+    {
+        *saved = Some(id.to_owned());
+    }
+}
+
+#[test]
+fn every_command_in_the_docs_runs_or_is_checked() {
+    let mut cache = BTreeMap::new();
+    let (mut ran, mut checked) = (0, Vec::new());
+    for file in documents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut saved = None;
+        for shown in commands_in(&file) {
+            let Some(args) = plansmith_args(&shown.words) else {
+                check_other(&shown);
+                checked.push(format!(
+                    "{}: {} (another program)",
+                    shown.at, shown.words[0]
+                ));
+                continue;
+            };
+            check_flags(&shown, args, &mut cache);
+            let unknown_id =
+                saved.is_none() && args.iter().any(|a| a == "PLAN_ID" || a == "plan-…");
+            let why = if unknown_id {
+                Some("a synopsis: its plan id comes from a command before it")
+            } else {
+                not_run(args)
+            };
+            match why {
+                Some(why) => checked.push(format!("{}: {}", shown.at, why)),
+                None => {
+                    run(&shown, args, tmp.path(), &mut saved);
+                    ran += 1;
+                }
+            }
+        }
+    }
+    println!("ran {ran} plansmith commands from the docs; checked, not run:");
+    for line in &checked {
+        println!("  {line}");
+    }
+    assert!(ran >= 10, "too few commands ran: {ran}");
+}
