@@ -1082,20 +1082,25 @@ fn guided(schema: &Value) -> Value {
 /// character) that does not start with `<`, `{`, `[`, `` ` `` or white space, so the first
 /// token decides between a reply and calls.
 fn calls_grammar(call_schema: &Value, max_calls: u32, max_text: u32) -> TopLevelGrammar {
+    TopLevelGrammar::from_lark(calls_lark(call_schema, max_calls, max_text))
+}
+
+/// The Lark text of [`calls_grammar`].
+fn calls_lark(call_schema: &Value, max_calls: u32, max_text: u32) -> String {
     let calls = match max_calls.max(1) - 1 {
         0 => "call".to_owned(),
         more => format!("call (\"\\n\" call){{0,{more}}}"),
     };
     let text_tokens = max_text.max(1);
     let schema = guided(call_schema);
-    TopLevelGrammar::from_lark(format!(
+    format!(
         "start: reply | calls\n\
          calls: {calls}\n\
          call: \"<tool_call>\\n\" call_json \"\\n</tool_call>\" \
              | \"```json\\n\" call_json \"\\n```\" | call_json\n\
          call_json: %json {schema}\n\
          reply[max_tokens={text_tokens}]: /[^<{{\\[`\\s][^<`]*/\n"
-    ))
+    )
 }
 
 /// A matcher for one request's grammar, or why it cannot be had (an unsatisfiable schema).
@@ -1161,6 +1166,32 @@ fn constrained_choice(
 #[cfg(test)]
 mod tests {
     use super::JsonLexState;
+
+    /// The tool-call grammar, pinned: the first decision is between a reply (text that
+    /// cannot start a call) and calls, each tagged, fenced or bare; the call's JSON follows
+    /// the call schema with the lenient whitespace of `guidance_options`. A change here moves
+    /// the evaluation figures (docs/perf.md) and must be measured.
+    #[test]
+    fn the_tool_call_grammar_is_pinned() {
+        let schema = serde_json::json!({"type": "object", "properties": {"name": {"const": "f"}}});
+        let lark = super::calls_lark(&schema, 3, 200);
+        let expected = concat!(
+            "start: reply | calls\n",
+            "calls: call (\"\\n\" call){0,2}\n",
+            "call: \"<tool_call>\\n\" call_json \"\\n</tool_call>\" ",
+            "| \"```json\\n\" call_json \"\\n```\" | call_json\n",
+            "call_json: %json {\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"f\"}},",
+            "\"x-guidance\":{\"whitespace_flexible\":false,",
+            "\"item_separator\":\", \",\"key_separator\":\": \",\"lenient\":true}}\n",
+            "reply[max_tokens=200]: /[^<{\\[`\\s][^<`]*/\n",
+        );
+        assert_eq!(lark, expected);
+        assert_eq!(
+            super::calls_lark(&schema, 1, 0).lines().nth(1),
+            Some("calls: call"),
+            "one call at most: no repetition"
+        );
+    }
 
     fn in_string(text: &str) -> bool {
         JsonLexState::default().after(text.as_bytes()).in_string

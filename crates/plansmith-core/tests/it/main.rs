@@ -13,3 +13,5 @@ mod invariant;
 mod parse;
 /// The seed scenarios: each peer's planner behaviour, as data.
 mod pipeline;
+/// The tool-call format's prompts and call schema, pinned.
+mod prompts;

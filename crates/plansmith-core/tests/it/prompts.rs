@@ -1,0 +1,115 @@
+//! What a grammar-constrained model (the embedded default) is sent in the tool-call format,
+//! pinned for a fixed set of requests: the rendered system and user prompts, the follow-up
+//! that asks for a part of the request no call addressed, and the call schema its grammar is
+//! built from. A change to a template, the tool listing or the schema shows here as a snapshot
+//! diff, to be judged against the evaluation figures (docs/perf.md) before it is accepted.
+
+use std::sync::Arc;
+
+use chrono::{TimeZone, Utc};
+use plansmith_core::llm::{Capabilities, OutputConstraint, Script, ScriptedTurn};
+use plansmith_core::{PlanFormat, PlanRequest, Planner, ScriptedModel};
+
+use crate::pipeline::test_catalog;
+
+/// Plans `query` with a grammar model that answers `turns` (written as the 0.5B writes them)
+/// and renders every request it received (the call schema in full when `full_schema`).
+fn sent(query: &str, turns: &[&str], full_schema: bool) -> String {
+    let model = Arc::new(ScriptedModel::from_script(Script {
+        capabilities: Capabilities {
+            grammar: true,
+            ..Capabilities::default()
+        },
+        turns: turns
+            .iter()
+            .map(|t| ScriptedTurn::Text((*t).to_owned()))
+            .collect(),
+        ..Script::default()
+    }));
+    let planner = Planner::new(test_catalog(false), model.clone());
+    let mut request = PlanRequest::new(query);
+    request.now = Some(Utc.with_ymd_and_hms(2026, 3, 2, 9, 30, 0).unwrap());
+    request.options.format = PlanFormat::Calls;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    let mut out = String::new();
+    for (i, sent) in model.requests().iter().enumerate() {
+        out.push_str(&format!(
+            "=== request {} (max_tokens {})\n",
+            i + 1,
+            sent.max_tokens
+        ));
+        for message in &sent.messages {
+            out.push_str(&format!("--- {:?}\n{}\n", message.role, message.content));
+        }
+        match &sent.constraint {
+            Some(OutputConstraint::ToolCalls {
+                schema,
+                max_calls,
+                max_text,
+            }) => {
+                out.push_str(&format!(
+                    "--- constraint: at most {max_calls} calls or {max_text} characters of text; one call of "
+                ));
+                // The whole schema once (it is the catalog's, the same for every request);
+                // elsewhere the functions it offers.
+                if full_schema {
+                    let pretty = serde_json::to_string_pretty(schema.as_ref()).unwrap();
+                    out.push_str(&format!("this schema:\n{pretty}\n"));
+                } else {
+                    let names: Vec<&str> = schema["anyOf"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|call| call["properties"]["name"]["const"].as_str().unwrap())
+                        .collect();
+                    out.push_str(&format!("{}\n", names.join(", ")));
+                }
+            }
+            other => out.push_str(&format!("--- constraint: {other:?}\n")),
+        }
+    }
+    out.push_str(&format!(
+        "=== outcome: {} with {} step(s)\n",
+        outcome.status.name(),
+        outcome.plan.steps.len()
+    ));
+    out
+}
+
+#[test]
+fn the_tool_call_prompts_are_pinned() {
+    let cases: [(&str, &str, &[&str]); 4] = [
+        (
+            "one_call",
+            "Convert 250 US dollars to euros",
+            &[
+                "```json\n{\"name\": \"convert_currency\", \"arguments\": {\"amount\": 250, \"from_currency\": \"USD\", \"to_currency\": \"EUR\"}}\n```",
+            ],
+        ),
+        (
+            "two_independent_calls",
+            "What is the factorial of 5 and of 10?",
+            &[
+                "<tool_call>\n{\"name\": \"math.factorial\", \"arguments\": {\"number\": 5}}\n</tool_call>\n<tool_call>\n{\"name\": \"math.factorial\", \"arguments\": {\"number\": 10}}\n</tool_call>",
+            ],
+        ),
+        (
+            // The first answer covers half the request: the follow-up asks for the rest, in
+            // the same conversation.
+            "chained_with_a_follow_up",
+            "What's the weather in Paris? Email it to bob@example.com",
+            &[
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                "<tool_call>\n{\"name\": \"send_email\", \"arguments\": {\"to\": \"bob@example.com\", \"subject\": \"Weather in Paris\", \"body\": {\"$ref\": \"s1.output.summary\"}}}\n</tool_call>",
+            ],
+        ),
+        (
+            "no_tool_fits",
+            "Tell me a joke about cats",
+            &["I can't tell jokes with these tools, but here is one: cats are purr-fect."],
+        ),
+    ];
+    for (name, query, turns) in cases {
+        insta::assert_snapshot!(name, sent(query, turns, name == "one_call"));
+    }
+}
