@@ -417,6 +417,11 @@ pub fn plan(
     ) {
         bar.set_style(style);
     }
+    // Provider clients (reqwest) need a Tokio reactor; the embedded model does not mind one.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     let started = std::time::Instant::now();
     let mut summary = PlanSummary {
         n_cases: cases.len(),
@@ -449,46 +454,45 @@ pub fn plan(
         // Per case, beside the plan: how it ended and whether the first reply was usable as
         // written, so that a run resumed across processes keeps every figure.
         let mut flags = CaseFlags::default();
-        let steps: Vec<serde_json::Value> =
-            match futures::executor::block_on(planner.plan(&request)) {
-                Ok(outcome) => {
-                    let first = outcome.diagnostics.attempts.first();
-                    flags.parsed_first = first.is_some_and(|a| a.shape.is_some());
-                    flags.valid_first = first.is_some_and(|a| {
-                        a.shape.is_some()
-                            && !a.json_repaired
-                            && !a
-                                .diagnostics
-                                .iter()
-                                .any(|d| d.severity == plansmith_core::Severity::Error)
-                    });
-                    flags.attempts = outcome.diagnostics.attempts.len();
-                    flags.status = outcome.status.name();
-                    outcome
-                        .plan
-                        .steps
-                        .iter()
-                        .filter_map(|step| match &step.action {
-                            Action::Tool { name, arguments } => Some(json!({
-                                "id": step.id,
-                                "type": "tool",
-                                "name": name,
-                                "arguments": arguments,
-                                "depends_on": step.depends_on,
-                            })),
-                            Action::Reply { text } => {
-                                Some(json!({"id": step.id, "type": "reply", "text": text}))
-                            }
-                            _ => None,
-                        })
-                        .collect()
-                }
-                Err(err) => {
-                    flags.status = "error";
-                    tracing::warn!("{}: {err}", case.id);
-                    Vec::new()
-                }
-            };
+        let steps: Vec<serde_json::Value> = match runtime.block_on(planner.plan(&request)) {
+            Ok(outcome) => {
+                let first = outcome.diagnostics.attempts.first();
+                flags.parsed_first = first.is_some_and(|a| a.shape.is_some());
+                flags.valid_first = first.is_some_and(|a| {
+                    a.shape.is_some()
+                        && !a.json_repaired
+                        && !a
+                            .diagnostics
+                            .iter()
+                            .any(|d| d.severity == plansmith_core::Severity::Error)
+                });
+                flags.attempts = outcome.diagnostics.attempts.len();
+                flags.status = outcome.status.name();
+                outcome
+                    .plan
+                    .steps
+                    .iter()
+                    .filter_map(|step| match &step.action {
+                        Action::Tool { name, arguments } => Some(json!({
+                            "id": step.id,
+                            "type": "tool",
+                            "name": name,
+                            "arguments": arguments,
+                            "depends_on": step.depends_on,
+                        })),
+                        Action::Reply { text } => {
+                            Some(json!({"id": step.id, "type": "reply", "text": text}))
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            }
+            Err(err) => {
+                flags.status = "error";
+                tracing::warn!("{}: {err}", case.id);
+                Vec::new()
+            }
+        };
         summary.n_parsed_first += usize::from(flags.parsed_first);
         summary.n_valid_first += usize::from(flags.valid_first);
         summary.n_ready += usize::from(flags.status == "ready");

@@ -204,3 +204,39 @@ fn the_default_config_file_is_found_and_the_environment_wins() {
     assert_exit(&output, 3);
     assert!(text(&output.stderr).contains("unknown model kind `gpt`"));
 }
+
+/// `eval plan` with a provider model: the provider client runs on the CLI's runtime (it
+/// panicked for want of one), and the case's plan is written.
+#[test]
+fn eval_plan_runs_a_provider_model() {
+    let (url, bodies) = one_shot_server(REPLY);
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    let case = serde_json::json!({
+        "id": "simple_0", "category": "simple", "query": "Weather in Paris?",
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"name": "get_weather", "description": "Weather of a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                "required": ["city"]}}]
+    });
+    std::fs::write(&cases, format!("{case}\n")).unwrap();
+    let out = dir.path().join("out.jsonl");
+    let output = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["eval", "plan", "--plan-format", "json", "--model"])
+        .arg(format!("openai-compatible:{url}/v1#tiny-model"))
+        .arg("--cases")
+        .arg(&cases)
+        .arg("--out")
+        .arg(&out)
+        .current_dir(root())
+        .env_remove("PLANSMITH_MODEL")
+        .env("PLANSMITH_RETRIEVER", "bm25")
+        .output()
+        .unwrap();
+    assert_exit(&output, 0);
+    assert!(bodies.recv().unwrap().contains("Weather in Paris?"));
+    let written = std::fs::read_to_string(&out).unwrap();
+    let line: serde_json::Value = serde_json::from_str(written.lines().next().unwrap()).unwrap();
+    assert_eq!(line["id"], "simple_0");
+    assert_eq!(line["plan"][0]["name"], "get_weather", "{line}");
+}
