@@ -15,3 +15,5 @@ mod parse;
 mod pipeline;
 /// The tool-call format's prompts and call schema, pinned.
 mod prompts;
+/// The validation case table.
+mod validate;
