@@ -618,3 +618,34 @@ async fn plan_takes_the_options_and_the_tools_of_its_caller() {
         "{text}"
     );
 }
+
+/// `docs/reference/mcp-tools.json` is what the server's `tools/list` answers (name,
+/// description, input and output schemas, annotations), the MCP contract beside the OpenAPI
+/// document; `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp reference` rewrites it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checked_in_mcp_tools_reference_is_what_the_server_lists() {
+    let s = start(Vec::new()).await;
+    let mut tools: Vec<Value> = s
+        .client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|tool| serde_json::to_value(tool).unwrap())
+        .collect();
+    tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let mut generated = serde_json::to_string_pretty(&json!({"tools": tools})).unwrap();
+    generated.push('\n');
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/reference/mcp-tools.json");
+    if std::env::var_os("PLANSMITH_UPDATE_REFERENCE").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{} is not what the MCP server lists: run \
+         `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp reference` and commit it",
+        path.display()
+    );
+}
