@@ -409,6 +409,56 @@ mod tests {
         assert!(cache.best(&ID, &[4], 1).is_none());
     }
 
+    /// Two writers at once (two processes planning with the same catalog), saving the same
+    /// prefixes over each other under a budget that keeps evicting: every entry read back
+    /// afterwards is one writer's whole state, never a mix or a torn file, and no temporary
+    /// file is left.
+    #[test]
+    fn writers_at_once_corrupt_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        // Room for about four of the 3 KB entries.
+        let cache = PromptCache::new(dir.path(), 13_000);
+        let states = |writer: u8, tokens: i32| vec![writer.wrapping_mul(31) ^ tokens as u8; 3000];
+        std::thread::scope(|scope| {
+            for writer in [1u8, 2] {
+                let cache = cache.clone();
+                scope.spawn(move || {
+                    for round in 0..40 {
+                        let tokens: Vec<i32> = (0..=(round % 6)).collect();
+                        store(&cache, &tokens, &states(writer, tokens.len() as i32));
+                        let _ = restored(&cache, &[0, 1, 2, 3, 4, 5, 6]);
+                    }
+                });
+            }
+        });
+        let mut read = 0;
+        for n in 1..=6 {
+            let tokens: Vec<i32> = (0..n).collect();
+            if cache
+                .best(&ID, &tokens, n as usize)
+                .is_none_or(|c| c.tokens.len() != n as usize)
+            {
+                continue;
+            }
+            let (got, state) = restored(&cache, &tokens).unwrap();
+            assert_eq!(got, tokens);
+            assert!(
+                [states(1, n), states(2, n)].contains(&state),
+                "entry of {n} tokens holds a mixed state"
+            );
+            read += 1;
+        }
+        assert!(read > 0, "the budget left no entry to read");
+        for entry in fs::read_dir(dir.path()).unwrap().flatten() {
+            let path = entry.path();
+            assert!(
+                path.extension().is_some_and(|x| x == EXTENSION),
+                "left behind: {}",
+                path.display()
+            );
+        }
+    }
+
     #[test]
     fn a_failed_save_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
