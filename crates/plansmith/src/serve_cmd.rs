@@ -29,7 +29,8 @@ pub struct ServeArgs {
     /// Address to listen on (default 127.0.0.1:8080; env PLANSMITH_ADDR).
     #[arg(long)]
     addr: Option<String>,
-    /// Plan store: `sqlite:PATH`, `postgres://…` (env PLANSMITH_STORE).
+    /// Plan store: `sqlite:PATH`, `postgres://…` (env PLANSMITH_STORE; default: SQLite in the
+    /// data directory).
     #[arg(long)]
     store: Option<String>,
     /// The model, as for `plansmith plan` (env PLANSMITH_MODEL).
@@ -45,14 +46,14 @@ pub struct ServeArgs {
     /// on plan execution (`POST /v1/plans/{id}/run`).
     #[arg(long)]
     mcp: Option<PathBuf>,
-    /// Requests per second per owner, 0 for none (env PLANSMITH_RATE_LIMIT): each API token's owner
-    /// has its own bucket; without tokens, all requests share one.
+    /// Requests per second per owner, 0 for none (env PLANSMITH_RATE_LIMIT; default 0): each API
+    /// token's owner has its own bucket; without tokens, all requests share one.
     #[arg(long)]
     rate_limit: Option<u32>,
-    /// Largest request body in bytes (env PLANSMITH_MAX_BODY_BYTES).
+    /// Largest request body in bytes (env PLANSMITH_MAX_BODY_BYTES; default 1048576, 1 MiB).
     #[arg(long)]
     max_body_bytes: Option<usize>,
-    /// Request timeout in seconds (env PLANSMITH_TIMEOUT_SECS).
+    /// Request timeout in seconds (env PLANSMITH_TIMEOUT_SECS; default 120).
     #[arg(long)]
     timeout_secs: Option<u64>,
     /// Seconds a connection may take to send a request's headers, counted from when it is
