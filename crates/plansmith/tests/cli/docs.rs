@@ -490,3 +490,34 @@ fn every_command_in_the_docs_runs_or_is_checked() {
     }
     assert!(ran >= 10, "too few commands ran: {ran}");
 }
+
+/// The README's library example is the one `plansmith-core`'s crate docs run as a doctest
+/// (hidden `# ` lines aside), so it compiles and passes as shown.
+#[test]
+fn the_readme_library_example_is_the_crate_doctest() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let shown: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| *l != "```rust")
+        .skip(1)
+        .take_while(|l| *l != "```")
+        .collect();
+    let lib = std::fs::read_to_string(root().join("crates/plansmith-core/src/lib.rs")).unwrap();
+    let tested: Vec<&str> = lib
+        .lines()
+        .skip_while(|l| *l != "//! # Example")
+        .skip_while(|l| *l != "//! ```")
+        .skip(1)
+        .take_while(|l| *l != "//! ```")
+        .map(|l| {
+            l.strip_prefix("//! ")
+                .unwrap_or(l.trim_start_matches("//!"))
+        })
+        .filter(|l| !l.starts_with("# "))
+        .collect();
+    assert!(!shown.is_empty(), "no Rust example in README.md");
+    assert_eq!(
+        shown, tested,
+        "README.md's library example is not the crate doctest"
+    );
+}
