@@ -126,7 +126,11 @@ fn split_ignoring_case(text: &str, joint: &str) -> Vec<String> {
 /// a list run together (`5,10`) gives each of its numbers.
 fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
     let mut out = Vec::new();
+    // A capitalised word right after a number is its unit ("5 Tesla", "20 Celsius"), which a
+    // call carries in its argument's name or not at all.
+    let mut after_number = false;
     for (i, word) in part.split_whitespace().enumerate() {
+        let unit = std::mem::take(&mut after_number);
         let keep = |c: char| c.is_alphanumeric() || c == '@' || c == '/';
         let word = word.trim_end_matches(|c: char| !keep(c));
         // A leading minus stays with its number (`-4`).
@@ -146,11 +150,13 @@ fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
         };
         if let Some(numbers) = numbers_of(word) {
             out.extend(numbers);
+            after_number = true;
             continue;
         }
         let address = word.contains('@') || word.contains("://");
         let number = word.chars().any(|c| c.is_ascii_digit());
         let name = (i > 0 || !starts_sentence)
+            && !unit
             && word.chars().next().is_some_and(char::is_uppercase)
             && word != "I"
             && !word.starts_with("I'")
@@ -443,6 +449,15 @@ mod tests {
             )
             .is_empty()
         );
+        // A capitalised unit after a number is not a name the call must carry.
+        let force = plan(&[("em_force", json!({"b_field": 5, "area": 2, "d_time": 4}))]);
+        let left = unaddressed(
+            "Calculate the force for a field of 5 Tesla, area of 2 square meters and a time of 4 \
+             seconds, then repeat with a time of 10 seconds.",
+            &force,
+        );
+        let texts: Vec<&str> = left.iter().map(|part| part.text.as_str()).collect();
+        assert_eq!(texts, vec!["repeat with a time of 10 seconds."]);
         // `a=1` is the number 1.
         let roots = plan(&[("roots", json!({"a": 1, "b": -3, "c": 2}))]);
         assert!(unaddressed("Solve it with a=1, b=-3, c=2. Then stop.", &roots).is_empty());
