@@ -228,7 +228,17 @@ fn hostile(serve: &Serve, token: Option<&str>) {
     let send = |line: &str, body: &Value| {
         let body = body.to_string();
         let started = Instant::now();
-        let (status, answer) = crate::http_request(&serve.addr, line, &auth, &body).unwrap();
+        let (status, answer) = match crate::http_request(&serve.addr, line, &auth, &body) {
+            Ok(answer) => answer,
+            // A body over the limit is answered `413` before it is read, and the connection
+            // closed: the rest of the upload then meets a closed socket, and the answer may
+            // be lost to the reset. Refused unread either way.
+            Err(err) if body.len() > (1 << 20) => {
+                println!("hostile: {line}: connection closed during the upload ({err})");
+                (413, String::new())
+            }
+            Err(err) => panic!("{line}: {err}"),
+        };
         let took = started.elapsed();
         assert!(
             took < Duration::from_secs(2),
