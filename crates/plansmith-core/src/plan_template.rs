@@ -108,8 +108,9 @@ pub enum PlanTemplateError {
 
 impl PlanTemplate {
     /// A template (version 0 until stored) of `plan`, whose placeholders must be exactly the
-    /// declared `parameters`, and whose steps are at most [`crate::parse::MAX_PLAN_STEPS`]. The plan's progress (step status, notes, results) is cleared and
-    /// its conversation fields dropped.
+    /// declared `parameters`, and whose steps are at most [`crate::parse::MAX_PLAN_STEPS`].
+    /// The plan's progress (step status, notes, results) is cleared and its conversation
+    /// fields dropped.
     pub fn new(
         name: &str,
         description: &str,

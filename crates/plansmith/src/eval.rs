@@ -417,11 +417,7 @@ pub fn plan(
     ) {
         bar.set_style(style);
     }
-    // Provider clients (reqwest) need a Tokio reactor; the embedded model does not mind one.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = crate::current_thread_runtime()?;
     let started = std::time::Instant::now();
     let mut summary = PlanSummary {
         n_cases: cases.len(),

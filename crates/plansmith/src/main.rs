@@ -93,6 +93,16 @@ pub const EXIT_FALLBACK: u8 = 11;
 /// out (it is stored for review, never accepted by itself).
 pub const EXIT_INCOMPLETE: u8 = 12;
 
+/// The single-threaded Tokio runtime the one-shot commands plan and store on (provider
+/// clients need its reactor).
+pub(crate) fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 /// An error with the exit code it maps to.
 #[derive(Debug)]
 pub struct CliError {

@@ -144,11 +144,7 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
         request.turns =
             crate::plans_cmd::conversation_turns(args.save.store.as_deref(), conversation)?;
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-        .map_err(CliError::failed)?;
+    let runtime = crate::plans_cmd::runtime()?;
     let planned = match PlanProgress::new(args.progress, model_name) {
         Some(mut progress) => {
             let planned = runtime

@@ -309,11 +309,7 @@ pub fn store_error(err: StoreError) -> CliError {
 }
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-        .map_err(CliError::failed)
+    crate::current_thread_runtime().map_err(CliError::failed)
 }
 
 fn location(store: Option<&str>) -> Result<Location, CliError> {
