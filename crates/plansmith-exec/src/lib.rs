@@ -16,8 +16,8 @@
 //!   ask a person, or replan; per plan and per step in `metadata.execution`. Descendants of a
 //!   failed or skipped step are skipped with the reason.
 //! - **Approval gates**: steps flagged by validation (destructive tools) or listed wait for a
-//!   person's decision through the store's feedback path
-//!   (`plansmith_store::Decision::Step`).
+//!   person's decision, recorded in the store (`PlanStore::decide_step`, which every front end
+//!   reaches through `plansmith-service`).
 //! - **Replanning** ([`replan`]): a failure under `replan`, or results that contradict the
 //!   plan, call the planner with the observations; completed steps are kept, the rest is a new
 //!   version with trigger `replan`; bounded, with stall detection.

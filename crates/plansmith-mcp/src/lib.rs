@@ -1,23 +1,17 @@
-//! plansmith-mcp: plansmith and the Model Context Protocol, both ways, on the official Rust SDK
-//! (`rmcp`).
+//! plansmith-mcp: MCP servers' tools as plansmith tools, on the official Rust SDK (`rmcp`). (The
+//! other way, plansmith as an MCP server, is `plansmith-mcp-server`.)
 //!
 //! # Brief overview
 //!
-//! - **Client** ([`client`]): [`McpTools::connect`] reads a [`ServersConfig`] (the common
-//!   `{"mcpServers": {name: {command, args, env} | {url}}}` file), connects to every server
-//!   over stdio (a spawned command) or streamable HTTP, and imports their `tools/list` (every
-//!   page; `outputSchema` and annotations such as `destructiveHint` kept) into a
-//!   [`plansmith_core::Catalog`]. Names that clash across servers become `server__tool`
-//!   ([`names`]). Every step is bounded by a timeout; a server that fails, and a tool whose
-//!   schema is invalid, become [`ServerProblem`]s naming them while the rest loads.
-//!   [`McpTools::call`] runs `tools/call` on the right server under the tool's own name,
-//!   reconnecting a server whose connection died.
-//! - **Server** ([`server`]): [`PlansmithMcp`] is an MCP server with the tools `plan`
-//!   (request → plan or questions, with diagnostics), `planning` (OpenManus's PlanningTool
-//!   commands on the plan store), `feedback` (accept / edit / answer / reject) and
-//!   `templates` (list / get / save / delete / instantiate plan templates). Serve it
-//!   over stdio with [`server::serve_stdio`], or mount [`server::http_service`] (streamable
-//!   HTTP, a `tower` service) into an axum router.
+//! [`McpTools::connect`] reads a [`ServersConfig`] (the common
+//! `{"mcpServers": {name: {command, args, env} | {url}}}` file), connects to every server over
+//! stdio (a spawned command) or streamable HTTP, and imports their `tools/list` (every page;
+//! `outputSchema` and annotations such as `destructiveHint` kept) into a
+//! [`plansmith_core::Catalog`]. Names that clash across servers become `server__tool`
+//! ([`names`]). Every step is bounded by a timeout; a server that fails, and a tool whose schema
+//! is invalid, become [`ServerProblem`]s naming them while the rest loads. [`McpTools::call`]
+//! runs `tools/call` on the right server under the tool's own name, reconnecting a server whose
+//! connection died.
 //!
 //! Destructive tools: the annotations imported here are the core's
 //! [`plansmith_core::ToolAnnotations`], so a step calling a tool marked `destructiveHint: true`
@@ -51,15 +45,12 @@ use std::time::Duration;
 pub mod client;
 pub mod config;
 pub mod names;
-pub mod server;
-mod stdio;
 
 pub use client::{
     CallExtras, ClientOptions, Imported, McpTools, ServerProblem, ToolOutput, ToolProgress,
 };
 pub use config::{ServerSpec, ServersConfig, Transport};
 pub use names::Route;
-pub use server::PlansmithMcp;
 
 /// What an MCP operation can fail with; every variant names the server (or tool) involved.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +93,4 @@ pub enum McpError {
     /// No imported tool has this name.
     #[error("no MCP tool named `{0}` in the catalog")]
     UnknownTool(String),
-    /// Serving over MCP failed.
-    #[error("MCP server: {0}")]
-    Serve(String),
 }

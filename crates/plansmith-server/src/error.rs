@@ -164,6 +164,16 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<plansmith_service::ServiceError> for ApiError {
+    fn from(err: plansmith_service::ServiceError) -> ApiError {
+        match err {
+            plansmith_service::ServiceError::Store(err) => err.into(),
+            plansmith_service::ServiceError::Plan(err) => err.into(),
+            err => ApiError::new("internal", err.to_string()),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> ApiError {
         let message = err.to_string();

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use plansmith_core::Planner;
+use plansmith_service::Service;
 use plansmith_store::{PlanStore, Planners};
 
 pub use error::{ApiError, ERROR_TABLE, ErrorBody};
@@ -188,6 +189,9 @@ pub struct Shared {
     /// The service's planner and those built for catalogs that requests sent; a stored plan's
     /// operations use [`Planners::for_review`].
     pub planners: Arc<Planners>,
+    /// The operations on plans, shared with the MCP endpoint: planning and submitting, the
+    /// review decisions, checks.
+    pub service: Service,
     /// Settings.
     pub config: Arc<ServerConfig>,
     /// Per-plan event channels.
@@ -224,9 +228,11 @@ impl AppState {
     /// State over a store and a planner.
     pub fn new(store: PlanStore, planner: Planner, config: ServerConfig) -> AppState {
         let planner = Arc::new(planner);
+        let planners = Arc::new(Planners::new(Arc::clone(&planner)));
         AppState(Arc::new(Shared {
+            service: Service::new(store.clone(), Arc::clone(&planners)),
             store,
-            planners: Arc::new(Planners::new(Arc::clone(&planner))),
+            planners,
             planner,
             config: Arc::new(config),
             bus: EventBus::new(),
@@ -284,7 +290,18 @@ impl AppState {
         if worker {
             run::spawn_worker(runner.clone(), every);
         }
-        Arc::make_mut(&mut self.0).runner = Some(runner);
+        // A step decision its run waits for resumes the run here at once (the worker would
+        // also find it, one poll later), whichever front end it came through.
+        let resumer = runner.clone();
+        let shared = Arc::make_mut(&mut self.0);
+        shared.service = shared
+            .service
+            .clone()
+            .with_on_decided(Arc::new(move |plan_id: &str| {
+                let (runner, plan_id) = (resumer.clone(), plan_id.to_owned());
+                tokio::spawn(async move { runner.resume_if_waiting(&plan_id).await });
+            }));
+        shared.runner = Some(runner);
         self
     }
 

@@ -2,7 +2,6 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{
@@ -15,10 +14,11 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
+use plansmith_core::pipeline::OnEvent;
 use plansmith_core::{
-    Diagnostic, Diagnostics, Outcome, OutcomeStatus, Plan, PlanEvent, PlanRequest, Planner,
-    StepStatus,
+    Diagnostic, Diagnostics, OutcomeStatus, Plan, PlanEvent, PlanRequest, StepStatus,
 };
+use plansmith_service::{Decided, Decision, Planned, ServiceError};
 use plansmith_store::store::parse_status;
 use plansmith_store::{
     Change, ListFilter, Page, Review, ReviewState, StoredPlan, Submitted, Trigger, VersionRecord,
@@ -917,22 +917,11 @@ async fn create_plan(
     if let Some(max) = body.max_iterations {
         review.max_iterations = max;
     }
-    let planner = match state
-        .planners
-        .for_request(&state.store, body.tools.as_ref(), body.agents.as_ref())
-        .await?
-    {
-        Some((catalog, planner)) => {
-            review.catalog = Some(catalog);
-            planner
-        }
-        None => Arc::clone(&state.planner),
-    };
     if !query.stream {
         // Boxed: the planner's future is kilobytes, and inline it made this handler's future
         // as large, which axum copies as it boxes it (~2 % of a plan's time under load, perf).
-        let outcome = Box::pin(plan(&state, &planner, &request, None)).await?;
-        let created = Box::pin(store(&state, outcome, &request, review, &caller.actor())).await?;
+        let planned = Box::pin(plan(&state, &body.tools, &body.agents, &request, None)).await?;
+        let created = Box::pin(store(&state, planned, &request, review, &caller.actor())).await?;
         return Ok(json_response(StatusCode::CREATED, &created));
     }
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
@@ -942,11 +931,11 @@ async fn create_plan(
         // dropped, and a local model stops generating), as it does when the client of a plain
         // request goes away. A plan already made is still stored.
         let planned = tokio::select! {
-            planned = plan(&state, &planner, &request, Some(tx.clone())) => planned,
+            planned = plan(&state, &body.tools, &body.agents, &request, Some(tx.clone())) => planned,
             () = tx.closed() => return,
         };
         let result = match planned {
-            Ok(outcome) => store(&state, outcome, &request, review, &actor).await,
+            Ok(planned) => store(&state, planned, &request, review, &actor).await,
             Err(err) => Err(err),
         };
         let event = match result {
@@ -1004,31 +993,40 @@ where
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
-/// Plans `request`, sending the planning events to `events` when there is a stream.
+/// Plans `request` with the caller's `tools` and `agents` (or the service's catalog), sending
+/// the planning events to `events` when there is a stream.
 async fn plan(
     state: &AppState,
-    planner: &Planner,
+    tools: &Option<Value>,
+    agents: &Option<Value>,
     request: &PlanRequest,
     events: Option<mpsc::UnboundedSender<Event>>,
-) -> Result<Outcome, ApiError> {
+) -> Result<Planned, ApiError> {
     // Dropped before the planner answers (the client went away: a closed stream or connection;
     // or the request timeout fired), the planning call is counted as abandoned.
     let unanswered = Unanswered(&state.metrics);
+    let (tools, agents) = (tools.as_ref(), agents.as_ref());
     let result = match events {
-        None => planner.plan(request).await,
+        None => state.service.plan(request, tools, agents, None).await,
         Some(tx) => {
             let mut on_event = move |event: PlanEvent| {
                 let _ = tx.send(sse_json(event_kind(&event), &event));
             };
-            planner.plan_with_events(request, &mut on_event).await
+            let on_event: OnEvent<'_> = &mut on_event;
+            state
+                .service
+                .plan(request, tools, agents, Some(on_event))
+                .await
         }
     };
     std::mem::forget(unanswered);
     match result {
-        Ok(outcome) => {
-            state.metrics.record_outcome(&outcome);
-            Ok(outcome)
+        Ok(planned) => {
+            state.metrics.record_outcome(&planned.outcome);
+            Ok(planned)
         }
+        // A sent catalog that does not load is the caller's error, not a planning failure.
+        Err(err @ ServiceError::Store(_)) => Err(err.into()),
         Err(err) => {
             state.metrics.record_failure();
             Err(err.into())
@@ -1077,22 +1075,16 @@ impl Drop for Unanswered<'_> {
 /// Stores a planned outcome for review and announces it.
 async fn store(
     state: &AppState,
-    mut outcome: Outcome,
+    mut planned: Planned,
     request: &PlanRequest,
     review: Review,
     actor: &str,
 ) -> Result<Created, ApiError> {
-    if request.owner.is_some() {
-        outcome.plan.owner = request.owner.clone();
-    }
-    let Outcome {
-        status,
-        plan,
-        diagnostics,
-    } = outcome;
+    let status = planned.outcome.status.clone();
+    let diagnostics = std::mem::take(&mut planned.outcome.diagnostics);
     let stored = state
-        .store
-        .submit_plan(plan, &status, request, review, actor)
+        .service
+        .submit(planned, request, review, actor)
         .await?;
     publish_stored(&state.bus, "plan_created", &stored.stored);
     Ok(Created {
@@ -1316,25 +1308,39 @@ pub enum Feedback {
 }
 
 impl Feedback {
-    /// The version the reviewer read, whichever the action.
-    fn expected_version(&self) -> Option<u32> {
+    /// The decision, and the version the reviewer read.
+    fn into_decision(self) -> (Decision, Option<u32>) {
         match self {
-            Feedback::Accept { expected_version }
-            | Feedback::Reject {
-                expected_version, ..
-            }
-            | Feedback::Edit {
-                expected_version, ..
-            }
-            | Feedback::Patch {
-                expected_version, ..
-            }
-            | Feedback::Answer {
-                expected_version, ..
-            }
-            | Feedback::Step {
-                expected_version, ..
-            } => *expected_version,
+            Feedback::Accept { expected_version } => (Decision::Accept, expected_version),
+            Feedback::Reject {
+                text,
+                expected_version,
+            } => (Decision::Reject(text), expected_version),
+            Feedback::Edit {
+                text,
+                expected_version,
+            } => (Decision::Edit(text), expected_version),
+            Feedback::Patch {
+                patch,
+                expected_version,
+            } => (Decision::Patch(patch), expected_version),
+            Feedback::Answer {
+                text,
+                expected_version,
+            } => (Decision::Answer(text), expected_version),
+            Feedback::Step {
+                step,
+                verdict,
+                note,
+                expected_version,
+            } => (
+                Decision::Step {
+                    step,
+                    verdict,
+                    note,
+                },
+                expected_version,
+            ),
         }
     }
 }
@@ -1368,68 +1374,25 @@ async fn feedback(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<Feedback>,
 ) -> Result<Json<Updated>, ApiError> {
-    let current = load(&state, &caller, &id).await?;
-    let actor = caller.actor();
-    let store = &state.store;
-    // Only edits, answers and patches plan or validate: they use the plan's own catalog.
-    let planner = || state.planners.for_review(store, &current.review);
-    let mut step_decision = None;
-    // Every action but a step decision (which compares the step itself) is refused here when
-    // the plan moved on from the version the reviewer read; accept and reject check again as
-    // they write.
-    let expected_version = body.expected_version();
-    if !matches!(body, Feedback::Step { .. }) {
-        current.require_version(expected_version)?;
-    }
-    let (stored, diagnostics) = match body {
-        Feedback::Accept { .. } => (
-            store.accept(&id, expected_version, &actor).await?,
-            Vec::new(),
-        ),
-        Feedback::Reject { text, .. } => (
-            store
-                .reject(&id, text.as_deref(), expected_version, &actor)
-                .await?,
-            Vec::new(),
-        ),
-        Feedback::Edit { text, .. } => {
-            let mut on_event = replan_events(&state, &id);
-            let stored = store
-                .edit_with_events(&id, &text, &*planner().await?, &actor, Some(&mut on_event))
-                .await?;
-            (stored, Vec::new())
-        }
-        Feedback::Answer { text, .. } => {
-            let mut on_event = replan_events(&state, &id);
-            let stored = store
-                .answer_with_events(&id, &text, &*planner().await?, &actor, Some(&mut on_event))
-                .await?;
-            (stored, Vec::new())
-        }
-        Feedback::Patch { patch, .. } => {
-            let planner = planner().await?;
-            store.patch(&id, &patch, planner.catalog(), &actor).await?
-        }
-        Feedback::Step {
-            step,
-            verdict,
-            note,
-            ..
-        } => {
-            let decided = store
-                .decide_step(&id, &step, verdict, &note, expected_version, &actor)
-                .await?;
-            // A run that paused for this decision goes on at once (the worker would also
-            // find it, one poll later).
-            if decided.applies == plansmith_store::Applies::Now
-                && let Some(runner) = &state.runner
-            {
-                runner.resume_if_waiting(&id).await;
-            }
-            step_decision = Some(decided);
-            (store.get(&id).await?, Vec::new())
-        }
-    };
+    load(&state, &caller, &id).await?;
+    let (decision, expected_version) = body.into_decision();
+    let mut on_event = replan_events(&state, &id);
+    let decided = state
+        .service
+        .decide(
+            &id,
+            decision,
+            expected_version,
+            &caller.actor(),
+            Some(&mut on_event),
+        )
+        .await?;
+    let Decided {
+        stored,
+        diagnostics,
+        step_decision,
+        ..
+    } = decided;
     publish_stored(&state.bus, "plan_updated", &stored);
     Ok(Json(Updated {
         stored,
@@ -1473,15 +1436,8 @@ async fn check_edit(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<Check>,
 ) -> Result<Json<Checked>, ApiError> {
-    let current = load(&state, &caller, &id).await?;
-    let planner = state
-        .planners
-        .for_review(&state.store, &current.review)
-        .await?;
-    let (plan, diagnostics) = state
-        .store
-        .check_patch(&id, &body.patch, planner.catalog())
-        .await?;
+    load(&state, &caller, &id).await?;
+    let (plan, diagnostics) = state.service.check(&id, &body.patch).await?;
     Ok(Json(Checked {
         valid: !diagnostics.iter().any(Diagnostic::is_error),
         plan,

@@ -17,10 +17,11 @@
 //!   pages), [`PlanStore::set_active`] / [`PlanStore::get_active`] per conversation,
 //!   [`PlanStore::mark_step`] (bad index, bad status), [`PlanStore::delete`], and
 //!   [`StoredPlan::render_text`] (`Progress: 1/3 (33.3%)`, `[✓] [→] [!] [ ]`);
-//! - the human-in-the-loop state machine in [`review`]: accept, free-text edit
-//!   (replanned through [`plansmith_core::Planner`]), structured edit (JSON Patch, re-validated),
-//!   reject, answer, `auto_accept`, `max_iterations` with a policy, recurring schedules only
-//!   after an explicit confirmation, ownership and thread ids.
+//! - the human-in-the-loop state machine in [`review`]: what each state allows, accept,
+//!   structured edit (JSON Patch, re-validated), reject, `auto_accept`, `max_iterations` with a
+//!   policy, recurring schedules only after an explicit confirmation, ownership and thread ids
+//!   (the replans of a free-text edit or an answer are `plansmith-service`'s; the store writes
+//!   their plans);
 //!
 //! - plan templates in [`templates`]: named, versioned plans with `{{param}}` placeholders
 //!   ([`plansmith_core::PlanTemplate`]), saved, listed, fetched and deleted; instantiation
@@ -82,8 +83,7 @@ pub use exec::{
 };
 pub use notify::{Listener, Notifier};
 pub use review::{
-    Decision, MaxIterationsPolicy, REJECTED_WITHOUT_TEXT, Review, ReviewAction, ReviewState,
-    is_confirmation,
+    MaxIterationsPolicy, REJECTED_WITHOUT_TEXT, Review, ReviewAction, ReviewState, is_confirmation,
 };
 pub use store::{
     Backend, Change, ListFilter, Location, Page, PlanStore, StepKey, StoredPlan, Submitted,

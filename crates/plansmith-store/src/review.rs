@@ -12,18 +12,16 @@
 //!                                   └ max_iterations reached: accepted as is | stopped (policy)
 //! ```
 //!
-//! Replanning goes through [`Planner::plan`] with the previous plan and the feedback
-//! ([`Feedback`]), `options.iteration` set to the review round, and `options.allow_recurring`
-//! set once the user confirmed a recurring schedule (ValueCell's gate, confirmations in English
-//! and Chinese: see [`is_confirmation`]).
+//! The store keeps the state and writes its transitions; the replans themselves (free-text edit,
+//! answer) are made by `plansmith-service`, which writes their plans here. Recurring schedules
+//! wait for an explicit confirmation (ValueCell's gate, confirmations in English and Chinese: see
+//! [`is_confirmation`]).
 
 use std::str::FromStr;
 
-use plansmith_core::pipeline::OnEvent;
 use plansmith_core::validate::validate;
 use plansmith_core::{
-    Catalog, Code, Diagnostic, Feedback, Outcome, OutcomeStatus, Plan, PlanRequest, Planner,
-    Question, StepStatus,
+    Catalog, Code, Diagnostic, Outcome, OutcomeStatus, Plan, PlanRequest, Question, StepStatus,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -277,32 +275,6 @@ pub fn is_confirmation(text: &str) -> bool {
     WORDS.contains(&cleaned.as_str())
 }
 
-/// What a person says about a plan under review.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Decision {
-    /// Accept it as it is.
-    Accept,
-    /// Free-text feedback: replan with it.
-    Edit(String),
-    /// A JSON Patch (RFC 6902) on the plan document, re-validated.
-    Patch(Value),
-    /// Reject it, with an optional reason.
-    Reject(Option<String>),
-    /// Answers to the plan's questions: replan with them.
-    Answer(String),
-    /// A decision about one step while the plan runs: approve a gated step, or retry, skip or
-    /// abort after a failure under the `ask` policy (picked up by the executor).
-    Step {
-        /// The step id.
-        step: String,
-        /// The decision.
-        verdict: crate::exec::StepVerdict,
-        /// A note for the log.
-        note: String,
-    },
-}
-
 /// The initial state of a freshly planned outcome under `review`.
 pub fn initial_state(outcome: &Outcome, review: &Review) -> ReviewState {
     state_of_new(&outcome.plan, &outcome.status, review)
@@ -367,59 +339,6 @@ impl PlanStore {
         self.create_encoded(plan, state, review, actor).await
     }
 
-    /// Applies a person's decision. `planner` is needed for `Edit` and `Answer` (they replan)
-    /// and `Patch` (validation uses its catalog). With `expected_version`, the decision is
-    /// refused ([`StoreError::Conflict`]) unless the plan is still at the version the person
-    /// decided on.
-    pub async fn decide(
-        &self,
-        id: &str,
-        decision: Decision,
-        expected_version: Option<u32>,
-        planner: Option<&Planner>,
-        actor: &str,
-    ) -> Result<StoredPlan> {
-        // Accept, reject and step decisions check the version themselves; the replans here.
-        if expected_version.is_some()
-            && matches!(
-                decision,
-                Decision::Edit(_) | Decision::Answer(_) | Decision::Patch(_)
-            )
-        {
-            self.get(id).await?.require_version(expected_version)?;
-        }
-        match decision {
-            Decision::Accept => self.accept(id, expected_version, actor).await,
-            Decision::Reject(text) => {
-                self.reject(id, text.as_deref(), expected_version, actor)
-                    .await
-            }
-            Decision::Edit(text) => {
-                let planner = need_planner(planner, "edit")?;
-                self.edit(id, &text, planner, actor).await
-            }
-            Decision::Answer(text) => {
-                let planner = need_planner(planner, "answer")?;
-                self.answer(id, &text, planner, actor).await
-            }
-            Decision::Step {
-                step,
-                verdict,
-                note,
-            } => {
-                self.decide_step(id, &step, verdict, &note, expected_version, actor)
-                    .await?;
-                self.get(id).await
-            }
-            Decision::Patch(patch) => {
-                let planner = need_planner(planner, "patch")?;
-                self.patch(id, &patch, planner.catalog(), actor)
-                    .await
-                    .map(|(stored, _)| stored)
-            }
-        }
-    }
-
     /// `awaiting_review` (or `draft`) → `accepted` (trigger `status`). With
     /// `expected_version`, only if the plan is still at that version (the one the reviewer
     /// read), else [`StoreError::Conflict`]; the write itself is conditional on it too.
@@ -459,113 +378,6 @@ impl PlanStore {
             .to_owned();
         self.transition(current, ReviewState::Rejected, Some(reason), None, actor)
             .await
-    }
-
-    /// Free-text feedback on a plan under review: replan with the previous plan and the text
-    /// (trigger `feedback`). At `max_iterations` the policy applies instead, without a model call.
-    pub async fn edit(
-        &self,
-        id: &str,
-        feedback: &str,
-        planner: &Planner,
-        actor: &str,
-    ) -> Result<StoredPlan> {
-        self.edit_with_events(id, feedback, planner, actor, None)
-            .await
-    }
-
-    /// [`PlanStore::edit`], with the replanning's events ([`Planner::plan_with_events`]:
-    /// attempts, tokens, each validated step, repairs) sent to `on_event` as they happen
-    /// (`None`: as `edit`).
-    pub async fn edit_with_events(
-        &self,
-        id: &str,
-        feedback: &str,
-        planner: &Planner,
-        actor: &str,
-        on_event: Option<OnEvent<'_>>,
-    ) -> Result<StoredPlan> {
-        let current = self.get(id).await?;
-        current.require(ReviewAction::Edit)?;
-        if feedback.trim().is_empty() {
-            return Err(StoreError::BadEdit("the feedback is empty".into()));
-        }
-        if let Some(capped) = self.cap(&current, actor).await? {
-            return Ok(capped);
-        }
-        self.replan(
-            current,
-            feedback.to_owned(),
-            false,
-            Trigger::Feedback,
-            planner,
-            actor,
-            on_event,
-        )
-        .await
-    }
-
-    /// Answers to a plan's questions: replan with them (trigger `answer`). When a question asks
-    /// to confirm a recurring schedule and the answer is a confirmation ([`is_confirmation`]),
-    /// the replan allows recurring schedules.
-    pub async fn answer(
-        &self,
-        id: &str,
-        answers: &str,
-        planner: &Planner,
-        actor: &str,
-    ) -> Result<StoredPlan> {
-        self.answer_with_events(id, answers, planner, actor, None)
-            .await
-    }
-
-    /// [`PlanStore::answer`], with the replanning's events sent to `on_event` as they happen
-    /// (see [`PlanStore::edit_with_events`]).
-    pub async fn answer_with_events(
-        &self,
-        id: &str,
-        answers: &str,
-        planner: &Planner,
-        actor: &str,
-        on_event: Option<OnEvent<'_>>,
-    ) -> Result<StoredPlan> {
-        let current = self.get(id).await?;
-        current.require(ReviewAction::Answer)?;
-        if answers.trim().is_empty() {
-            return Err(StoreError::BadEdit("the answer is empty".into()));
-        }
-        if let Some(capped) = self.cap(&current, actor).await? {
-            return Ok(capped);
-        }
-        let asks_schedule = current.plan.questions.iter().any(|q| {
-            q.argument.is_none()
-                && q.step
-                    .as_deref()
-                    .and_then(|s| current.plan.step(s))
-                    .and_then(|s| s.schedule.as_ref())
-                    .is_some_and(|s| s.is_recurring())
-        });
-        let confirmed = asks_schedule && is_confirmation(answers);
-        let mut text = String::from("Answers to the questions:\n");
-        match current.plan.questions.as_slice() {
-            [only] => text.push_str(&format!("{}: {}\n", only.text, answers.trim())),
-            questions => {
-                for question in questions {
-                    text.push_str(&format!("- {} ({})\n", question.text, question.id));
-                }
-                text.push_str(answers.trim());
-            }
-        }
-        self.replan(
-            current,
-            text,
-            confirmed,
-            Trigger::Answer,
-            planner,
-            actor,
-            on_event,
-        )
-        .await
     }
 
     /// A structured edit: an RFC 6902 JSON Patch on the plan document (add / remove / reorder /
@@ -646,8 +458,15 @@ impl PlanStore {
         self.create(plan, current.state, review, actor).await
     }
 
-    /// Applies the `max_iterations` policy if the cap is reached; `None` when it is not.
-    async fn cap(&self, current: &StoredPlan, actor: &str) -> Result<Option<StoredPlan>> {
+    /// Applies the `max_iterations` policy when a plan's reviews reached the cap, before a
+    /// replan would start: the plan is accepted as it stands or the review stops (by
+    /// [`Review::on_max_iterations`]), with a note saying the feedback was not applied. `None`
+    /// when the cap is not reached.
+    pub async fn cap_iterations(
+        &self,
+        current: &StoredPlan,
+        actor: &str,
+    ) -> Result<Option<StoredPlan>> {
         if current.review.iteration < current.review.max_iterations {
             return Ok(None);
         }
@@ -699,70 +518,6 @@ impl PlanStore {
             state,
             review,
             trigger: Trigger::Status,
-            actor: actor.to_owned(),
-        })
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn replan(
-        &self,
-        current: StoredPlan,
-        text: String,
-        confirm_schedule: bool,
-        trigger: Trigger,
-        planner: &Planner,
-        actor: &str,
-        on_event: Option<OnEvent<'_>>,
-    ) -> Result<StoredPlan> {
-        let mut review = current.review.clone();
-        review.iteration = review.iteration.saturating_add(1);
-        review.schedule_confirmed |= confirm_schedule;
-        let mut request = review
-            .request
-            .clone()
-            .unwrap_or_else(|| PlanRequest::new(current.plan.goal.clone()));
-        if request.query.trim().is_empty() {
-            request.query = current.plan.goal.clone();
-        }
-        request.owner = current.plan.owner.clone();
-        request.conversation_id = current.plan.conversation_id.clone();
-        request.thread_id = current.plan.thread_id.clone();
-        request.options.iteration = review.iteration;
-        request.options.allow_recurring |= review.schedule_confirmed;
-        request.feedback = Some(Feedback {
-            previous: Some(current.plan.clone()),
-            text: Some(text),
-            diagnostics: Vec::new(),
-            observations: Vec::new(),
-        });
-        let outcome = match on_event {
-            Some(on_event) => planner.plan_with_events(&request, on_event).await?,
-            None => planner.plan(&request).await?,
-        };
-        let state = initial_state(&outcome, &review);
-        review.note = match &outcome.status {
-            OutcomeStatus::Fallback { reason } if outcome.plan.steps == current.plan.steps => {
-                Some(format!(
-                    "replanning failed ({reason}): the plan is unchanged, and the feedback was \
-                     not applied"
-                ))
-            }
-            OutcomeStatus::Fallback { reason } => Some(format!(
-                "replanning failed ({reason}): this version is the fallback plan, not a plan \
-                 of the feedback"
-            )),
-            _ => None,
-        };
-        let mut plan = outcome.plan;
-        plan.id = current.plan.id.clone();
-        plan.created_at = current.plan.created_at;
-        self.write(Change {
-            expected_version: current.version(),
-            plan,
-            state,
-            review,
-            trigger,
             actor: actor.to_owned(),
         })
         .await
@@ -819,10 +574,6 @@ fn ask_schedule_confirmations(plan: &mut Plan, diagnostics: &[Diagnostic]) {
     if !plan.questions.is_empty() {
         plan.ready = false;
     }
-}
-
-fn need_planner<'p>(planner: Option<&'p Planner>, operation: &str) -> Result<&'p Planner> {
-    planner.ok_or_else(|| StoreError::BadEdit(format!("`{operation}` needs a planner")))
 }
 
 /// [`patched`] on a blocking thread: applying and validating a patch is CPU work that grows

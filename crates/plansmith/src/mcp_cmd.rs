@@ -13,7 +13,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use plansmith_core::{Catalog, Tool};
-use plansmith_mcp::{ClientOptions, McpTools, PlansmithMcp, Route, ServerProblem, ServersConfig};
+use plansmith_mcp::{ClientOptions, McpTools, Route, ServerProblem, ServersConfig};
+use plansmith_mcp_server::PlansmithMcp;
 
 use crate::{CliError, EXIT_BAD_INPUT, EXIT_OK};
 
@@ -257,8 +258,12 @@ pub fn serve(args: McpArgs) -> Result<u8, CliError> {
             "plansmith mcp: serving plan, planning, feedback on stdio (store {})",
             store.location()
         );
-        let server = PlansmithMcp::new(planner, store.clone(), args.actor.clone());
-        let result = plansmith_mcp::server::serve_stdio(server).await;
+        let service = plansmith_service::Service::new(
+            store.clone(),
+            Arc::new(plansmith_store::Planners::new(planner)),
+        );
+        let server = PlansmithMcp::new(service, args.actor.clone());
+        let result = plansmith_mcp_server::serve_stdio(server).await;
         store.close().await;
         result.map_err(CliError::failed)?;
         Ok(EXIT_OK)

@@ -157,7 +157,7 @@ pub fn run(args: PlanArgs) -> Result<u8, CliError> {
     match planned {
         Ok(outcome) => {
             let code = print_outcome(&outcome, &args)?;
-            crate::plans_cmd::after_plan(&args.save, &planner, &request, &outcome, code)
+            crate::plans_cmd::after_plan(&args.save, planner, &request, &outcome, code)
         }
         Err(err) => {
             if let Some(diagnostics) = err

@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
-use plansmith_core::{Outcome, PlanError, PlanRequest, Planner, Templates};
+use plansmith_core::{Catalog, Outcome, PlanError, PlanRequest, Planner, Templates};
+use plansmith_service::{Decision, Planned, Service, ServiceError};
 use plansmith_store::{
     ListFilter, Location, MaxIterationsPolicy, PlanStore, Planners, Review, ReviewAction,
     ReviewState, StepKey, StoreError, StoredPlan,
@@ -249,30 +250,35 @@ impl PlannerArgs {
         Ok(planner)
     }
 
-    /// The planner for stored plan `id`: `base`, over the catalog given here; without one, over
-    /// the catalog the plan was made with when its caller sent one (over HTTP or MCP).
-    async fn for_plan(
-        &self,
-        store: &PlanStore,
-        id: &str,
-        base: Planner,
-    ) -> Result<Arc<Planner>, CliError> {
-        let base = Arc::new(base);
-        if self.tools.is_some() || self.agents.is_some() {
-            return Ok(base);
-        }
-        let stored = store.get(id).await.map_err(store_error)?;
-        Planners::new(base)
-            .for_review(store, &stored.review)
-            .await
-            .map_err(store_error)
-    }
-
     fn catalog_planner(&self) -> Result<Planner, CliError> {
         // Validation needs only the catalog; no model is loaded for a JSON Patch.
         let catalog = crate::plan_cmd::load_catalog(self.tools.as_deref(), self.agents.as_deref())?;
-        let model = Arc::new(plansmith_core::ScriptedModel::new(Vec::<String>::new()));
-        Ok(Planner::new(catalog, model))
+        Ok(modelless(catalog))
+    }
+}
+
+/// A planner that never calls a model, for the operations that only validate (a JSON Patch)
+/// or plan nothing (accept, reject, step decisions).
+fn modelless(catalog: Catalog) -> Planner {
+    Planner::new(
+        catalog,
+        Arc::new(plansmith_core::ScriptedModel::new(Vec::<String>::new())),
+    )
+}
+
+/// The operations on `store`'s plans, planning with `planner`'s catalog for plans made without
+/// one of their own (a plan made with its caller's catalog, over HTTP or MCP, keeps it).
+fn service(store: &PlanStore, planner: Planner) -> Service {
+    Service::new(store.clone(), Arc::new(Planners::new(Arc::new(planner))))
+}
+
+/// Maps a service error to its exit code.
+pub fn service_error(err: ServiceError) -> CliError {
+    match err {
+        ServiceError::Store(err) => store_error(err),
+        ServiceError::Plan(err @ PlanError::Model { .. }) => CliError::model(err),
+        ServiceError::Plan(err @ PlanError::InvalidRequest(_)) => CliError::input(err),
+        err => CliError::failed(err),
     }
 }
 
@@ -457,7 +463,11 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
         PlansCommand::Accept {
             id,
             expected_version,
-        } => show_result(store.accept(&id, expected_version, actor).await),
+        } => show_result(
+            service(&store, modelless(Catalog::default()))
+                .decide(&id, Decision::Accept, expected_version, actor, None)
+                .await,
+        ),
         PlansCommand::Decide {
             id,
             step,
@@ -468,15 +478,25 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             let verdict = verdict
                 .parse()
                 .map_err(|e: String| CliError::input(anyhow!(e)))?;
-            let decided = store
-                .decide_step(&id, &step, verdict, &note, expected_version, actor)
+            let decision = Decision::Step {
+                step: step.clone(),
+                verdict,
+                note,
+            };
+            let decided = service(&store, modelless(Catalog::default()))
+                .decide(&id, decision, expected_version, actor, None)
                 .await
-                .map_err(store_error)?;
-            let code = show_result(store.get(&id).await)?;
+                .map_err(service_error)?;
+            print!("{}", decided.stored.render_text());
+            let Some(step_decision) = decided.step_decision else {
+                return Err(CliError::failed(anyhow!(
+                    "the step decision was not recorded"
+                )));
+            };
             eprintln!(
                 "{} {step}: {}",
                 verdict.as_str(),
-                match decided.applies {
+                match step_decision.applies {
                     plansmith_store::Applies::Now => format!(
                         "the step was waiting for it; the run goes on with `plansmith run {id} \
                          --resume` (a `plansmith serve` running the plan goes on by itself)"
@@ -486,7 +506,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     }
                 }
             );
-            Ok(code)
+            Ok(EXIT_OK)
         }
         PlansCommand::Stop { id, note } => {
             let run = store
@@ -510,8 +530,8 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
             text,
             expected_version,
         } => show_result(
-            store
-                .reject(&id, text.as_deref(), expected_version, actor)
+            service(&store, modelless(Catalog::default()))
+                .decide(&id, Decision::Reject(text), expected_version, actor, None)
                 .await,
         ),
         PlansCommand::Edit {
@@ -529,23 +549,23 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                 let patch: serde_json::Value = serde_json::from_str(&patch_text)
                     .context("the patch is not JSON")
                     .map_err(CliError::input)?;
-                let planner = planner
-                    .for_plan(&store, &id, planner.catalog_planner()?)
-                    .await?;
-                let (stored, diagnostics) = store
-                    .patch(&id, &patch, planner.catalog(), actor)
+                let decided = service(&store, planner.catalog_planner()?)
+                    .decide(&id, Decision::Patch(patch), None, actor, None)
                     .await
-                    .map_err(store_error)?;
-                for diag in diagnostics {
+                    .map_err(service_error)?;
+                for diag in &decided.diagnostics {
                     eprintln!("  {diag}");
                 }
-                print!("{}", stored.render_text());
+                print!("{}", decided.stored.render_text());
                 Ok(EXIT_OK)
             }
             (Some(text), None) => {
                 refuse_early(&store, &id, ReviewAction::Edit, &planner).await?;
-                let planner = planner.for_plan(&store, &id, planner.planner()?).await?;
-                show_replanned(store.edit(&id, &text, &planner, actor).await)
+                show_replanned(
+                    service(&store, planner.planner()?)
+                        .decide(&id, Decision::Edit(text), None, actor, None)
+                        .await,
+                )
             }
             (None, None) => Err(CliError::input(anyhow!(
                 "give feedback text or --patch JSON"
@@ -553,8 +573,11 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
         },
         PlansCommand::Answer { id, text, planner } => {
             refuse_early(&store, &id, ReviewAction::Answer, &planner).await?;
-            let planner = planner.for_plan(&store, &id, planner.planner()?).await?;
-            show_replanned(store.answer(&id, &text, &planner, actor).await)
+            show_replanned(
+                service(&store, planner.planner()?)
+                    .decide(&id, Decision::Answer(text), None, actor, None)
+                    .await,
+            )
         }
         PlansCommand::Mark {
             id,
@@ -643,17 +666,34 @@ fn step_key(step: String) -> Result<StepKey, CliError> {
     }
 }
 
-fn show_result(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {
-    let stored = result.map_err(store_error)?;
+fn show_result<T: Into<Shown>>(result: Result<T, impl Into<ServiceError>>) -> Result<u8, CliError> {
+    let Shown(stored) = result.map_err(|err| service_error(err.into()))?.into();
     print!("{}", stored.render_text());
     Ok(EXIT_OK)
+}
+
+/// The plan an operation answered with, to show.
+struct Shown(StoredPlan);
+
+impl From<StoredPlan> for Shown {
+    fn from(stored: StoredPlan) -> Shown {
+        Shown(stored)
+    }
+}
+
+impl From<plansmith_service::Decided> for Shown {
+    fn from(decided: plansmith_service::Decided) -> Shown {
+        Shown(decided.stored)
+    }
 }
 
 /// [`show_result`] after an edit or answer: when it could not be applied (its replan failed,
 /// or the review reached `max_iterations`), says so on stderr and exits with
 /// [`EXIT_FALLBACK`].
-fn show_replanned(result: Result<StoredPlan, StoreError>) -> Result<u8, CliError> {
-    let stored = result.map_err(store_error)?;
+fn show_replanned(
+    result: Result<plansmith_service::Decided, ServiceError>,
+) -> Result<u8, CliError> {
+    let stored = result.map_err(service_error)?.stored;
     print!("{}", stored.render_text());
     Ok(not_applied(&stored).unwrap_or(EXIT_OK))
 }
@@ -683,7 +723,7 @@ pub fn check_store(args: &SaveArgs) -> Result<(), CliError> {
 /// (`--review`). Returns the exit code to use; `code` is the one planning gave.
 pub fn after_plan(
     args: &SaveArgs,
-    planner: &Planner,
+    planner: Planner,
     request: &PlanRequest,
     outcome: &Outcome,
     code: u8,
@@ -705,10 +745,16 @@ pub fn after_plan(
             ..Review::default()
         };
         let actor = std::env::var("PLANSMITH_ACTOR").unwrap_or_else(|_| "cli".into());
-        let stored = store
-            .submit(outcome, request, review, &actor)
+        let service = service(&store, planner);
+        let planned = Planned {
+            outcome: outcome.clone(),
+            catalog: None,
+        };
+        let stored = service
+            .submit(planned, request, review, &actor)
             .await
-            .map_err(store_error)?;
+            .map_err(service_error)?
+            .stored;
         eprintln!(
             "saved plan {} (v{}, {}) in {}",
             stored.plan.id,
@@ -717,7 +763,7 @@ pub fn after_plan(
             store.location()
         );
         let result = if args.review {
-            review_loop(&store, planner, stored, &actor).await
+            review_loop(&service, stored, &actor).await
         } else {
             Ok(code)
         };
@@ -751,8 +797,7 @@ pub fn conversation_turns(
 
 /// The interactive review: shows the plan, reads one reply per line from stdin.
 async fn review_loop(
-    store: &PlanStore,
-    planner: &Planner,
+    service: &Service,
     mut stored: StoredPlan,
     actor: &str,
 ) -> Result<u8, CliError> {
@@ -795,36 +840,29 @@ async fn review_loop(
             Some((word, rest)) => (word.to_lowercase(), rest.trim()),
             None => (line.to_lowercase(), ""),
         };
-        let result = match (word.as_str(), stored.state) {
+        // The version shown above is the one decided on.
+        let decision = match (word.as_str(), stored.state) {
             ("q" | "quit" | "exit", _) => {
                 eprintln!("plan {} left {}", stored.plan.id, stored.state);
                 return Ok(EXIT_NEEDS_INPUT);
             }
             ("r" | "reject", _) => {
-                // The version shown above is the one decided on.
-                let shown = Some(stored.version());
-                store
-                    .reject(
-                        &stored.plan.id,
-                        Some(rest).filter(|r| !r.is_empty()),
-                        shown,
-                        actor,
-                    )
-                    .await
+                Decision::Reject(Some(rest.to_owned()).filter(|r| !r.is_empty()))
             }
-            ("answer", _) => store.answer(&stored.plan.id, rest, planner, actor).await,
-            (_, ReviewState::NeedsInput) => {
-                store.answer(&stored.plan.id, line, planner, actor).await
-            }
-            ("a" | "accept" | "y" | "yes", _) => {
-                store
-                    .accept(&stored.plan.id, Some(stored.version()), actor)
-                    .await
-            }
-            ("e" | "edit", _) => store.edit(&stored.plan.id, rest, planner, actor).await,
+            ("answer", _) => Decision::Answer(rest.to_owned()),
+            (_, ReviewState::NeedsInput) => Decision::Answer(line.to_owned()),
+            ("a" | "accept" | "y" | "yes", _) => Decision::Accept,
+            ("e" | "edit", _) => Decision::Edit(rest.to_owned()),
             // Anything else is feedback for the planner.
-            _ => store.edit(&stored.plan.id, line, planner, actor).await,
+            _ => Decision::Edit(line.to_owned()),
         };
+        // Accept and reject name the version shown, which the person decided on.
+        let shown =
+            matches!(decision, Decision::Accept | Decision::Reject(_)).then(|| stored.version());
+        let result = service
+            .decide(&stored.plan.id, decision, shown, actor, None)
+            .await
+            .map(|decided| decided.stored);
         match result {
             Ok(next) => {
                 stored = next;
@@ -835,18 +873,22 @@ async fn review_loop(
                     eprintln!("plansmith: {note}");
                 }
             }
-            Err(
+            Err(ServiceError::Store(
                 err @ (StoreError::BadEdit(_)
                 | StoreError::InvalidState { .. }
                 | StoreError::EmptyPlan(_)
                 | StoreError::Invalid { .. }),
-            ) => eprintln!("{err}"),
+            )) => eprintln!("{err}"),
             // Someone else changed the plan since it was shown: show it again, decide again.
-            Err(err @ StoreError::Conflict { .. }) => {
+            Err(ServiceError::Store(err @ StoreError::Conflict { .. })) => {
                 eprintln!("{err}; here it is as it is now");
-                stored = store.get(&stored.plan.id).await.map_err(store_error)?;
+                stored = service
+                    .store()
+                    .get(&stored.plan.id)
+                    .await
+                    .map_err(store_error)?;
             }
-            Err(err) => return Err(store_error(err)),
+            Err(err) => return Err(service_error(err)),
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use clap::Args;
 use plansmith_core::Planner;
-use plansmith_mcp::PlansmithMcp;
+use plansmith_mcp_server::PlansmithMcp;
 use plansmith_server::{AppState, ServerConfig};
 use serde::Deserialize;
 use tracing::Level;
@@ -379,17 +379,11 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 .with_summary_model(model);
             state = state.with_executor(executor, true);
         }
-        // The same tools as `plansmith mcp`, over streamable HTTP at /mcp; a step decided there
-        // resumes its waiting run here at once, as one decided over HTTP does.
-        let mut mcp_server = PlansmithMcp::new(state.planner.clone(), state.store.clone(), "mcp")
-            .with_planners(state.planners.clone());
-        if let Some(runner) = state.runner.clone() {
-            mcp_server = mcp_server.with_on_decided(Arc::new(move |plan_id: &str| {
-                let (runner, plan_id) = (runner.clone(), plan_id.to_owned());
-                tokio::spawn(async move { runner.resume_if_waiting(&plan_id).await });
-            }));
-        }
-        let mcp = plansmith_mcp::server::http_service(mcp_server, tokens);
+        // The same tools as `plansmith mcp`, over streamable HTTP at /mcp, through the HTTP
+        // API's service: a step decided there resumes its waiting run here at once, as one
+        // decided over HTTP does, and a catalog a caller sends is built once for both.
+        let mcp_server = PlansmithMcp::new(state.service.clone(), "mcp");
+        let mcp = plansmith_mcp_server::http_service(mcp_server, tokens);
         let mcp_sessions = mcp.clone();
         let state = state.with_mcp(mcp);
         let signals = stop_signals().map_err(CliError::failed)?;

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use plansmith_core::Catalog;
 use plansmith_exec::Executor;
-use plansmith_store::{Decision, ExecStatus, RunState, StepVerdict};
+use plansmith_store::{ExecStatus, PlanStore, RunState, StepVerdict};
 use serde_json::json;
 
 use crate::support::*;
@@ -16,12 +16,12 @@ fn steps() -> serde_json::Value {
     ])
 }
 
-fn decision(verdict: StepVerdict) -> Decision {
-    Decision::Step {
-        step: "s2".into(),
-        verdict,
-        note: String::new(),
-    }
+/// A person's verdict on step s2 of plan `id`, as every front end records it.
+async fn decide(store: &PlanStore, id: &str, verdict: StepVerdict, actor: &str) {
+    store
+        .decide_step(id, "s2", verdict, "", None, actor)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,10 +57,7 @@ async fn a_gated_step_waits_for_approval_through_the_feedback_path() {
         "the gated tool ran without approval"
     );
 
-    env.store
-        .decide("gate", decision(StepVerdict::Approve), None, None, "alice")
-        .await
-        .unwrap();
+    decide(&env.store, "gate", StepVerdict::Approve, "alice").await;
     let report = Executor::new(env.store.clone(), tools(), config("n"))
         .resume("gate")
         .await
@@ -97,10 +94,7 @@ async fn destructive_tools_are_gated_and_a_denial_skips() {
     let store = env.store.clone();
     let decide = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        store
-            .decide("deny", decision(StepVerdict::Deny), None, None, "bob")
-            .await
-            .unwrap();
+        decide(&store, "deny", StepVerdict::Deny, "bob").await;
     });
     let tools = invokers(vec![
         ("items", script("items.sh", &[])),

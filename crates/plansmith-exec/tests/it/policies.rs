@@ -383,17 +383,7 @@ async fn ask_waits_for_a_person_then_retries() {
     let decide = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         store
-            .decide(
-                "ask",
-                plansmith_store::Decision::Step {
-                    step: "s1".into(),
-                    verdict: StepVerdict::Retry,
-                    note: "try again".into(),
-                },
-                None,
-                None,
-                "alice",
-            )
+            .decide_step("ask", "s1", StepVerdict::Retry, "try again", None, "alice")
             .await
             .unwrap();
     });

@@ -1,12 +1,10 @@
 //! plansmith-mcp's integration tests: the client against real third-party MCP servers
-//! (installed by `scripts/mcp-servers.sh`) and against broken fixture servers, and plansmith's
-//! own MCP server driven by rmcp's client.
+//! (installed by `scripts/mcp-servers.sh`) and against broken fixture servers.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod faults;
 mod in_flight;
 mod real_servers;
-mod serve;
 
 use std::path::PathBuf;
 

@@ -5,9 +5,6 @@
 /// Test databases and the `both_backends!` macro.
 mod support;
 
-/// Lifecycle (OpenManus PlanningTool) and human-in-the-loop scenario tables, `tests/data/*.json`.
-mod scenarios;
-
 /// Many writers on one plan: each write lands or conflicts, versions strictly increase.
 mod concurrency;
 

@@ -9,8 +9,9 @@ use plansmith_core::llm::{
     BoxFuture, BoxStream, Capabilities, Completion, CompletionRequest, LlmError, StreamEvent,
 };
 use plansmith_core::{Catalog, Planner, ScriptedModel};
-use plansmith_mcp::PlansmithMcp;
-use plansmith_store::{Location, PlanStore};
+use plansmith_mcp_server::PlansmithMcp;
+use plansmith_service::Service;
+use plansmith_store::{Location, PlanStore, Planners};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest,
     ProgressNotificationParam,
@@ -78,7 +79,8 @@ async fn start_with<H: ClientHandler>(model: Arc<dyn LanguageModel>, handler: H)
         .await
         .unwrap();
     let planner = Planner::new(catalog, model);
-    let server = PlansmithMcp::new(Arc::new(planner), store, "mcp-test");
+    let service = Service::new(store, Arc::new(Planners::new(Arc::new(planner))));
+    let server = PlansmithMcp::new(service, "mcp-test");
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -621,7 +623,7 @@ async fn plan_takes_the_options_and_the_tools_of_its_caller() {
 
 /// `docs/reference/mcp-tools.json` is what the server's `tools/list` answers (name,
 /// description, input and output schemas, annotations), the MCP contract beside the OpenAPI
-/// document; `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp reference` rewrites it.
+/// document; `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp-server reference` rewrites it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_checked_in_mcp_tools_reference_is_what_the_server_lists() {
     let s = start(Vec::new()).await;
@@ -645,7 +647,7 @@ async fn the_checked_in_mcp_tools_reference_is_what_the_server_lists() {
     assert!(
         checked_in == generated,
         "{} is not what the MCP server lists: run \
-         `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp reference` and commit it",
+         `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp-server reference` and commit it",
         path.display()
     );
 }

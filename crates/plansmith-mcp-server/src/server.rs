@@ -35,11 +35,11 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use plansmith_core::parse::{ParseDefaults, to_plan};
+use plansmith_core::pipeline::OnEvent;
 use plansmith_core::plan_template::{PlanTemplate, TemplateParameter};
-use plansmith_core::{OutcomeStatus, PlanEvent, PlanOptions, PlanRequest, Planner, Severity};
-use plansmith_store::{
-    Decision, ListFilter, PlanStore, Planners, Review, StepKey, StoreError, StoredPlan,
-};
+use plansmith_core::{OutcomeStatus, PlanEvent, PlanOptions, PlanRequest, Severity};
+use plansmith_service::{Decision, Planned, Service, ServiceError};
+use plansmith_store::{ListFilter, PlanStore, Review, StepKey, StoreError, StoredPlan};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -54,15 +54,13 @@ use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router}
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::McpError;
+use crate::ServeError;
 
-/// The plansmith MCP server: a planner and a plan store. Cheap to clone.
+/// The plansmith MCP server: the tools over a [`Service`]. Cheap to clone.
 #[derive(Clone)]
 pub struct PlansmithMcp {
-    planners: Arc<Planners>,
-    store: PlanStore,
+    service: Service,
     actor: String,
-    on_decided: Option<OnDecided>,
     tool_router: ToolRouter<PlansmithMcp>,
 }
 
@@ -73,10 +71,6 @@ impl std::fmt::Debug for PlansmithMcp {
             .finish_non_exhaustive()
     }
 }
-
-/// Called with a plan's id when a step decision was recorded that a waiting run applies now
-/// (a server resumes the run at once: [`PlansmithMcp::with_on_decided`]).
-pub type OnDecided = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Arguments of `plan`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -306,18 +300,20 @@ type ToolAnswer = Result<CallToolResult, rmcp::ErrorData>;
 /// timeout restarts on progress (slow local planning). (A cancelled call stops planning with
 /// every other tool call: see `call_tool`.)
 async fn plan_for(
-    planner: &Planner,
+    service: &Service,
+    (tools, agents): (Option<&Value>, Option<&Value>),
     request: &PlanRequest,
     context: &RequestContext<RoleServer>,
-) -> Result<plansmith_core::Outcome, plansmith_core::PlanError> {
+) -> Result<Planned, ServiceError> {
     let Some(token) = context.meta.get_progress_token() else {
-        return planner.plan(request).await;
+        return service.plan(request, tools, agents, None).await;
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PlanEvent>();
     let mut on_event = move |event: PlanEvent| {
         let _ = tx.send(event);
     };
-    let planning = planner.plan_with_events(request, &mut on_event);
+    let on_event: OnEvent<'_> = &mut on_event;
+    let planning = service.plan(request, tools, agents, Some(on_event));
     let peer = context.peer.clone();
     let report = async move {
         let mut count = 0u32;
@@ -395,30 +391,19 @@ fn owner_of(context: &RequestContext<RoleServer>) -> Option<String> {
 
 #[tool_router]
 impl PlansmithMcp {
-    /// A server over a planner (model + catalog) and a store; `actor` is recorded in the
-    /// plans' history.
-    pub fn new(planner: Arc<Planner>, store: PlanStore, actor: impl Into<String>) -> PlansmithMcp {
+    /// A server over `service` (shared with an HTTP API in the same process, so that the
+    /// catalogs callers send are built once and a step decision resumes its waiting run at
+    /// once: [`Service::with_on_decided`]); `actor` is recorded in the plans' history.
+    pub fn new(service: Service, actor: impl Into<String>) -> PlansmithMcp {
         PlansmithMcp {
-            planners: Arc::new(Planners::new(planner)),
-            store,
+            service,
             actor: actor.into(),
-            on_decided: None,
             tool_router: PlansmithMcp::tool_router(),
         }
     }
 
-    /// Shares these planners (a service's, so that the catalogs its callers send are built
-    /// once for HTTP and MCP alike); the server's own planner becomes theirs.
-    pub fn with_planners(mut self, planners: Arc<Planners>) -> PlansmithMcp {
-        self.planners = planners;
-        self
-    }
-
-    /// Calls `on_decided` with the plan's id when a `step` decision lets a waiting run go on
-    /// (without it, a server's worker finds the run at its next poll).
-    pub fn with_on_decided(mut self, on_decided: OnDecided) -> PlansmithMcp {
-        self.on_decided = Some(on_decided);
-        self
+    fn store(&self) -> &PlanStore {
+        self.service.store()
     }
 
     fn actor_for(&self, owner: &Option<String>) -> String {
@@ -427,7 +412,7 @@ impl PlansmithMcp {
 
     /// The plan, if the caller may see it (another owner's plan is "not found").
     async fn visible(&self, id: &str, owner: &Option<String>) -> Result<StoredPlan, StoreError> {
-        let stored = self.store.get(id).await?;
+        let stored = self.store().get(id).await?;
         match owner {
             Some(owner) if stored.plan.owner.as_deref() != Some(owner.as_str()) => {
                 Err(StoreError::NotFound(id.to_owned()))
@@ -476,29 +461,26 @@ impl PlansmithMcp {
         if let Some(max) = params.max_iterations {
             review.max_iterations = max;
         }
-        let planner = match self
-            .planners
-            .for_request(&self.store, params.tools.as_ref(), params.agents.as_ref())
-            .await
+        let planned = match plan_for(
+            &self.service,
+            (params.tools.as_ref(), params.agents.as_ref()),
+            &request,
+            &context,
+        )
+        .await
         {
-            Ok(Some((catalog, planner))) => {
-                review.catalog = Some(catalog);
-                planner
-            }
-            Ok(None) => Arc::clone(self.planners.default_planner()),
-            Err(err) => return failure(err.to_string()),
-        };
-        let outcome = match plan_for(&planner, &request, &context).await {
-            Ok(outcome) => outcome,
+            Ok(planned) => planned,
+            Err(err @ ServiceError::Store(_)) => return failure(err.to_string()),
             Err(err) => return failure(format!("planning failed: {err}")),
         };
+        let outcome = planned.outcome.clone();
         let stored = if params.save.unwrap_or(true) {
             match self
-                .store
-                .submit(&outcome, &request, review, &self.actor_for(&owner))
+                .service
+                .submit(planned, &request, review, &self.actor_for(&owner))
                 .await
             {
-                Ok(stored) => Some(stored),
+                Ok(submitted) => Some(submitted.stored),
                 Err(err) => return failure(format!("the plan could not be stored: {err}")),
             }
         } else {
@@ -582,43 +564,29 @@ impl PlansmithMcp {
             Ok(current) => current,
             Err(err) => return failure(err.to_string()),
         };
-        // Only edits, answers and patches plan or validate: they use the plan's own catalog.
-        let planner = || self.planners.for_review(&self.store, &current.review);
         let text = params.text.unwrap_or_default();
         let actor = self.actor_for(&owner);
         let decision = match params.action {
-            FeedbackAction::Patch => {
-                let Some(patch) = params.patch else {
-                    return failure("`patch` (JSON Patch operations) is required for patch");
-                };
-                let planner = match planner().await {
-                    Ok(planner) => planner,
-                    Err(err) => return failure(err.to_string()),
-                };
-                return match self
-                    .store
-                    .patch(&params.plan_id, &patch, planner.catalog(), &actor)
-                    .await
-                {
-                    Ok((stored, diagnostics)) => {
-                        let mut value = stored_json(&stored);
-                        value["diagnostics"] = json!(diagnostics);
-                        answer(value, stored.render_text())
-                    }
-                    Err(err) => failure(err.to_string()),
-                };
-            }
+            FeedbackAction::Patch => match params.patch {
+                Some(patch) => Decision::Patch(patch),
+                None => return failure("`patch` (JSON Patch operations) is required for patch"),
+            },
             FeedbackAction::Step => {
-                return self
-                    .decide_step(
-                        params.plan_id,
-                        params.step,
-                        params.verdict,
-                        text,
-                        params.expected_version,
-                        &actor,
-                    )
-                    .await;
+                let Some(step) = params.step.filter(|s| !s.trim().is_empty()) else {
+                    return failure("`step` (the step id) is required for step");
+                };
+                match params
+                    .verdict
+                    .unwrap_or_default()
+                    .parse::<plansmith_store::StepVerdict>()
+                {
+                    Ok(verdict) => Decision::Step {
+                        step,
+                        verdict,
+                        note: text,
+                    },
+                    Err(err) => return failure(format!("`verdict` for step: {err}")),
+                }
             }
             FeedbackAction::Accept => Decision::Accept,
             FeedbackAction::Reject => Decision::Reject(Some(text).filter(|t| !t.trim().is_empty())),
@@ -628,26 +596,45 @@ impl PlansmithMcp {
             FeedbackAction::Edit => Decision::Edit(text),
             FeedbackAction::Answer => Decision::Answer(text),
         };
-        let planner = match &decision {
-            Decision::Edit(_) | Decision::Answer(_) => match planner().await {
-                Ok(planner) => Some(planner),
-                Err(err) => return failure(err.to_string()),
-            },
+        let step = match &decision {
+            Decision::Step { step, verdict, .. } => Some((step.clone(), *verdict)),
             _ => None,
         };
-        let decided = self
-            .store
+        let decided = match self
+            .service
             .decide(
-                &params.plan_id,
+                &current.plan.id,
                 decision,
                 params.expected_version,
-                planner.as_deref(),
                 &actor,
+                None,
             )
-            .await;
-        match decided {
-            Ok(stored) => answer(stored_json(&stored), stored.render_text()),
-            Err(err) => failure(err.to_string()),
+            .await
+        {
+            Ok(decided) => decided,
+            Err(err) => return failure(err.to_string()),
+        };
+        match (step, decided.step_decision) {
+            (Some((step, verdict)), Some(step_decision)) => {
+                let plan_id = &current.plan.id;
+                let applies = serde_json::to_value(step_decision.applies).unwrap_or(Value::Null);
+                let text = format!(
+                    "Step {step} of plan {plan_id}: {} (applies: {})",
+                    verdict.as_str(),
+                    applies.as_str().unwrap_or_default()
+                );
+                answer(
+                    json!({"plan_id": plan_id, "step_decision": step_decision}),
+                    text,
+                )
+            }
+            _ => {
+                let mut value = stored_json(&decided.stored);
+                if matches!(params.action, FeedbackAction::Patch) {
+                    value["diagnostics"] = json!(decided.diagnostics);
+                }
+                answer(value, decided.stored.render_text())
+            }
         }
     }
 
@@ -670,49 +657,6 @@ impl PlansmithMcp {
 }
 
 impl PlansmithMcp {
-    /// The `step` action of `feedback`.
-    async fn decide_step(
-        &self,
-        plan_id: String,
-        step: Option<String>,
-        verdict: Option<String>,
-        note: String,
-        expected_version: Option<u32>,
-        actor: &str,
-    ) -> ToolAnswer {
-        let Some(step) = step.filter(|s| !s.trim().is_empty()) else {
-            return failure("`step` (the step id) is required for step");
-        };
-        let verdict = match verdict
-            .unwrap_or_default()
-            .parse::<plansmith_store::StepVerdict>()
-        {
-            Ok(verdict) => verdict,
-            Err(err) => return failure(format!("`verdict` for step: {err}")),
-        };
-        match self
-            .store
-            .decide_step(&plan_id, &step, verdict, &note, expected_version, actor)
-            .await
-        {
-            Ok(decided) => {
-                if decided.applies == plansmith_store::Applies::Now
-                    && let Some(on_decided) = &self.on_decided
-                {
-                    on_decided(&plan_id);
-                }
-                let applies = serde_json::to_value(decided.applies).unwrap_or(Value::Null);
-                let text = format!(
-                    "Step {step} of plan {plan_id}: {} (applies: {})",
-                    verdict.as_str(),
-                    applies.as_str().unwrap_or_default()
-                );
-                answer(json!({"plan_id": plan_id, "step_decision": decided}), text)
-            }
-            Err(err) => failure(err.to_string()),
-        }
-    }
-
     async fn templates_command(
         &self,
         params: TemplatesParams,
@@ -728,7 +672,7 @@ impl PlansmithMcp {
         };
         match params.command {
             TemplatesCommand::List => {
-                let entries = self.store.list_templates().await.map_err(err)?;
+                let entries = self.store().list_templates().await.map_err(err)?;
                 let mut text = String::new();
                 for entry in &entries {
                     let t = &entry.latest;
@@ -756,7 +700,7 @@ impl PlansmithMcp {
             }
             TemplatesCommand::Get => {
                 let template = self
-                    .store
+                    .store()
                     .get_template(&name()?, params.version)
                     .await
                     .map_err(err)?;
@@ -799,7 +743,7 @@ impl PlansmithMcp {
                 )
                 .map_err(|e| e.to_string())?;
                 let saved = self
-                    .store
+                    .store()
                     .save_template(template, &self.actor_for(owner))
                     .await
                     .map_err(err)?;
@@ -809,7 +753,7 @@ impl PlansmithMcp {
             TemplatesCommand::Delete => {
                 let name = name()?;
                 let deleted = self
-                    .store
+                    .store()
                     .delete_template(&name, params.version)
                     .await
                     .map_err(err)?;
@@ -820,7 +764,7 @@ impl PlansmithMcp {
             }
             TemplatesCommand::Instantiate => {
                 let template = self
-                    .store
+                    .store()
                     .get_template(&name()?, params.version)
                     .await
                     .map_err(err)?;
@@ -828,7 +772,7 @@ impl PlansmithMcp {
                 let (mut plan, diagnostics) = template
                     .instantiate(
                         &params.arguments,
-                        self.planners.default_planner().catalog(),
+                        self.service.planners().default_planner().catalog(),
                         &PlanOptions::default(),
                         &plan_id,
                         chrono::Utc::now(),
@@ -851,7 +795,7 @@ impl PlansmithMcp {
                 plan.conversation_id = params.conversation_id.clone();
                 if params.save.unwrap_or(true) {
                     let stored = self
-                        .store
+                        .store()
                         .create(
                             plan,
                             plansmith_store::ReviewState::AwaitingReview,
@@ -903,7 +847,7 @@ impl PlansmithMcp {
                 let mut plan = openmanus_plan(&id, &title, &steps)?;
                 plan.owner = owner.clone();
                 plan.conversation_id = params.conversation_id.clone();
-                self.store
+                self.store()
                     .create(plan, plansmith_store::ReviewState::Draft, Review::default(), &actor)
                     .await
                     .map_err(|e| match e {
@@ -924,14 +868,14 @@ impl PlansmithMcp {
                 plan.title = title;
                 plan.owner = current.plan.owner.clone();
                 plan.conversation_id = current.plan.conversation_id.clone();
-                self.store
+                self.store()
                     .update(&id, plan, None, &actor)
                     .await
                     .map_err(err)?
             }
             PlanningCommand::List => {
                 let page = self
-                    .store
+                    .store()
                     .list(&ListFilter {
                         owner: owner.clone(),
                         conversation_id: params.conversation_id.clone(),
@@ -941,7 +885,7 @@ impl PlansmithMcp {
                     })
                     .await
                     .map_err(err)?;
-                let active = self.store.get_active(&conversation).await.ok();
+                let active = self.store().get_active(&conversation).await.ok();
                 let mut text = String::from("Available plans:\n");
                 if page.plans.is_empty() {
                     text = "No plans available. Create a plan with the 'create' command.".into();
@@ -979,7 +923,7 @@ impl PlansmithMcp {
             PlanningCommand::Get => match &params.plan_id {
                 Some(id) => self.visible(id, owner).await.map_err(err)?,
                 None => {
-                    let active = self.store.get_active(&conversation).await.map_err(|_| {
+                    let active = self.store().get_active(&conversation).await.map_err(|_| {
                         "No active plan. Please specify a plan_id or set an active plan.".to_owned()
                     })?;
                     self.visible(&active.plan.id, owner).await.map_err(err)?
@@ -988,11 +932,11 @@ impl PlansmithMcp {
             PlanningCommand::SetActive => {
                 let id = require_id("set_active")?;
                 self.visible(&id, owner).await.map_err(err)?;
-                self.store
+                self.store()
                     .set_active(&conversation, &id)
                     .await
                     .map_err(err)?;
-                let stored = self.store.get(&id).await.map_err(err)?;
+                let stored = self.store().get(&id).await.map_err(err)?;
                 let text = format!(
                     "Plan '{id}' is now the active plan.\n\n{}",
                     stored.render_text_from(0)
@@ -1003,7 +947,7 @@ impl PlansmithMcp {
                 let id = match &params.plan_id {
                     Some(id) => id.clone(),
                     None => {
-                        self.store
+                        self.store()
                             .get_active(&conversation)
                             .await
                             .map_err(|_| {
@@ -1019,7 +963,7 @@ impl PlansmithMcp {
                     .ok_or("Parameter `step_index` is required for command: mark_step")?;
                 self.visible(&id, owner).await.map_err(err)?;
                 let stored = self
-                    .store
+                    .store()
                     .mark_step(
                         &id,
                         &StepKey::Index(index),
@@ -1039,7 +983,7 @@ impl PlansmithMcp {
             PlanningCommand::Delete => {
                 let id = require_id("delete")?;
                 self.visible(&id, owner).await.map_err(err)?;
-                self.store.delete(&id).await.map_err(err)?;
+                self.store().delete(&id).await.map_err(err)?;
                 return Ok((
                     json!({"deleted": id}),
                     format!("Plan '{id}' has been deleted."),
@@ -1104,16 +1048,16 @@ impl ServerHandler for PlansmithMcp {
 /// to stdout; logs go to stderr.
 /// A line that is not a JSON-RPC message MCP knows is answered with its JSON-RPC error
 /// instead of being dropped.
-pub async fn serve_stdio(server: PlansmithMcp) -> Result<(), McpError> {
+pub async fn serve_stdio(server: PlansmithMcp) -> Result<(), ServeError> {
     let (transport, lines) = crate::stdio::guard(tokio::io::stdin(), tokio::io::stdout());
     let running = server
         .serve(transport)
         .await
-        .map_err(|err| McpError::Serve(format!("initialize over stdio failed: {err}")))?;
+        .map_err(|err| ServeError(format!("initialize over stdio failed: {err}")))?;
     let ended = running
         .waiting()
         .await
-        .map_err(|err| McpError::Serve(err.to_string()));
+        .map_err(|err| ServeError(err.to_string()));
     // The last answers are written before the process goes on to exit.
     let _ = lines.await;
     ended?;

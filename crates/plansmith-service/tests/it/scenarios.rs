@@ -19,7 +19,8 @@
 use std::sync::Arc;
 
 use plansmith_core::{Catalog, PlanRequest, Planner, ScriptedModel};
-use plansmith_store::{ListFilter, PlanStore, Review, StepKey, StoredPlan};
+use plansmith_service::{Decision, Service, ServiceError};
+use plansmith_store::{ListFilter, PlanStore, Planners, Review, StepKey, StoredPlan};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -115,7 +116,10 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
         other => other.to_string(),
     });
     let model = Arc::new(ScriptedModel::new(turns));
-    let planner = Planner::new(catalog(scenario.agents), model.clone());
+    let planners = Arc::new(Planners::new(Arc::new(Planner::new(
+        catalog(scenario.agents),
+        model.clone(),
+    ))));
     let request = scenario
         .request
         .clone()
@@ -134,37 +138,37 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
             .unwrap_or_default();
         let actor = "tester";
         let store: &PlanStore = &db.store;
-        let result: Result<Produced, plansmith_store::StoreError> = match op.action.as_str() {
-            "submit" => {
-                let outcome = planner.plan(&request).await.unwrap();
-                store
-                    .submit(&outcome, &request, review.clone(), actor)
+        let service = Service::new(store.clone(), Arc::clone(&planners));
+        let decide = |decision: Decision| {
+            let (service, id) = (&service, &id);
+            async move {
+                service
+                    .decide(id, decision, None, actor, None)
                     .await
-                    .map(|p| Produced::Plan(Box::new(p), vec![]))
+                    .map(|decided| {
+                        let codes = decided
+                            .diagnostics
+                            .iter()
+                            .map(|d| d.code.as_str().to_owned())
+                            .collect();
+                        Produced::Plan(Box::new(decided.stored), codes)
+                    })
             }
-            "accept" => store
-                .accept(&id, None, actor)
-                .await
-                .map(|p| Produced::Plan(Box::new(p), vec![])),
-            "reject" => store
-                .reject(&id, op.text.as_deref(), None, actor)
-                .await
-                .map(|p| Produced::Plan(Box::new(p), vec![])),
-            "edit" => store
-                .edit(&id, op.text.as_deref().unwrap_or(""), &planner, actor)
-                .await
-                .map(|p| Produced::Plan(Box::new(p), vec![])),
-            "answer" => store
-                .answer(&id, op.text.as_deref().unwrap_or(""), &planner, actor)
-                .await
-                .map(|p| Produced::Plan(Box::new(p), vec![])),
-            "patch" => store
-                .patch(&id, op.patch.as_ref().unwrap(), planner.catalog(), actor)
-                .await
-                .map(|(p, diags)| {
-                    let codes = diags.iter().map(|d| d.code.as_str().to_owned()).collect();
-                    Produced::Plan(Box::new(p), codes)
-                }),
+        };
+        let text = || op.text.clone().unwrap_or_default();
+        let result: Result<Produced, ServiceError> = match op.action.as_str() {
+            "submit" => {
+                let planned = service.plan(&request, None, None, None).await.unwrap();
+                service
+                    .submit(planned, &request, review.clone(), actor)
+                    .await
+                    .map(|p| Produced::Plan(Box::new(p.stored), vec![]))
+            }
+            "accept" => decide(Decision::Accept).await,
+            "reject" => decide(Decision::Reject(op.text.clone())).await,
+            "edit" => decide(Decision::Edit(text())).await,
+            "answer" => decide(Decision::Answer(text())).await,
+            "patch" => decide(Decision::Patch(op.patch.clone().unwrap())).await,
             "create" => {
                 let mut plan_json = op.plan.clone().unwrap();
                 fill_plan_defaults(&mut plan_json);
@@ -178,6 +182,7 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     )
                     .await
                     .map(|p| Produced::Plan(Box::new(p), vec![]))
+                    .map_err(ServiceError::from)
             }
             "update" => {
                 let mut plan_json = op.plan.clone().unwrap();
@@ -187,11 +192,13 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     .update(&id, plan, op.expected, actor)
                     .await
                     .map(|p| Produced::Plan(Box::new(p), vec![]))
+                    .map_err(ServiceError::from)
             }
             "get" => store
                 .get(&id)
                 .await
-                .map(|p| Produced::Plan(Box::new(p), vec![])),
+                .map(|p| Produced::Plan(Box::new(p), vec![]))
+                .map_err(ServiceError::from),
             "mark" => {
                 let key: StepKey = op.step.as_deref().unwrap_or("0").parse().unwrap();
                 store
@@ -205,6 +212,7 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     )
                     .await
                     .map(|p| Produced::Plan(Box::new(p), vec![]))
+                    .map_err(ServiceError::from)
             }
             "list" => {
                 let f = op.filter.clone().unwrap_or(json!({}));
@@ -218,17 +226,27 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     cursor: None,
                     total_cap: f["total_cap"].as_u64(),
                 };
-                store.list(&filter).await.map(Produced::List)
+                store
+                    .list(&filter)
+                    .await
+                    .map(Produced::List)
+                    .map_err(ServiceError::from)
             }
             "set_active" => store
                 .set_active(op.conversation.as_deref().unwrap(), &id)
                 .await
-                .map(|()| Produced::Done),
+                .map(|()| Produced::Done)
+                .map_err(ServiceError::from),
             "get_active" => store
                 .get_active(op.conversation.as_deref().unwrap())
                 .await
-                .map(|p| Produced::Plan(Box::new(p), vec![])),
-            "delete" => store.delete(&id).await.map(|()| Produced::Done),
+                .map(|p| Produced::Plan(Box::new(p), vec![]))
+                .map_err(ServiceError::from),
+            "delete" => store
+                .delete(&id)
+                .await
+                .map(|()| Produced::Done)
+                .map_err(ServiceError::from),
             "handoff" => store
                 .handoff(
                     &id,
@@ -237,7 +255,8 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
                     actor,
                 )
                 .await
-                .map(|p| Produced::Plan(Box::new(p), vec![])),
+                .map(|p| Produced::Plan(Box::new(p), vec![]))
+                .map_err(ServiceError::from),
             "reopen" => {
                 db.reopen().await;
                 Ok(Produced::Done)
@@ -452,7 +471,7 @@ async fn review_loops(db: TestDb) {
 both_backends!(lifecycle_table, super::openmanus_lifecycle);
 both_backends!(hitl_table, super::review_loops);
 
-/// The store accepts an operation exactly when the plan's state lists it in
+/// A decision is accepted exactly when the plan's state lists it in
 /// `ReviewState::actions` (what every stored plan's JSON offers clients as `actions`), and
 /// the refusal names what the state allows.
 async fn states_allow_exactly_their_actions(db: TestDb) {
@@ -462,6 +481,7 @@ async fn states_allow_exactly_their_actions(db: TestDb) {
             .unwrap();
     let planner = Planner::new(catalog(false), Arc::new(model));
     let store = &db.store;
+    let service = Service::new(store.clone(), Arc::new(Planners::new(Arc::new(planner))));
     let actions = [
         ReviewAction::Accept,
         ReviewAction::Reject,
@@ -484,20 +504,17 @@ async fn states_allow_exactly_their_actions(db: TestDb) {
                 .await
                 .unwrap();
             let offered = serde_json::to_value(&stored).unwrap()["actions"].clone();
-            let result = match action {
-                ReviewAction::Accept => store.accept(&id, None, "tester").await,
-                ReviewAction::Reject => store.reject(&id, None, None, "tester").await,
-                ReviewAction::Edit => store.edit(&id, "shorter", &planner, "tester").await,
-                ReviewAction::Answer => store.answer(&id, "Paris", &planner, "tester").await,
-                ReviewAction::Patch => {
-                    let patch = json!([{"op": "replace", "path": "/title", "value": "Hello"}]);
-                    store
-                        .patch(&id, &patch, planner.catalog(), "tester")
-                        .await
-                        .map(|(stored, _)| stored)
-                }
+            let decision = match action {
+                ReviewAction::Accept => Decision::Accept,
+                ReviewAction::Reject => Decision::Reject(None),
+                ReviewAction::Edit => Decision::Edit("shorter".into()),
+                ReviewAction::Answer => Decision::Answer("Paris".into()),
+                ReviewAction::Patch => Decision::Patch(json!([
+                    {"op": "replace", "path": "/title", "value": "Hello"}
+                ])),
                 ReviewAction::Run => unreachable!("runs are the executor's"),
             };
+            let result = service.decide(&id, decision, None, "tester", None).await;
             let at = format!("{} on a plan that is {state}", action.as_str());
             assert_eq!(
                 offered
@@ -509,7 +526,9 @@ async fn states_allow_exactly_their_actions(db: TestDb) {
             );
             match result {
                 Ok(_) => assert!(state.allows(action), "{at}: done, but not offered"),
-                Err(StoreError::InvalidState { .. }) if !state.allows(action) => {
+                Err(ServiceError::Store(StoreError::InvalidState { .. }))
+                    if !state.allows(action) =>
+                {
                     let message = result.unwrap_err().to_string();
                     let names = state.action_names();
                     if names.is_empty() {

@@ -1,0 +1,271 @@
+//! The review decision, one type for every front end, and the replans it makes.
+
+use plansmith_core::pipeline::OnEvent;
+use plansmith_core::{Diagnostic, Feedback, OutcomeStatus, PlanRequest, Planner};
+use plansmith_store::review::initial_state;
+use plansmith_store::{
+    Change, ReviewAction, StepDecided, StepVerdict, StoreError, StoredPlan, Trigger,
+    is_confirmation,
+};
+use serde_json::Value;
+
+use crate::{Result, Service};
+
+/// What a person decides about a stored plan.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Accept it as it is.
+    Accept,
+    /// Reject it, with an optional reason.
+    Reject(Option<String>),
+    /// Free-text feedback: replanned by the model with the plan's own catalog.
+    Edit(String),
+    /// Answers to the plan's questions: replanned likewise.
+    Answer(String),
+    /// A JSON Patch (RFC 6902) on the plan document, re-validated against the plan's catalog.
+    Patch(Value),
+    /// A decision about one step while the plan runs: approve or deny a gated step, or retry,
+    /// skip or abort after a failure under the `ask` policy.
+    Step {
+        /// The step id.
+        step: String,
+        /// The decision.
+        verdict: StepVerdict,
+        /// A note for the log.
+        note: String,
+    },
+}
+
+impl Decision {
+    /// The review action this decision is (`None` for a step decision, which the run's state
+    /// allows or not, not the review's).
+    pub fn action(&self) -> Option<ReviewAction> {
+        match self {
+            Decision::Accept => Some(ReviewAction::Accept),
+            Decision::Reject(_) => Some(ReviewAction::Reject),
+            Decision::Edit(_) => Some(ReviewAction::Edit),
+            Decision::Answer(_) => Some(ReviewAction::Answer),
+            Decision::Patch(_) => Some(ReviewAction::Patch),
+            Decision::Step { .. } => None,
+        }
+    }
+}
+
+/// What a decision did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Decided {
+    /// The plan after it.
+    pub stored: StoredPlan,
+    /// The engine's warnings about a JSON Patch (empty otherwise).
+    pub diagnostics: Vec<Diagnostic>,
+    /// For a step decision: the decision as recorded, and whether the run was waiting for it.
+    pub step_decision: Option<StepDecided>,
+}
+
+impl Decided {
+    fn plan(stored: StoredPlan) -> Decided {
+        Decided {
+            stored,
+            diagnostics: Vec::new(),
+            step_decision: None,
+        }
+    }
+}
+
+/// A replan asked by a person.
+struct Replan {
+    /// What the model is told: the feedback, or the questions with their answers.
+    text: String,
+    /// The person confirmed the recurring schedule the plan asked about.
+    confirm_schedule: bool,
+    trigger: Trigger,
+}
+
+impl Service {
+    /// Applies `decision` to plan `id`. With `expected_version`, it is refused
+    /// ([`StoreError::Conflict`]) unless the plan is still at the version the person decided
+    /// on (for a step decision: unless that step is unchanged since). Edits and answers are
+    /// replanned with the catalog the plan was made with, their planning events sent to
+    /// `on_event`; at the plan's `max_iterations` its policy applies instead, without a model
+    /// call, and the plan's note says the feedback was not applied.
+    pub async fn decide(
+        &self,
+        id: &str,
+        decision: Decision,
+        expected_version: Option<u32>,
+        actor: &str,
+        on_event: Option<OnEvent<'_>>,
+    ) -> Result<Decided> {
+        let store = &self.store;
+        let current = store.get(id).await?;
+        // A step decision compares the step itself; accept and reject check again as they
+        // write.
+        if decision.action().is_some() {
+            current.require_version(expected_version)?;
+        }
+        let replan = match decision {
+            Decision::Accept => {
+                return Ok(Decided::plan(
+                    store.accept(id, expected_version, actor).await?,
+                ));
+            }
+            Decision::Reject(text) => {
+                return Ok(Decided::plan(
+                    store
+                        .reject(id, text.as_deref(), expected_version, actor)
+                        .await?,
+                ));
+            }
+            Decision::Patch(patch) => {
+                let planner = self.planners.for_review(store, &current.review).await?;
+                let (stored, diagnostics) =
+                    store.patch(id, &patch, planner.catalog(), actor).await?;
+                return Ok(Decided {
+                    stored,
+                    diagnostics,
+                    step_decision: None,
+                });
+            }
+            Decision::Step {
+                step,
+                verdict,
+                note,
+            } => {
+                let decided = store
+                    .decide_step(id, &step, verdict, &note, expected_version, actor)
+                    .await?;
+                self.decided(id, &decided);
+                return Ok(Decided {
+                    stored: store.get(id).await?,
+                    diagnostics: Vec::new(),
+                    step_decision: Some(decided),
+                });
+            }
+            Decision::Edit(text) => {
+                current.require(ReviewAction::Edit)?;
+                if text.trim().is_empty() {
+                    return Err(StoreError::BadEdit("the feedback is empty".into()).into());
+                }
+                Replan {
+                    text,
+                    confirm_schedule: false,
+                    trigger: Trigger::Feedback,
+                }
+            }
+            Decision::Answer(answers) => {
+                current.require(ReviewAction::Answer)?;
+                if answers.trim().is_empty() {
+                    return Err(StoreError::BadEdit("the answer is empty".into()).into());
+                }
+                answer_replan(&current, &answers)
+            }
+        };
+        if let Some(capped) = store.cap_iterations(&current, actor).await? {
+            return Ok(Decided::plan(capped));
+        }
+        let planner = self.planners.for_review(store, &current.review).await?;
+        let stored = self
+            .replan(current, replan, &planner, actor, on_event)
+            .await?;
+        Ok(Decided::plan(stored))
+    }
+
+    /// Replans `current` with a person's feedback and writes the new plan as the next version.
+    /// A replan that fell back keeps a note saying so (the plan unchanged, or the fallback plan
+    /// instead of one of the feedback).
+    async fn replan(
+        &self,
+        current: StoredPlan,
+        replan: Replan,
+        planner: &Planner,
+        actor: &str,
+        on_event: Option<OnEvent<'_>>,
+    ) -> Result<StoredPlan> {
+        let mut review = current.review.clone();
+        review.iteration = review.iteration.saturating_add(1);
+        review.schedule_confirmed |= replan.confirm_schedule;
+        let mut request = review
+            .request
+            .clone()
+            .unwrap_or_else(|| PlanRequest::new(current.plan.goal.clone()));
+        if request.query.trim().is_empty() {
+            request.query = current.plan.goal.clone();
+        }
+        request.owner = current.plan.owner.clone();
+        request.conversation_id = current.plan.conversation_id.clone();
+        request.thread_id = current.plan.thread_id.clone();
+        request.options.iteration = review.iteration;
+        request.options.allow_recurring |= review.schedule_confirmed;
+        request.feedback = Some(Feedback {
+            previous: Some(current.plan.clone()),
+            text: Some(replan.text),
+            diagnostics: Vec::new(),
+            observations: Vec::new(),
+        });
+        let planned = match on_event {
+            Some(on_event) => planner.plan_with_events(&request, on_event).await,
+            None => planner.plan(&request).await,
+        };
+        // A replan's failure reads "replanning failed: …", as it always has.
+        let outcome = planned.map_err(StoreError::from)?;
+        let state = initial_state(&outcome, &review);
+        review.note = match &outcome.status {
+            OutcomeStatus::Fallback { reason } if outcome.plan.steps == current.plan.steps => {
+                Some(format!(
+                    "replanning failed ({reason}): the plan is unchanged, and the feedback was \
+                     not applied"
+                ))
+            }
+            OutcomeStatus::Fallback { reason } => Some(format!(
+                "replanning failed ({reason}): this version is the fallback plan, not a plan \
+                 of the feedback"
+            )),
+            _ => None,
+        };
+        let mut plan = outcome.plan;
+        plan.id = current.plan.id.clone();
+        plan.created_at = current.plan.created_at;
+        Ok(self
+            .store
+            .write(Change {
+                expected_version: current.version(),
+                plan,
+                state,
+                review,
+                trigger: replan.trigger,
+                actor: actor.to_owned(),
+            })
+            .await?)
+    }
+}
+
+/// The replan of answers to `current`'s questions. When a question asks to confirm a recurring
+/// schedule and the answer is a confirmation ([`is_confirmation`]), the replan allows recurring
+/// schedules.
+fn answer_replan(current: &StoredPlan, answers: &str) -> Replan {
+    let asks_schedule = current.plan.questions.iter().any(|q| {
+        q.argument.is_none()
+            && q.step
+                .as_deref()
+                .and_then(|s| current.plan.step(s))
+                .and_then(|s| s.schedule.as_ref())
+                .is_some_and(|s| s.is_recurring())
+    });
+    let mut text = String::from("Answers to the questions:\n");
+    match current.plan.questions.as_slice() {
+        [only] => text.push_str(&format!("{}: {}\n", only.text, answers.trim())),
+        questions => {
+            for question in questions {
+                text.push_str(&format!("- {} ({})\n", question.text, question.id));
+            }
+            text.push_str(answers.trim());
+        }
+    }
+    Replan {
+        text,
+        confirm_schedule: asks_schedule && is_confirmation(answers),
+        trigger: Trigger::Answer,
+    }
+}
