@@ -1,0 +1,220 @@
+//! How a run ends: paused waiting for people, or finished (what still runs is stopped, the
+//! summary is written, and one node records the end state); and the report it returns.
+
+use std::collections::BTreeMap;
+
+use plansmith_store::{Claim, ExecStatus, ExecStep, RunState, StepEnd};
+use serde_json::{Value, json};
+
+use super::report::{ExecError, RunReport, StepReport};
+use super::state::Ctx;
+use crate::events::ExecEvent;
+use crate::summary;
+
+impl Ctx<'_> {
+    /// The run pauses: only people can unblock it.
+    pub(super) async fn pause(&mut self) -> Result<RunReport, ExecError> {
+        self.sync.flush().await;
+        let blocked: Vec<String> = self
+            .view
+            .values()
+            .filter(|s| s.status == ExecStatus::Blocked)
+            .map(|s| s.step_id.clone())
+            .collect();
+        let reason = format!("waiting for a decision on {}", blocked.join(", "));
+        let report = self.report(RunState::Waiting, Some(reason), String::new());
+        let value = serde_json::to_value(&report).unwrap_or(Value::Null);
+        self.ex
+            .store
+            .exec_set_run_state(&self.plan_id, RunState::Waiting, Some(&value))
+            .await?;
+        self.emit(ExecEvent::RunFinished {
+            state: RunState::Waiting,
+            reason: report.reason.clone(),
+            summary: String::new(),
+            counts: self.counts(),
+        });
+        Ok(report)
+    }
+
+    /// Ends the run: stops what runs, marks what is left, writes the summary and the state.
+    pub(super) async fn finish(&mut self) -> Result<RunReport, ExecError> {
+        if self.abort.is_some() || self.stall.is_some() {
+            let running = self.stop_running().await;
+            let why = self
+                .stall
+                .clone()
+                .or_else(|| self.abort.clone())
+                .unwrap_or_default();
+            for id in running {
+                // Our own running attempt, stopped: record it as failed.
+                if let Some(row) = self.view.get(&id) {
+                    let claim = Claim {
+                        step_id: id.clone(),
+                        attempt: row.attempt,
+                        idempotency_key: plansmith_store::idempotency_key(
+                            &self.plan_id,
+                            self.base_version,
+                            &id,
+                            row.attempt,
+                        ),
+                        rerun: false,
+                    };
+                    // Recorded as any attempt's end, so the document and the watchers
+                    // learn it too (the step no longer shows as running).
+                    let error = format!("stopped: {why}");
+                    let event = ExecEvent::StepEnded {
+                        step_id: id.clone(),
+                        status: ExecStatus::Skipped,
+                        reason: error.clone(),
+                    };
+                    self.record_end(&claim, StepEnd::Skipped(error), "stopped".into(), event)
+                        .await?;
+                }
+            }
+            self.refresh().await?;
+            let open: Vec<String> = self
+                .view
+                .values()
+                .filter(|s| !s.status.is_terminal())
+                .map(|s| s.step_id.clone())
+                .collect();
+            for id in open {
+                self.set_status(&id, ExecStatus::Skipped, &format!("not run: {why}"))
+                    .await?;
+            }
+        }
+        // Only one node finishes a run; the others read its report.
+        let mut acquired = false;
+        for _ in 0..600 {
+            if self
+                .ex
+                .store
+                .exec_claim_run(&self.plan_id, &self.ex.config.node, self.ex.config.lease)
+                .await?
+            {
+                acquired = true;
+                break;
+            }
+            match self.ex.store.exec_run(&self.plan_id).await? {
+                Some(run) if run.state.is_final() => break,
+                Some(_) => {}
+                None => return Err(self.gone().await),
+            }
+            tokio::time::sleep(self.ex.config.poll_interval).await;
+        }
+        self.refresh().await?;
+        let state = if self.stall.is_some() {
+            RunState::Stalled
+        } else if self.abort.is_some() {
+            RunState::Aborted
+        } else if self.view.values().any(|s| s.status == ExecStatus::Failed) {
+            RunState::Failed
+        } else {
+            RunState::Completed
+        };
+        let reason = self
+            .stall
+            .clone()
+            .or_else(|| self.abort.clone())
+            .or_else(|| {
+                (state == RunState::Failed).then(|| {
+                    let failed: Vec<&str> = self
+                        .view
+                        .values()
+                        .filter(|s| s.status == ExecStatus::Failed)
+                        .map(|s| s.step_id.as_str())
+                        .collect();
+                    format!("failed step(s): {}", failed.join(", "))
+                })
+            });
+        if !acquired
+            && let Some(run) = self.ex.store.exec_run(&self.plan_id).await?
+            && run.state.is_final()
+            && let Some(outcome) = run.outcome
+        {
+            let summary = outcome
+                .get("summary")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let reason = outcome
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            return Ok(self.report(run.state, reason, summary));
+        }
+        let rows: Vec<ExecStep> = self.ordered_rows();
+        let summary = summary::compose(self.ex.summary_model.as_ref(), &self.plan, &rows).await;
+        let report = self.report(state, reason, summary);
+        let value = serde_json::to_value(&report).unwrap_or(Value::Null);
+        // The plan document first, the run's end state second: a node dying between the two
+        // leaves the run `running`, so another node finishes it and writes both. (The other
+        // order once left a run ended in the log but not in the plan, which nobody repaired.)
+        self.sync.meta(
+            "last_run",
+            json!({"state": state, "reason": report.reason, "summary": report.summary}),
+        );
+        self.sync.flush().await;
+        let first = self
+            .ex
+            .store
+            .exec_set_run_state(&self.plan_id, state, Some(&value))
+            .await?;
+        self.release_run().await?;
+        if first {
+            self.emit(ExecEvent::RunFinished {
+                state,
+                reason: report.reason.clone(),
+                summary: report.summary.clone(),
+                counts: self.counts(),
+            });
+        }
+        Ok(report)
+    }
+
+    fn ordered_rows(&self) -> Vec<ExecStep> {
+        self.plan
+            .steps
+            .iter()
+            .filter_map(|s| self.view.get(&s.id).cloned())
+            .collect()
+    }
+
+    fn counts(&self) -> Value {
+        let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        for row in self.view.values() {
+            *counts.entry(row.status.as_str()).or_default() += 1;
+        }
+        json!(counts)
+    }
+
+    fn report(&self, state: RunState, reason: Option<String>, summary: String) -> RunReport {
+        RunReport {
+            plan_id: self.plan_id.clone(),
+            state,
+            reason,
+            summary,
+            steps: self
+                .plan
+                .steps
+                .iter()
+                .filter_map(|step| {
+                    let row = self.view.get(&step.id)?;
+                    Some(StepReport {
+                        id: step.id.clone(),
+                        title: step.title.clone(),
+                        status: row.status,
+                        attempts: row.attempt,
+                        result: row.result.clone(),
+                        error: row.error.clone(),
+                        note: row.note.clone(),
+                    })
+                })
+                .collect(),
+            replans: self.replans,
+            base_version: self.base_version,
+            elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
