@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::ParseError;
+use super::error::ParseError;
 use super::fields::lookup;
 use super::repair::{parse_candidate, read_as_written};
 use super::text::{fenced_blocks, snippet, strip_think};

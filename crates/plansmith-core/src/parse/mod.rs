@@ -42,6 +42,7 @@
 //! # Ok::<(), plansmith_core::parse::ParseError>(())
 //! ```
 
+mod error;
 mod extract;
 mod fields;
 mod ids;
@@ -53,96 +54,23 @@ mod step;
 mod text;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::diagnostic::{Code, Diagnostic};
 use crate::plan::{Plan, Step};
 
+pub use error::{MAX_PLAN_STEPS, ParseError};
 pub use extract::extract_json;
 use extract::{CutStep, extract};
 use fields::{as_bool, lookup, scalar_string, str_field};
 use ids::IdMap;
 use questions::convert_questions;
 pub use repair::read_as_written;
+pub use shape::SourceShape;
 use shape::recognise;
 use step::{apply_statuses_and_notes, convert_step, raw_step_id};
 use text::derive_title;
 pub(crate) use text::snippet;
-
-/// Where the JSON came from: which plan shape [`to_plan`] recognised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum SourceShape {
-    /// Our own plan document: steps with a nested `action` object.
-    Plansmith,
-    /// Flat steps, `{title?, thought?, questions?, steps: [...]}` (what our prompts ask for), a
-    /// `{plan: ...}` wrapper around it, or a bare array of steps.
-    Steps,
-    /// A deer-flow research plan: `{locale, has_enough_context, thought, title, steps}` with
-    /// `need_web_search` / `step_type` steps.
-    DeerFlow,
-    /// A ValueCell `PlannerResponse`: `{adequate, reason, guidance_message?, tasks}`.
-    ValueCell,
-    /// A SAGE plan: a bare array of `{name, description?, args}` tool calls.
-    Sage,
-    /// An OpenManus `PlanningTool` plan: `{plan_id?, title, steps: [strings], step_statuses?}`.
-    OpenManus,
-    /// A Spring AI Alibaba nl2sql plan: `{thought_process?, execution_plan: [...]}`.
-    #[serde(rename = "nl2sql")]
-    Nl2Sql,
-}
-
-impl SourceShape {
-    /// The snake_case name used in JSON (`deer_flow`, `value_cell`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SourceShape::Plansmith => "plansmith",
-            SourceShape::Steps => "steps",
-            SourceShape::DeerFlow => "deer_flow",
-            SourceShape::ValueCell => "value_cell",
-            SourceShape::Sage => "sage",
-            SourceShape::OpenManus => "open_manus",
-            SourceShape::Nl2Sql => "nl2sql",
-        }
-    }
-}
-
-/// Why model output could not be parsed into a plan.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ParseError {
-    /// No JSON value was found at all.
-    #[error("no JSON found in the model output")]
-    NoJson,
-    /// JSON was found but could not be repaired; the message says where it broke.
-    #[error("the model output holds JSON that could not be repaired: {0}")]
-    Unrepairable(String),
-    /// Valid JSON in no known plan shape; the message describes what was found.
-    #[error("the JSON is in no known plan shape: {0}")]
-    UnknownShape(String),
-    /// The document lists more steps than any plan may hold ([`MAX_PLAN_STEPS`]); it is
-    /// refused before its steps are read.
-    #[error("the plan lists {0} steps; a plan may hold at most {MAX_PLAN_STEPS}")]
-    TooManySteps(usize),
-}
-
-/// The most steps a plan document may list, whoever wrote it (a model, an edit, a client of
-/// the API or MCP): far above any real plan, and low enough that reading, validating and
-/// storing a hostile one stays cheap.
-pub const MAX_PLAN_STEPS: usize = 500;
-
-impl ParseError {
-    /// The diagnostic code for this error ([`Code::ParseError`] or [`Code::UnknownShape`]).
-    pub fn code(&self) -> Code {
-        match self {
-            ParseError::NoJson | ParseError::Unrepairable(_) => Code::ParseError,
-            ParseError::UnknownShape(_) => Code::UnknownShape,
-            ParseError::TooManySteps(_) => Code::MaxStepsExceeded,
-        }
-    }
-}
 
 /// Defaults for the plan fields the model may leave out.
 #[derive(Debug, Clone, Copy)]

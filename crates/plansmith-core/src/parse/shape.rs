@@ -1,11 +1,52 @@
-//! Recognising which plan shape a JSON document is in, and taking out its step list.
+//! The plan shapes parsing accepts, and recognising which one a JSON document is in and taking
+//! out its step list.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::error::ParseError;
 use super::fields::{describe, lookup, lookup_in};
 use super::text::snippet;
-use super::{ParseError, SourceShape};
 use crate::diagnostic::{Code, Diagnostic};
+
+/// Where the JSON came from: which plan shape [`to_plan`](super::to_plan) recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SourceShape {
+    /// Our own plan document: steps with a nested `action` object.
+    Plansmith,
+    /// Flat steps, `{title?, thought?, questions?, steps: [...]}` (what our prompts ask for), a
+    /// `{plan: ...}` wrapper around it, or a bare array of steps.
+    Steps,
+    /// A deer-flow research plan: `{locale, has_enough_context, thought, title, steps}` with
+    /// `need_web_search` / `step_type` steps.
+    DeerFlow,
+    /// A ValueCell `PlannerResponse`: `{adequate, reason, guidance_message?, tasks}`.
+    ValueCell,
+    /// A SAGE plan: a bare array of `{name, description?, args}` tool calls.
+    Sage,
+    /// An OpenManus `PlanningTool` plan: `{plan_id?, title, steps: [strings], step_statuses?}`.
+    OpenManus,
+    /// A Spring AI Alibaba nl2sql plan: `{thought_process?, execution_plan: [...]}`.
+    #[serde(rename = "nl2sql")]
+    Nl2Sql,
+}
+
+impl SourceShape {
+    /// The snake_case name used in JSON (`deer_flow`, `value_cell`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceShape::Plansmith => "plansmith",
+            SourceShape::Steps => "steps",
+            SourceShape::DeerFlow => "deer_flow",
+            SourceShape::ValueCell => "value_cell",
+            SourceShape::Sage => "sage",
+            SourceShape::OpenManus => "open_manus",
+            SourceShape::Nl2Sql => "nl2sql",
+        }
+    }
+}
 
 /// A recognised document: plan-level fields, the raw step items, and the shape.
 pub(super) struct Doc {

@@ -5,10 +5,10 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use super::SourceShape;
 use super::fields::{as_bool, describe, lookup, scalar_string, str_field};
 use super::repair::parse_candidate;
 use super::schedule::read_schedule;
+use super::shape::SourceShape;
 use super::text::truncate_title;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::plan::{Action, PLAIN_STEP, Step, StepStatus, TaskKind};
