@@ -1,0 +1,38 @@
+//! Why model output could not be parsed into a plan, and the bound on a plan's size.
+
+use crate::diagnostic::Code;
+
+/// Why model output could not be parsed into a plan.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// No JSON value was found at all.
+    #[error("no JSON found in the model output")]
+    NoJson,
+    /// JSON was found but could not be repaired; the message says where it broke.
+    #[error("the model output holds JSON that could not be repaired: {0}")]
+    Unrepairable(String),
+    /// Valid JSON in no known plan shape; the message describes what was found.
+    #[error("the JSON is in no known plan shape: {0}")]
+    UnknownShape(String),
+    /// The document lists more steps than any plan may hold ([`MAX_PLAN_STEPS`]); it is
+    /// refused before its steps are read.
+    #[error("the plan lists {0} steps; a plan may hold at most {MAX_PLAN_STEPS}")]
+    TooManySteps(usize),
+}
+
+/// The most steps a plan document may list, whoever wrote it (a model, an edit, a client of
+/// the API or MCP): far above any real plan, and low enough that reading, validating and
+/// storing a hostile one stays cheap.
+pub const MAX_PLAN_STEPS: usize = 500;
+
+impl ParseError {
+    /// The diagnostic code for this error ([`Code::ParseError`] or [`Code::UnknownShape`]).
+    pub fn code(&self) -> Code {
+        match self {
+            ParseError::NoJson | ParseError::Unrepairable(_) => Code::ParseError,
+            ParseError::UnknownShape(_) => Code::UnknownShape,
+            ParseError::TooManySteps(_) => Code::MaxStepsExceeded,
+        }
+    }
+}

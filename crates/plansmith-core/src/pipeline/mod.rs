@@ -1,0 +1,222 @@
+//! The planning pipeline: triage → select → render → generate → parse → ground → validate →
+//! repair → outcome (see ARCHITECTURE.md). [`Planner::plan`] never ends silently and never
+//! panics: it returns an [`Outcome`] (ready, needs input, incomplete, or a fallback with its
+//! reason) or a [`PlanError`], and both carry [`Diagnostics`].
+//!
+//! Each stage is a function over one `Call`, the context of a planning call: the request, the
+//! catalog and the tools selected from it, the model, the diagnostics so far, the event
+//! listener and the best candidate. [`Planner::plan`] runs them in order:
+//!
+//! | stage | module |
+//! |---|---|
+//! | triage (passthrough, unknown agent) | `triage` |
+//! | select, memory | `prompt` |
+//! | model triage | `triage` |
+//! | investigate | `investigation` |
+//! | render | `prompt` |
+//! | generate → parse → ground → validate → repair | `generate` |
+//! | follow up | `follow_up` |
+//! | outcome, fallback | `outcome` |
+
+mod call;
+mod follow_up;
+mod generate;
+mod investigation;
+mod outcome;
+mod prompt;
+mod report;
+mod triage;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::Utc;
+
+use crate::catalog::Catalog;
+use crate::investigate::Investigator;
+use crate::llm::LanguageModel;
+use crate::plan::Plan;
+use crate::request::PlanRequest;
+use crate::retrieve::{Bm25Index, Retriever};
+use crate::schema::SchemaCache;
+use crate::template::Templates;
+
+use call::{Call, micros};
+pub use prompt::flat_plan_json;
+pub use report::{
+    Attempt, Diagnostics, OnEvent, Outcome, OutcomeStatus, PlanError, PlanEvent, Timings, Triage,
+};
+
+/// A planner: a catalog with its retrieval index, templates, and a model.
+pub struct Planner {
+    catalog: Catalog,
+    retriever: Arc<dyn Retriever>,
+    templates: Arc<Templates>,
+    model: Arc<dyn LanguageModel>,
+    investigator: Option<Arc<dyn Investigator>>,
+    /// Output schemas already built for this catalog.
+    schemas: Arc<SchemaCache>,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner")
+            .field("tools", &self.catalog.len())
+            .field("agents", &self.catalog.agents().len())
+            .field("model", &self.model.name())
+            .finish()
+    }
+}
+
+impl Planner {
+    /// A planner with BM25 retrieval over the catalog and the built-in templates.
+    pub fn new(catalog: Catalog, model: Arc<dyn LanguageModel>) -> Planner {
+        let retriever = Arc::new(Bm25Index::new(&catalog));
+        Planner::with_retrieval(catalog, retriever, model)
+    }
+
+    /// A planner with this retriever (it must index the same catalog) and the built-in
+    /// templates; [`Planner::new`] without building the BM25 index it would replace.
+    pub fn with_retrieval(
+        catalog: Catalog,
+        retriever: Arc<dyn Retriever>,
+        model: Arc<dyn LanguageModel>,
+    ) -> Planner {
+        Planner {
+            catalog,
+            retriever,
+            templates: Arc::new(Templates::builtin()),
+            model,
+            investigator: None,
+            schemas: Arc::default(),
+        }
+    }
+
+    /// Uses this background investigator when a request asks for investigation.
+    pub fn with_investigator(mut self, investigator: Arc<dyn Investigator>) -> Planner {
+        self.investigator = Some(investigator);
+        self
+    }
+
+    /// Uses these templates.
+    pub fn with_templates(mut self, templates: Templates) -> Planner {
+        self.templates = Arc::new(templates);
+        self
+    }
+
+    /// Uses this retriever (it must index the same catalog).
+    pub fn with_retriever(mut self, retriever: Arc<dyn Retriever>) -> Planner {
+        self.retriever = retriever;
+        self
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// A planner for another catalog with this one's model, templates and investigator, and a
+    /// BM25 index over the new catalog (a retriever indexes one catalog; pass another with
+    /// [`Planner::with_retriever`]). Planning for a caller's own tools uses it: the model is
+    /// shared, only the catalog and its index are new.
+    pub fn for_catalog(&self, catalog: Catalog) -> Planner {
+        Planner {
+            retriever: Arc::new(Bm25Index::new(&catalog)),
+            catalog,
+            templates: Arc::clone(&self.templates),
+            model: Arc::clone(&self.model),
+            investigator: self.investigator.clone(),
+            schemas: Arc::default(),
+        }
+    }
+
+    /// Plans one request.
+    pub async fn plan(&self, request: &PlanRequest) -> Result<Outcome, PlanError> {
+        self.run(request, None).await
+    }
+
+    /// Plans one request like [`Planner::plan`], streaming the model's reply and reporting
+    /// progress to `on_event`: each attempt, every token, each step as soon as it is complete
+    /// (parsed and validated on its own), and each repair.
+    pub async fn plan_with_events(
+        &self,
+        request: &PlanRequest,
+        on_event: OnEvent<'_>,
+    ) -> Result<Outcome, PlanError> {
+        self.run(request, Some(on_event)).await
+    }
+
+    /// The stages, in order, over one call's context; triage may end the call early.
+    async fn run(
+        &self,
+        request: &PlanRequest,
+        on_event: Option<OnEvent<'_>>,
+    ) -> Result<Outcome, PlanError> {
+        let started = Instant::now();
+        if let Some(problem) = request.problem() {
+            return Err(PlanError::InvalidRequest(problem));
+        }
+        let mut call = Call {
+            request,
+            catalog: &self.catalog,
+            retriever: self.retriever.as_ref(),
+            templates: &self.templates,
+            model: self.model.as_ref(),
+            investigator: self.investigator.as_deref(),
+            schemas: &self.schemas,
+            plan_id: Plan::new_id(),
+            now: request.now.unwrap_or_else(Utc::now),
+            started,
+            selected: Vec::new(),
+            agents: self.catalog.agents().iter().collect(),
+            diagnostics: Diagnostics {
+                model: self.model.name(),
+                ..Diagnostics::default()
+            },
+            // The listener is borrowed for the call only, like the request and the planner.
+            on_event: on_event.map(|listener| -> OnEvent<'_> { listener }),
+            best: None,
+            last_failure: None,
+            model_failure: None,
+        };
+
+        if let Some(mut outcome) = triage::route(&mut call) {
+            outcome.diagnostics.timings.total_us = micros(started);
+            return Ok(outcome);
+        }
+        prompt::select_tools(&mut call);
+        let mut context = prompt::prompt_context(&call);
+        let history = prompt::history(&mut call);
+        if request.options.triage
+            && let Some(mut outcome) = triage::ask_model(&mut call, &history, &context).await?
+        {
+            outcome.diagnostics.timings.total_us = micros(started);
+            return Ok(outcome);
+        }
+        // After triage: a request it answered or handed off needs no search.
+        if request.options.investigate {
+            context.findings = investigation::investigate(&mut call)
+                .await
+                .iter()
+                .map(|f| format!("[{}] {}", f.source, f.text))
+                .collect();
+        }
+        let prompt = prompt::render(&mut call, &context, history)?;
+        generate::attempts(&mut call, &prompt).await?;
+
+        // A clean answer in the tool-call format that leaves a part of the request without a
+        // call gets one follow-up question per such part.
+        if prompt.calls
+            && call.model_failure.is_none()
+            && let Some(candidate) = call.best.take()
+        {
+            call.best = Some(follow_up::follow_up(&mut call, &prompt, candidate).await);
+        }
+
+        let mut outcome = outcome::finish(call);
+        if let Ok(outcome) = &mut outcome {
+            outcome.diagnostics.timings.total_us = micros(started);
+        }
+        outcome
+    }
+}
