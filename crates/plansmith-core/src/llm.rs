@@ -292,22 +292,66 @@ pub struct Stages {
     pub generate_ms: u64,
 }
 
-/// Errors at the model boundary.
+/// Errors at the model boundary, typed so that a caller can tell what to do: retry
+/// ([`LlmError::is_retryable`]), fix the request or the configuration, or give up.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlmError {
-    /// The backend could not be reached or answered with an error.
-    #[error("model backend failed: {0}")]
-    Backend(String),
-    /// The backend refused the request as malformed (will not succeed on retry).
+    /// The backend could not be reached, or the connection broke before the reply was whole
+    /// (after the client's own retries).
+    #[error("model backend unreachable: {0}")]
+    Connection(String),
+    /// The backend answered with an HTTP error status (after the client's own retries where
+    /// the status allows them).
+    #[error("model backend failed: HTTP {status}: {message}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// What the backend said, quoted and cut, secrets redacted.
+        message: String,
+    },
+    /// The backend refused the request as it was made (a redirect, every structured-output
+    /// strategy refused, a prompt longer than the context): it will not succeed on retry.
     #[error("model backend rejected the request: {0}")]
     Rejected(String),
+    /// The model declined to answer (a safety refusal).
+    #[error("the model refused: {0}")]
+    Refused(String),
+    /// The backend's answer does not follow its protocol (not JSON, no choices, a stream that
+    /// was not asked for).
+    #[error("model backend broke its protocol: {0}")]
+    Protocol(String),
     /// The call timed out.
     #[error("model call timed out after {0} ms")]
     Timeout(u64),
+    /// The backend failed otherwise: an error it reported in its reply, or a local model's
+    /// engine.
+    #[error("model backend failed: {0}")]
+    Backend(String),
     /// A scripted model ran out of turns.
     #[error("scripted model has no turn left for request #{0}")]
     ScriptExhausted(usize),
+}
+
+impl LlmError {
+    /// The HTTP status the backend answered with, if it answered with an error status.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            LlmError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Whether the same request may succeed later: a connection problem, a timeout, a rate
+    /// limit (429), a request timeout (408) or a server error (5xx). False for what no retry
+    /// fixes (a rejected request, a refusal, a protocol problem, other 4xx).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Connection(_) | LlmError::Timeout(_) => true,
+            LlmError::Status { status, .. } => matches!(status, 408 | 429 | 500..=599),
+            _ => false,
+        }
+    }
 }
 
 /// A language model backend.
@@ -341,8 +385,12 @@ pub enum ScriptedTurn {
     /// A failure (listed before `Completion`: untagged enums try variants in order, and every
     /// `Completion` field has a default).
     Error {
-        /// Error message, returned as [`LlmError::Backend`].
+        /// Error message, returned as [`LlmError::Backend`], or as [`LlmError::Status`] with
+        /// `status`.
         error: String,
+        /// The HTTP status a provider would have answered with.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
     },
     /// A full reply.
     Completion(Completion),
@@ -500,7 +548,14 @@ impl LanguageModel for ScriptedModel {
         Box::pin(async move {
             match turn {
                 None => Err(LlmError::ScriptExhausted(n_request)),
-                Some(ScriptedTurn::Error { error }) => Err(LlmError::Backend(error)),
+                Some(ScriptedTurn::Error {
+                    error,
+                    status: Some(status),
+                }) => Err(LlmError::Status {
+                    status,
+                    message: error,
+                }),
+                Some(ScriptedTurn::Error { error, .. }) => Err(LlmError::Backend(error)),
                 Some(ScriptedTurn::Text(text)) => Ok(Completion {
                     usage: Usage {
                         prompt_tokens: 0,
@@ -673,6 +728,6 @@ mod tests {
         assert!(
             matches!(&script.turns[1], ScriptedTurn::Completion(c) if c.finish == FinishReason::Length)
         );
-        assert!(matches!(&script.turns[2], ScriptedTurn::Error { error } if error == "boom"));
+        assert!(matches!(&script.turns[2], ScriptedTurn::Error { error, .. } if error == "boom"));
     }
 }

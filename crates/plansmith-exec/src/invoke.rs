@@ -575,7 +575,11 @@ impl Invoker for TaskInvoker {
                 .model
                 .complete(request)
                 .await
-                .map_err(|err| InvokeError::transient(err.to_string()))?;
+                .map_err(|err| InvokeError {
+                    // A rejected request or a refusal fails the same way on every attempt.
+                    retryable: err.is_retryable(),
+                    message: err.to_string(),
+                })?;
             Ok(json!({ "text": completion.text.trim() }))
         })
     }
@@ -636,5 +640,48 @@ mod tests {
         assert!(matches!(map.tools["a"], Endpoint::Command { .. }));
         assert!(matches!(map.agents["B"], Endpoint::Http { .. }));
         assert!(serde_json::from_value::<CommandMap>(json!({"tool": {}})).is_err());
+    }
+
+    /// A task whose model call failed is retried only when the failure may pass: a rate limit
+    /// or a server error, not a request the provider rejected.
+    #[test]
+    fn a_task_is_retried_only_after_a_model_failure_that_may_pass() {
+        let script: plansmith_core::llm::Script = serde_json::from_value(json!({"turns": [
+            {"error": "overloaded", "status": 503},
+            {"error": "rate limited", "status": 429},
+            {"error": "context_length_exceeded", "status": 400},
+            {"error": "engine stopped"},
+        ]}))
+        .unwrap();
+        let invoker = TaskInvoker::new(
+            Arc::new(plansmith_core::ScriptedModel::from_script(script)),
+            64,
+        );
+        let call = Call {
+            plan_id: "p".into(),
+            step_id: "s1".into(),
+            title: "Summarise".into(),
+            description: String::new(),
+            attempt: 1,
+            idempotency_key: "p:1:s1:1".into(),
+            action: Action::Task {
+                kind: plansmith_core::TaskKind::Processing,
+                need_web_search: false,
+            },
+            goal: "Summarise the news".into(),
+            inputs: BTreeMap::new(),
+        };
+        let retryable: Vec<(bool, String)> = (0..4)
+            .map(|_| {
+                let err = futures::executor::block_on(invoker.invoke(&call)).unwrap_err();
+                (err.retryable, err.message)
+            })
+            .collect();
+        assert_eq!(
+            retryable.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+            [true, true, false, false],
+            "{retryable:?}"
+        );
+        assert!(retryable[2].1.contains("HTTP 400"), "{retryable:?}");
     }
 }

@@ -190,11 +190,11 @@ impl LanguageModel for AnthropicClient {
             let (reply, strategy) = self.open(&request, false).await?;
             let bytes = match reply {
                 Reply::Body(bytes) => bytes,
-                Reply::Stream(response) => response
-                    .bytes()
-                    .await
-                    .map(|b| b.to_vec())
-                    .map_err(|err| LlmError::Backend(self.transport.redact(&err.to_string())))?,
+                Reply::Stream(response) => {
+                    response.bytes().await.map(|b| b.to_vec()).map_err(|err| {
+                        LlmError::Connection(self.transport.redact(&err.to_string()))
+                    })?
+                }
             };
             let completion = parse_reply(&bytes, strategy)?;
             if let Ok(mut total) = self.usage.lock() {
@@ -209,7 +209,7 @@ impl LanguageModel for AnthropicClient {
             Box::pin(async move {
                 let (reply, strategy) = self.open(&request, true).await?;
                 let Reply::Stream(response) = reply else {
-                    return Err(LlmError::Backend("expected a streamed reply".into()));
+                    return Err(LlmError::Protocol("expected a streamed reply".into()));
                 };
                 Ok((response, Accumulator::new(strategy)))
             });
@@ -241,7 +241,7 @@ fn error_message(reply: &Value) -> Option<String> {
 /// A non-streamed Messages reply to a [`Completion`].
 fn parse_reply(bytes: &[u8], strategy: Strategy) -> Result<Completion, LlmError> {
     let reply: Value = serde_json::from_slice(bytes).map_err(|err| {
-        LlmError::Backend(format!(
+        LlmError::Protocol(format!(
             "the server's reply is not a Messages reply ({err}): {}",
             quote(&String::from_utf8_lossy(bytes))
         ))
@@ -250,7 +250,7 @@ fn parse_reply(bytes: &[u8], strategy: Strategy) -> Result<Completion, LlmError>
         return Err(LlmError::Backend(message));
     }
     let Some(blocks) = reply.get("content").and_then(Value::as_array) else {
-        return Err(LlmError::Backend(format!(
+        return Err(LlmError::Protocol(format!(
             "the reply has no content: {}",
             quote(&reply.to_string())
         )));
@@ -319,7 +319,7 @@ impl Accumulate for Accumulator {
             return Ok(Vec::new());
         }
         let value: Value = serde_json::from_str(data).map_err(|err| {
-            LlmError::Backend(format!(
+            LlmError::Protocol(format!(
                 "a stream event is not JSON ({err}): {}",
                 quote(data)
             ))
@@ -403,7 +403,7 @@ impl Accumulate for Accumulator {
 
     fn finish(&mut self, ended_early: bool) -> Result<Completion, LlmError> {
         if ended_early && !self.done {
-            return Err(LlmError::Backend(format!(
+            return Err(LlmError::Connection(format!(
                 "the reply stream ended before message_stop ({} characters received)",
                 self.text.len() + self.calls.iter().map(|c| c.2.len()).sum::<usize>()
             )));

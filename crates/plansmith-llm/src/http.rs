@@ -213,20 +213,36 @@ impl Transport {
                      URL to the address the provider documents"
                 ))
             }
-            Failure::Status { status, .. } if (400..500).contains(status) && *status != 429 => {
-                LlmError::Rejected(self.describe(failure))
+            Failure::Status { status, body, .. }
+                if (400..500).contains(status) && *status != 429 =>
+            {
+                LlmError::Status {
+                    status: *status,
+                    message: self.redact(&quote(body)),
+                }
             }
             Failure::Status {
                 status: 429,
+                body,
                 retry_after: Some(wait),
-                ..
-            } if *wait > self.retry.max_retry_after => LlmError::Backend(format!(
-                "rate limited: the server asks to wait {} s, more than the {} s allowed ({})",
-                wait.as_secs(),
-                self.retry.max_retry_after.as_secs(),
-                self.describe(failure)
-            )),
-            _ => LlmError::Backend(format!(
+            } if *wait > self.retry.max_retry_after => LlmError::Status {
+                status: 429,
+                message: format!(
+                    "rate limited: the server asks to wait {} s, more than the {} s allowed ({})",
+                    wait.as_secs(),
+                    self.retry.max_retry_after.as_secs(),
+                    self.redact(&quote(body))
+                ),
+            },
+            Failure::Status { status, body, .. } => LlmError::Status {
+                status: *status,
+                message: format!(
+                    "{} (after {} retries)",
+                    self.redact(&quote(body)),
+                    self.retry.max_retries
+                ),
+            },
+            Failure::Connection(_) => LlmError::Connection(format!(
                 "{} (after {} retries)",
                 self.describe(failure),
                 self.retry.max_retries

@@ -261,11 +261,11 @@ impl LanguageModel for OpenAiClient {
             let (reply, strategy, target) = self.open(&request, false).await?;
             let bytes = match reply {
                 Reply::Body(bytes) => bytes,
-                Reply::Stream(response) => response
-                    .bytes()
-                    .await
-                    .map(|b| b.to_vec())
-                    .map_err(|err| LlmError::Backend(self.transport.redact(&err.to_string())))?,
+                Reply::Stream(response) => {
+                    response.bytes().await.map(|b| b.to_vec()).map_err(|err| {
+                        LlmError::Connection(self.transport.redact(&err.to_string()))
+                    })?
+                }
             };
             let completion = parse_reply(&bytes, strategy, target.as_ref())
                 .map_err(|err| redact_error(&self.transport, err))?;
@@ -281,7 +281,7 @@ impl LanguageModel for OpenAiClient {
             Box::pin(async move {
                 let (reply, strategy, target) = self.open(&request, true).await?;
                 let Reply::Stream(response) = reply else {
-                    return Err(LlmError::Backend("expected a streamed reply".into()));
+                    return Err(LlmError::Protocol("expected a streamed reply".into()));
                 };
                 Ok((response, Accumulator::new(strategy, target)))
             });
@@ -293,6 +293,12 @@ fn redact_error(transport: &Transport, err: LlmError) -> LlmError {
     match err {
         LlmError::Backend(msg) => LlmError::Backend(transport.redact(&msg)),
         LlmError::Rejected(msg) => LlmError::Rejected(transport.redact(&msg)),
+        LlmError::Connection(msg) => LlmError::Connection(transport.redact(&msg)),
+        LlmError::Protocol(msg) => LlmError::Protocol(transport.redact(&msg)),
+        LlmError::Status { status, message } => LlmError::Status {
+            status,
+            message: transport.redact(&message),
+        },
         other => other,
     }
 }
@@ -406,7 +412,7 @@ fn parse_reply(
     target: Option<&Target>,
 ) -> Result<Completion, LlmError> {
     let reply: WireReply = serde_json::from_slice(bytes).map_err(|err| {
-        LlmError::Backend(format!(
+        LlmError::Protocol(format!(
             "the server's reply is not a chat completion ({err}): {}",
             quote(&String::from_utf8_lossy(bytes))
         ))
@@ -425,7 +431,7 @@ fn parse_reply(
     if text.trim().is_empty()
         && let Some(refusal) = message.refusal.as_deref().filter(|r| !r.trim().is_empty())
     {
-        return Err(LlmError::Backend(format!("the model refused: {refusal}")));
+        return Err(LlmError::Refused(refusal.to_owned()));
     }
     let reasoning = message.reasoning_content.or(message.reasoning);
     if let Some(reasoning) = &reasoning {
@@ -512,7 +518,7 @@ impl Accumulate for Accumulator {
             return Ok(Vec::new());
         }
         let chunk: WireReply = serde_json::from_str(data).map_err(|err| {
-            LlmError::Backend(format!(
+            LlmError::Protocol(format!(
                 "a stream chunk is not JSON ({err}): {}",
                 quote(data)
             ))
@@ -567,7 +573,7 @@ impl Accumulate for Accumulator {
 
     fn finish(&mut self, ended_early: bool) -> Result<Completion, LlmError> {
         if ended_early && !self.done && self.finish.is_none() {
-            return Err(LlmError::Backend(format!(
+            return Err(LlmError::Connection(format!(
                 "the reply stream ended before the reply was complete ({} chunks, {} characters received)",
                 self.n_chunks,
                 self.text.len() + self.calls.iter().map(|c| c.1.len()).sum::<usize>()

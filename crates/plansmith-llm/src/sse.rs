@@ -100,7 +100,7 @@ pub(crate) fn drive<'a, A: Accumulate + 'a>(
                         }
                         Ok(Some(Err(err))) => {
                             return Some((
-                                Err(LlmError::Backend(format!(
+                                Err(LlmError::Connection(format!(
                                     "the reply stream broke off: {}",
                                     error_chain(&err)
                                 ))),

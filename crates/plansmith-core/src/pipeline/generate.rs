@@ -240,7 +240,7 @@ async fn generate_streamed(
             }
         }
     }
-    Err(LlmError::Backend(
+    Err(LlmError::Protocol(
         "the model's stream ended without a reply".into(),
     ))
 }

@@ -135,7 +135,8 @@ async fn persistent_5xx_gives_up_after_the_retries() {
         .await;
     let err = bounded(plan(client(&server.uri()))).await.unwrap_err();
     assert!(
-        matches!(&err, PlanError::Model { source: LlmError::Backend(m), .. } if m.contains("HTTP 503") && m.contains("after 2 retries")),
+        matches!(&err, PlanError::Model { source: source @ LlmError::Status { status: 503, message }, .. }
+            if message.contains("after 2 retries") && source.is_retryable() && err.to_string().contains("HTTP 503")),
         "{err}"
     );
     assert_eq!(bodies(&server).await.len(), 3);
@@ -159,8 +160,8 @@ async fn a_redirect_to_another_host_is_refused_not_followed() {
         .await;
     let err = bounded(plan(client(&server.uri()))).await.unwrap_err();
     assert!(
-        matches!(&err, PlanError::Model { source: LlmError::Rejected(m), .. }
-            if m.contains("HTTP 307") && m.contains("does not follow redirects")),
+        matches!(&err, PlanError::Model { source: source @ LlmError::Rejected(m), .. }
+            if m.contains("HTTP 307") && m.contains("does not follow redirects") && !source.is_retryable()),
         "{err}"
     );
     assert_eq!(bodies(&server).await.len(), 1, "not retried");
@@ -182,7 +183,8 @@ async fn other_4xx_is_not_retried() {
         .await;
     let err = bounded(plan(client(&server.uri()))).await.unwrap_err();
     assert!(
-        matches!(&err, PlanError::Model { source: LlmError::Rejected(m), .. } if m.contains("does not exist")),
+        matches!(&err, PlanError::Model { source: source @ LlmError::Status { status: 404, message }, .. }
+            if message.contains("does not exist") && !source.is_retryable()),
         "{err}"
     );
     assert_eq!(bodies(&server).await.len(), 1);
@@ -265,7 +267,7 @@ async fn non_json_body_is_a_clear_error() {
         .await;
     let err = bounded(plan(client(&server.uri()))).await.unwrap_err();
     assert!(
-        matches!(&err, PlanError::Model { source: LlmError::Backend(m), .. } if m.contains("not a chat completion") && m.contains("502 Bad Gateway")),
+        matches!(&err, PlanError::Model { source: LlmError::Protocol(m), .. } if m.contains("not a chat completion") && m.contains("502 Bad Gateway")),
         "{err}"
     );
 }
@@ -465,7 +467,7 @@ async fn connection_reset_is_retried_then_reported() {
     let (uri, count) = tcp_server(|_| None).await;
     let err = bounded(plan(client(&uri))).await.unwrap_err();
     assert!(
-        matches!(&err, PlanError::Model { source: LlmError::Backend(m), .. } if m.contains("connection failed")),
+        matches!(&err, PlanError::Model { source: source @ LlmError::Connection(m), .. } if m.contains("connection failed") && source.is_retryable()),
         "{err}"
     );
     assert_eq!(count.load(Ordering::SeqCst), 3, "first try + 2 retries");
@@ -496,7 +498,7 @@ async fn stream_cut_mid_chunk_is_an_error() {
     let events: Vec<_> = bounded(model.stream(request).collect::<Vec<_>>()).await;
     let last = events.last().unwrap();
     assert!(
-        matches!(last, Err(LlmError::Backend(m)) if m.contains("broke off") || m.contains("ended before")),
+        matches!(last, Err(LlmError::Connection(m)) if m.contains("broke off") || m.contains("ended before")),
         "{events:?}"
     );
     assert!(
