@@ -46,6 +46,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod config;
 mod eval;
+mod exit;
+
+pub use exit::Exit;
 mod input;
 mod investigate_cmd;
 mod mcp_cmd;
@@ -77,22 +80,6 @@ pub(crate) fn at_least_one(text: &str) -> Result<usize, String> {
     }
 }
 
-/// Exit code for a ready plan or another success.
-pub const EXIT_OK: u8 = 0;
-/// Exit code when planning failed.
-pub const EXIT_FAILED: u8 = 1;
-/// Exit code for bad input.
-pub const EXIT_BAD_INPUT: u8 = 2;
-/// Exit code for model problems.
-pub const EXIT_MODEL: u8 = 3;
-/// Exit code for a plan that needs input.
-pub const EXIT_NEEDS_INPUT: u8 = 10;
-/// Exit code for a fallback plan.
-pub const EXIT_FALLBACK: u8 = 11;
-/// Exit code: a plan was made, but steps the model wrote could not be planned and were left
-/// out (it is stored for review, never accepted by itself).
-pub const EXIT_INCOMPLETE: u8 = 12;
-
 /// The single-threaded Tokio runtime the one-shot commands plan and store on (provider
 /// clients need its reactor).
 pub(crate) fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -106,7 +93,7 @@ pub(crate) fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime
 /// An error with the exit code it maps to.
 #[derive(Debug)]
 pub struct CliError {
-    code: u8,
+    code: Exit,
     error: anyhow::Error,
 }
 
@@ -114,21 +101,21 @@ impl CliError {
     /// Bad input (exit 2).
     pub fn input(error: impl Into<anyhow::Error>) -> CliError {
         CliError {
-            code: EXIT_BAD_INPUT,
+            code: Exit::BadInput,
             error: error.into(),
         }
     }
     /// A model problem (exit 3).
     pub fn model(error: impl Into<anyhow::Error>) -> CliError {
         CliError {
-            code: EXIT_MODEL,
+            code: Exit::Model,
             error: error.into(),
         }
     }
     /// Planning failed (exit 1).
     pub fn failed(error: impl Into<anyhow::Error>) -> CliError {
         CliError {
-            code: EXIT_FAILED,
+            code: Exit::Failed,
             error: error.into(),
         }
     }
@@ -310,14 +297,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(message) = init_logs() {
         eprintln!("plansmith: {message}");
-        return ExitCode::from(EXIT_BAD_INPUT);
+        return Exit::BadInput.into();
     }
     let result = match config::init(cli.config.as_deref()) {
         Err(err) => Err(err),
         Ok(()) => dispatch(cli.command),
     };
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code.into(),
         Err(CliError { code, error }) => {
             let broken_pipe = error
                 .downcast_ref::<std::io::Error>()
@@ -331,7 +318,7 @@ fn main() -> ExitCode {
                 "error",
                 &describe(&error),
             );
-            ExitCode::from(code)
+            code.into()
         }
     }
 }
@@ -354,7 +341,7 @@ fn describe(error: &anyhow::Error) -> String {
 }
 
 /// Runs one command.
-fn dispatch(command: Command) -> Result<u8, CliError> {
+fn dispatch(command: Command) -> Result<Exit, CliError> {
     match command {
         Command::Plan(args) => plan_cmd::run(*args),
         Command::Plans(args) => plans_cmd::run(args),
@@ -405,7 +392,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                         file.n_lines, file.n_flagged, file.n_parsed_first, file.n_valid_first, file.n_ready
                     );
                 }
-                EXIT_OK
+                Exit::Ok
             }),
         Command::Eval(EvalCommand::Retrieval(args)) => {
             let kind = retrieval::kind(args.retriever).map_err(CliError::input)?;
@@ -425,7 +412,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                         .map(|(k, r)| format!("R@{k} {r:.3}"))
                         .collect();
                     println!("{} · MRR {:.3}", recalls.join(" · "), summary.mrr);
-                    EXIT_OK
+                    Exit::Ok
                 })
                 .map_err(CliError::input)
         }

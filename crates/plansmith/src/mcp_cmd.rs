@@ -16,7 +16,7 @@ use plansmith_core::{Catalog, Tool};
 use plansmith_mcp::{ClientOptions, McpTools, Route, ServerProblem, ServersConfig};
 use plansmith_mcp_server::PlansmithMcp;
 
-use crate::{CliError, EXIT_BAD_INPUT, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// Arguments of `plansmith tools list`.
 #[derive(Debug, Args)]
@@ -163,7 +163,7 @@ pub async fn connect(catalog: Catalog, path: &Path) -> Result<(Catalog, McpTools
 
 /// `plansmith tools list`: every tool with its server, flags and a short description; exit 2
 /// when a server or tool had a problem (the others are still listed).
-pub fn list(args: ListArgs) -> Result<u8, CliError> {
+pub fn list(args: ListArgs) -> Result<Exit, CliError> {
     let base = crate::plan_cmd::load_catalog(args.tools.as_deref(), None)?;
     let Import {
         catalog: mcp_catalog,
@@ -234,15 +234,15 @@ pub fn list(args: ListArgs) -> Result<u8, CliError> {
         }
     }
     Ok(if problems.is_empty() {
-        EXIT_OK
+        Exit::Ok
     } else {
-        EXIT_BAD_INPUT
+        Exit::BadInput
     })
 }
 
 /// `plansmith mcp`: serve the `plan`, `planning` and `feedback` tools over stdio until the
 /// client disconnects.
-pub fn serve(args: McpArgs) -> Result<u8, CliError> {
+pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
     let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
     let catalog = extend(catalog, args.mcp.as_deref())?;
     let model = crate::model::load(args.model.as_deref())?;
@@ -266,6 +266,6 @@ pub fn serve(args: McpArgs) -> Result<u8, CliError> {
         let result = plansmith_mcp_server::serve_stdio(server).await;
         store.close().await;
         result.map_err(CliError::failed)?;
-        Ok(EXIT_OK)
+        Ok(Exit::Ok)
     })
 }

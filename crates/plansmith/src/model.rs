@@ -261,7 +261,7 @@ mod tests {
                 text.contains("PLANSMITH_THREADS") && text.contains(bad),
                 "{bad}: {text}"
             );
-            assert_eq!(err.code, crate::EXIT_BAD_INPUT);
+            assert_eq!(err.code, crate::Exit::BadInput);
         }
     }
 }

@@ -3,10 +3,10 @@
 use anyhow::anyhow;
 use plansmith_local::acquire;
 
-use crate::{CliError, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// Lists the pinned models and whether each is installed.
-pub fn list(json: bool) -> Result<u8, CliError> {
+pub fn list(json: bool) -> Result<Exit, CliError> {
     let dir = acquire::default_dir();
     // (name, default, installed, description, path): planning models, then retrieval models.
     let rows: Vec<_> = acquire::MODELS
@@ -46,7 +46,7 @@ pub fn list(json: bool) -> Result<u8, CliError> {
             "{}",
             serde_json::to_string_pretty(&value).map_err(CliError::failed)?
         );
-        return Ok(EXIT_OK);
+        return Ok(Exit::Ok);
     }
     println!("models directory: {}", dir.display());
     for (name, default, installed, description, _) in rows {
@@ -54,12 +54,12 @@ pub fn list(json: bool) -> Result<u8, CliError> {
         let default = if default { " (default)" } else { "" };
         println!("  {name:<22} {mark:<11} {description}{default}");
     }
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 /// Pulls a pinned model (the default planning and retrieval models when no name is given), then
 /// verifies its hash.
-pub fn pull(name: Option<&str>) -> Result<u8, CliError> {
+pub fn pull(name: Option<&str>) -> Result<Exit, CliError> {
     let dir = acquire::default_dir();
     let set = match name {
         None => Some(acquire::MINILM_L6),
@@ -70,7 +70,7 @@ pub fn pull(name: Option<&str>) -> Result<u8, CliError> {
         acquire::verify_file_set(&dir, &set).map_err(CliError::model)?;
         println!("{} ready at {}", set.name, path.display());
         if name.is_some() {
-            return Ok(EXIT_OK);
+            return Ok(Exit::Ok);
         }
     }
     let spec = match name {
@@ -82,5 +82,5 @@ pub fn pull(name: Option<&str>) -> Result<u8, CliError> {
     let path = crate::model::pull_with_progress(&spec, &dir)?;
     acquire::verify(&dir, &spec).map_err(CliError::model)?;
     println!("{} ready at {}", spec.name, path.display());
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }

@@ -10,7 +10,7 @@ use plansmith_core::{
 };
 
 use crate::plan_progress::{PlanProgress, ProgressMode};
-use crate::{CliError, EXIT_FALLBACK, EXIT_INCOMPLETE, EXIT_NEEDS_INPUT, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// Arguments of `plansmith plan`.
 #[derive(Debug, Args)]
@@ -116,7 +116,7 @@ pub struct PlanArgs {
 }
 
 /// Runs `plansmith plan`.
-pub fn run(args: PlanArgs) -> Result<u8, CliError> {
+pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     // Every input is checked before the model is loaded and asked: a bad templates directory
     // or store fails at once, the same way every time, and not after the plan was made.
     let catalog = load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
@@ -265,12 +265,12 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
     Ok(request)
 }
 
-fn print_outcome(outcome: &Outcome, args: &PlanArgs) -> Result<u8, CliError> {
+fn print_outcome(outcome: &Outcome, args: &PlanArgs) -> Result<Exit, CliError> {
     let code = match &outcome.status {
-        OutcomeStatus::Ready => EXIT_OK,
-        OutcomeStatus::NeedsInput => EXIT_NEEDS_INPUT,
-        OutcomeStatus::Fallback { .. } => EXIT_FALLBACK,
-        OutcomeStatus::Incomplete { .. } => EXIT_INCOMPLETE,
+        OutcomeStatus::Ready => Exit::Ok,
+        OutcomeStatus::NeedsInput => Exit::NeedsInput,
+        OutcomeStatus::Fallback { .. } => Exit::Fallback,
+        OutcomeStatus::Incomplete { .. } => Exit::Incomplete,
     };
     if args.outcome_json {
         let text = serde_json::to_string_pretty(outcome).map_err(CliError::failed)?;

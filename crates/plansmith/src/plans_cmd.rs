@@ -24,14 +24,7 @@ use plansmith_store::{
     ReviewState, StepKey, StoreError, StoredPlan,
 };
 
-use crate::{
-    CliError, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FALLBACK, EXIT_MODEL, EXIT_NEEDS_INPUT, EXIT_OK,
-};
-
-/// Exit code when the plan does not exist.
-pub const EXIT_NOT_FOUND: u8 = 4;
-/// Exit code for a conflict (stale version, taken id, or a state that forbids the operation).
-pub const EXIT_CONFLICT: u8 = 5;
+use crate::{CliError, Exit};
 
 /// Where the store is (shared by `plans` and `plan --save`).
 #[derive(Debug, Clone, Args)]
@@ -286,23 +279,23 @@ pub fn service_error(err: ServiceError) -> CliError {
 pub fn store_error(err: StoreError) -> CliError {
     let code = match &err {
         StoreError::NotFound(_) | StoreError::NoActivePlan(_) | StoreError::TemplateNotFound(_) => {
-            EXIT_NOT_FOUND
+            Exit::NotFound
         }
         StoreError::Conflict { .. }
         | StoreError::AlreadyExists(_)
         | StoreError::InvalidState { .. }
         | StoreError::EmptyPlan(_)
         | StoreError::NotDecidable { .. }
-        | StoreError::NotRunning { .. } => EXIT_CONFLICT,
+        | StoreError::NotRunning { .. } => Exit::Conflict,
         StoreError::InvalidStep { .. }
         | StoreError::InvalidStatus { .. }
         | StoreError::Invalid { .. }
         | StoreError::BadEdit(_)
         | StoreError::BadCursor(_)
         | StoreError::Location { .. }
-        | StoreError::NewerSchema { .. } => EXIT_BAD_INPUT,
-        StoreError::Planning(PlanError::Model { .. }) => EXIT_MODEL,
-        _ => EXIT_FAILED,
+        | StoreError::NewerSchema { .. } => Exit::BadInput,
+        StoreError::Planning(PlanError::Model { .. }) => Exit::Model,
+        _ => Exit::Failed,
     };
     let error = match err {
         StoreError::Invalid { diagnostics } => {
@@ -349,12 +342,12 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
 }
 
 /// Runs `plansmith plans …`.
-pub fn run(args: PlansArgs) -> Result<u8, CliError> {
+pub fn run(args: PlansArgs) -> Result<Exit, CliError> {
     let runtime = runtime()?;
     runtime.block_on(run_async(args))
 }
 
-async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
+async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
     let store = open(args.store.store.as_deref()).await?;
     let actor = args.store.actor.as_str();
     let result = match args.command {
@@ -417,7 +410,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                         .unwrap_or_default()
                 );
             }
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         PlansCommand::Show { id, version, json } => {
             match version {
@@ -439,7 +432,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     }
                 }
             }
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         PlansCommand::History { id, json } => {
             let history = store.history(&id).await.map_err(store_error)?;
@@ -458,7 +451,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     );
                 }
             }
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         PlansCommand::Accept {
             id,
@@ -506,7 +499,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     }
                 }
             );
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         PlansCommand::Stop { id, note } => {
             let run = store
@@ -523,7 +516,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     String::new()
                 }
             );
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         PlansCommand::Reject {
             id,
@@ -557,7 +550,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
                     eprintln!("  {diag}");
                 }
                 print!("{}", decided.stored.render_text());
-                Ok(EXIT_OK)
+                Ok(Exit::Ok)
             }
             (Some(text), None) => {
                 refuse_early(&store, &id, ReviewAction::Edit, &planner).await?;
@@ -612,7 +605,7 @@ async fn run_async(args: PlansArgs) -> Result<u8, CliError> {
         PlansCommand::Delete { id } => {
             store.delete(&id).await.map_err(store_error)?;
             println!("deleted {id}");
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
     };
     store.close().await;
@@ -666,10 +659,12 @@ fn step_key(step: String) -> Result<StepKey, CliError> {
     }
 }
 
-fn show_result<T: Into<Shown>>(result: Result<T, impl Into<ServiceError>>) -> Result<u8, CliError> {
+fn show_result<T: Into<Shown>>(
+    result: Result<T, impl Into<ServiceError>>,
+) -> Result<Exit, CliError> {
     let Shown(stored) = result.map_err(|err| service_error(err.into()))?.into();
     print!("{}", stored.render_text());
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 /// The plan an operation answered with, to show.
@@ -689,21 +684,21 @@ impl From<plansmith_service::Decided> for Shown {
 
 /// [`show_result`] after an edit or answer: when it could not be applied (its replan failed,
 /// or the review reached `max_iterations`), says so on stderr and exits with
-/// [`EXIT_FALLBACK`].
+/// [`Exit::Fallback`].
 fn show_replanned(
     result: Result<plansmith_service::Decided, ServiceError>,
-) -> Result<u8, CliError> {
+) -> Result<Exit, CliError> {
     let stored = result.map_err(service_error)?.stored;
     print!("{}", stored.render_text());
-    Ok(not_applied(&stored).unwrap_or(EXIT_OK))
+    Ok(not_applied(&stored).unwrap_or(Exit::Ok))
 }
 
-/// [`EXIT_FALLBACK`], with the note said on stderr, when the last edit or answer of `stored`
+/// [`Exit::Fallback`], with the note said on stderr, when the last edit or answer of `stored`
 /// could not be applied.
-fn not_applied(stored: &StoredPlan) -> Option<u8> {
+fn not_applied(stored: &StoredPlan) -> Option<Exit> {
     let note = stored.review.note.as_deref()?;
     eprintln!("plansmith: {note}");
-    Some(EXIT_FALLBACK)
+    Some(Exit::Fallback)
 }
 
 /// Opens the store `--save` or `--review` will write to, and closes it again: a store that
@@ -726,8 +721,8 @@ pub fn after_plan(
     planner: Planner,
     request: &PlanRequest,
     outcome: &Outcome,
-    code: u8,
-) -> Result<u8, CliError> {
+    code: Exit,
+) -> Result<Exit, CliError> {
     if !args.save && !args.review {
         return Ok(code);
     }
@@ -800,7 +795,7 @@ async fn review_loop(
     service: &Service,
     mut stored: StoredPlan,
     actor: &str,
-) -> Result<u8, CliError> {
+) -> Result<Exit, CliError> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
@@ -808,11 +803,11 @@ async fn review_loop(
             // Accepted as it stood at max_iterations: the last edit was not applied.
             ReviewState::Accepted => {
                 println!("{}", stored.render_text().trim_end());
-                return Ok(not_applied(&stored).unwrap_or(EXIT_OK));
+                return Ok(not_applied(&stored).unwrap_or(Exit::Ok));
             }
             ReviewState::Rejected | ReviewState::Stopped => {
                 println!("{}", stored.render_text().trim_end());
-                return Ok(EXIT_FAILED);
+                return Ok(Exit::Failed);
             }
             _ => {}
         }
@@ -829,7 +824,7 @@ async fn review_loop(
                 "end of input: plan {} left {}",
                 stored.plan.id, stored.state
             );
-            return Ok(EXIT_NEEDS_INPUT);
+            return Ok(Exit::NeedsInput);
         };
         let line = line.map_err(CliError::failed)?;
         let line = line.trim();
@@ -844,7 +839,7 @@ async fn review_loop(
         let decision = match (word.as_str(), stored.state) {
             ("q" | "quit" | "exit", _) => {
                 eprintln!("plan {} left {}", stored.plan.id, stored.state);
-                return Ok(EXIT_NEEDS_INPUT);
+                return Ok(Exit::NeedsInput);
             }
             ("r" | "reject", _) => {
                 Decision::Reject(Some(rest.to_owned()).filter(|r| !r.is_empty()))

@@ -29,9 +29,9 @@ use plansmith_exec::{
 };
 use plansmith_store::{ExecRun, ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
 
-use crate::plans_cmd::{EXIT_CONFLICT, EXIT_NOT_FOUND, open, store_error};
+use crate::plans_cmd::{open, store_error};
 use crate::signals::{Interrupt, Interrupts};
-use crate::{CliError, EXIT_FAILED, EXIT_NEEDS_INPUT, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// `plansmith run` arguments.
 #[derive(Debug, Args)]
@@ -91,7 +91,7 @@ pub struct RunArgs {
 }
 
 /// Runs `plansmith run`.
-pub fn run(args: RunArgs) -> Result<u8, CliError> {
+pub fn run(args: RunArgs) -> Result<Exit, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -100,7 +100,7 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
     runtime.block_on(run_async(args))
 }
 
-async fn run_async(args: RunArgs) -> Result<u8, CliError> {
+async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
     let on_failure: OnFailure = args
         .on_failure
         .parse()
@@ -279,9 +279,9 @@ async fn run_async(args: RunArgs) -> Result<u8, CliError> {
         return Ok(signal.exit_code());
     }
     Ok(match report.state {
-        RunState::Completed => EXIT_OK,
-        RunState::Waiting | RunState::Running => EXIT_NEEDS_INPUT,
-        RunState::Failed | RunState::Aborted | RunState::Stalled => EXIT_FAILED,
+        RunState::Completed => Exit::Ok,
+        RunState::Waiting | RunState::Running => Exit::NeedsInput,
+        RunState::Failed | RunState::Aborted | RunState::Stalled => Exit::Failed,
     })
 }
 
@@ -339,7 +339,7 @@ fn request_stop(
 /// the run to record its end. The running steps' processes are killed as the runtime drops
 /// their calls; their leases are given up, and the run stays in progress in the store, for
 /// `--resume` to continue at once.
-async fn quit_at_once(store: &PlanStore, plan_id: &str, node: &str, signal: Interrupt) -> u8 {
+async fn quit_at_once(store: &PlanStore, plan_id: &str, node: &str, signal: Interrupt) -> Exit {
     // At once: a store that does not answer within a second keeps the leases until they expire.
     let released =
         tokio::time::timeout(Duration::from_secs(1), store.exec_release(plan_id, node)).await;
@@ -358,16 +358,16 @@ async fn quit_at_once(store: &PlanStore, plan_id: &str, node: &str, signal: Inte
 fn exec_error(err: ExecError) -> CliError {
     match err {
         ExecError::Store(err @ StoreError::RunActive(_)) => CliError {
-            code: EXIT_CONFLICT,
+            code: Exit::Conflict,
             error: anyhow::Error::new(err).context("use --resume to continue it"),
         },
         ExecError::Store(err) => store_error(err),
         err @ ExecError::Deleted { .. } => CliError {
-            code: EXIT_NOT_FOUND,
+            code: Exit::NotFound,
             error: anyhow::Error::new(err),
         },
         other @ (ExecError::NotRunnable { .. } | ExecError::NothingToResume { .. }) => CliError {
-            code: EXIT_CONFLICT,
+            code: Exit::Conflict,
             error: anyhow::Error::new(other),
         },
         other => CliError::failed(other),

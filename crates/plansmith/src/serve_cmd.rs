@@ -18,7 +18,7 @@ use plansmith_server::{AppState, ServerConfig};
 use serde::Deserialize;
 use tracing::Level;
 
-use crate::{CliError, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// Most new plans written in one transaction by the server's store.
 const GROUP_COMMIT_BATCH: usize = 256;
@@ -233,7 +233,7 @@ fn file_layer(file: &crate::config::FileConfig) -> Result<Layer, CliError> {
 }
 
 /// Runs `plansmith serve` until Ctrl-C.
-pub fn run(args: ServeArgs) -> Result<u8, CliError> {
+pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let layer = settings(&args, file_layer(crate::config::current())?, &env)?;
     let addr: SocketAddr = layer
@@ -423,7 +423,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
                 // Not even the store is closed: that would wait for the connections in use.
                 // SQLite recovers its WAL at the next open; nothing acknowledged is lost.
                 say(Level::WARN, "stopped at once; requests in flight were dropped");
-                return Ok(EXIT_OK);
+                return Ok(Exit::Ok);
             }
         };
         if let plansmith_server::ShutdownOutcome::GaveUp(after) = outcome {
@@ -443,7 +443,7 @@ pub fn run(args: ServeArgs) -> Result<u8, CliError> {
         // SQLite checkpoints its WAL as the last connection closes.
         store.close().await;
         say(Level::INFO, "stopped");
-        Ok(EXIT_OK)
+        Ok(Exit::Ok)
     })
 }
 

@@ -30,10 +30,10 @@ impl Interrupt {
     }
 
     /// 128 + the signal's number, as a shell reports a process the signal ended.
-    pub(crate) fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> crate::Exit {
         match self {
-            Interrupt::Interrupt => 130,
-            Interrupt::Terminate => 143,
+            Interrupt::Interrupt => crate::Exit::Interrupted,
+            Interrupt::Terminate => crate::Exit::Terminated,
         }
     }
 }

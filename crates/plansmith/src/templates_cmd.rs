@@ -18,7 +18,7 @@ use plansmith_core::{Plan, PlanOptions, PlanTemplate, Severity, TemplateParamete
 use plansmith_store::{PlanStore, Review, ReviewState};
 
 use crate::plans_cmd::{StoreArgs, open, runtime, store_error};
-use crate::{CliError, EXIT_FAILED, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// Arguments of `plansmith templates`.
 #[derive(Debug, Args)]
@@ -124,7 +124,7 @@ struct InstantiateArgs {
 }
 
 /// Runs `plansmith templates`.
-pub fn run(args: TemplatesArgs) -> Result<u8, CliError> {
+pub fn run(args: TemplatesArgs) -> Result<Exit, CliError> {
     let runtime = runtime()?;
     runtime.block_on(async {
         let store = open(args.store.store.as_deref()).await?;
@@ -138,7 +138,7 @@ async fn dispatch(
     store: &PlanStore,
     command: TemplatesCommand,
     actor: &str,
-) -> Result<u8, CliError> {
+) -> Result<Exit, CliError> {
     match command {
         TemplatesCommand::Save(args) => save(store, args, actor).await,
         TemplatesCommand::List { json } => {
@@ -174,7 +174,7 @@ async fn dispatch(
                     );
                 }
             }
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         TemplatesCommand::Show {
             name,
@@ -190,7 +190,7 @@ async fn dispatch(
             } else {
                 print!("{}", render(&template));
             }
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         TemplatesCommand::Delete { name, version } => {
             let n = store
@@ -198,13 +198,13 @@ async fn dispatch(
                 .await
                 .map_err(store_error)?;
             eprintln!("deleted {n} version(s) of template {name}");
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         TemplatesCommand::Instantiate(args) => instantiate(store, args, actor).await,
     }
 }
 
-async fn save(store: &PlanStore, args: SaveArgs, actor: &str) -> Result<u8, CliError> {
+async fn save(store: &PlanStore, args: SaveArgs, actor: &str) -> Result<Exit, CliError> {
     let plan = match (&args.plan, &args.file) {
         (Some(id), _) => store.get(id).await.map_err(store_error)?.plan,
         (None, Some(file)) => read_plan(file)?,
@@ -254,14 +254,14 @@ async fn save(store: &PlanStore, args: SaveArgs, actor: &str) -> Result<u8, CliE
         print!("{}", render(&saved));
     }
     eprintln!("saved template {} v{}", saved.name, saved.version);
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 async fn instantiate(
     store: &PlanStore,
     args: InstantiateArgs,
     actor: &str,
-) -> Result<u8, CliError> {
+) -> Result<Exit, CliError> {
     let template = store
         .get_template(&args.name, args.version)
         .await
@@ -294,7 +294,7 @@ async fn instantiate(
             "the plan from template {} v{} is invalid against the catalog (a tool gone or changed, or an argument that does not fit): {errors} error(s); nothing saved",
             template.name, template.version
         );
-        return Ok(EXIT_FAILED);
+        return Ok(Exit::Failed);
     }
     if args.json {
         print_json(&plan)?;
@@ -314,7 +314,7 @@ async fn instantiate(
             store.location()
         );
     }
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 fn pair(item: &str, what: &str) -> Result<(String, String), CliError> {

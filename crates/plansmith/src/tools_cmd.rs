@@ -7,7 +7,7 @@ use clap::Args;
 use plansmith_core::{Catalog, CatalogError};
 
 use crate::plan_cmd::{load_catalog, read_json};
-use crate::{CliError, EXIT_BAD_INPUT, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// Arguments of `plansmith tools search`.
 #[derive(Debug, Args)]
@@ -30,7 +30,7 @@ pub struct SearchArgs {
 }
 
 /// Loads a catalog and reports every problem; exit 2 when there is any.
-pub fn check(path: &Path, json: bool) -> Result<u8, CliError> {
+pub fn check(path: &Path, json: bool) -> Result<Exit, CliError> {
     let document = read_json(path)?;
     let (catalog, problems) = Catalog::from_json_lenient(&document).map_err(|err| match err {
         CatalogError::Format(_) => CliError::input(anyhow!("{}: {err}", path.display())),
@@ -61,14 +61,14 @@ pub fn check(path: &Path, json: bool) -> Result<u8, CliError> {
         }
     }
     Ok(if problems.is_empty() {
-        EXIT_OK
+        Exit::Ok
     } else {
-        EXIT_BAD_INPUT
+        Exit::BadInput
     })
 }
 
 /// Ranks the catalog's tools for a query.
-pub fn search(args: SearchArgs) -> Result<u8, CliError> {
+pub fn search(args: SearchArgs) -> Result<Exit, CliError> {
     let catalog = load_catalog(Some(&args.tools), None)?;
     let kind = crate::retrieval::kind(args.retriever).map_err(CliError::input)?;
     let index = crate::retrieval::build(&catalog, kind);
@@ -86,7 +86,7 @@ pub fn search(args: SearchArgs) -> Result<u8, CliError> {
             "{}",
             serde_json::to_string_pretty(&rows).map_err(CliError::failed)?
         );
-        return Ok(EXIT_OK);
+        return Ok(Exit::Ok);
     }
     if ranked.is_empty() {
         println!("no tool matches `{}`", args.query);
@@ -103,5 +103,5 @@ pub fn search(args: SearchArgs) -> Result<u8, CliError> {
             );
         }
     }
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }

@@ -13,7 +13,7 @@ use plansmith_core::validate::validate;
 use plansmith_core::{Plan, PlanOptions, Severity};
 use serde_json::json;
 
-use crate::{CliError, EXIT_FAILED, EXIT_OK};
+use crate::{CliError, Exit};
 
 /// `plansmith validate` arguments.
 #[derive(Debug, Args)]
@@ -42,7 +42,7 @@ pub struct ValidateArgs {
 }
 
 /// Runs `plansmith validate`: exit 0 when the plan has no errors, 1 when it has.
-pub fn run(args: ValidateArgs) -> Result<u8, CliError> {
+pub fn run(args: ValidateArgs) -> Result<Exit, CliError> {
     let text = read_input(&args.file).map_err(CliError::input)?;
     let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
     let plan_id = plansmith_core::Plan::new_id();
@@ -72,7 +72,7 @@ pub fn run(args: ValidateArgs) -> Result<u8, CliError> {
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .count();
-    let code = if errors == 0 { EXIT_OK } else { EXIT_FAILED };
+    let code = if errors == 0 { Exit::Ok } else { Exit::Failed };
     if args.json {
         let out = json!({
             "shape": parsed.shape.as_str(),
