@@ -229,6 +229,20 @@ pub enum FallbackPolicy {
     Fail,
 }
 
+impl FallbackPolicy {
+    /// The policy's name, as its `kind` in JSON (`guidance`, `reply`, `default_plan`,
+    /// `previous_or_fail`, `fail`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            FallbackPolicy::Guidance => "guidance",
+            FallbackPolicy::Reply { .. } => "reply",
+            FallbackPolicy::DefaultPlan => "default_plan",
+            FallbackPolicy::PreviousOrFail => "previous_or_fail",
+            FallbackPolicy::Fail => "fail",
+        }
+    }
+}
+
 /// Knobs of one planning call.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -40,22 +40,22 @@ pub struct PlanArgs {
     #[arg(long)]
     target_agent: Option<String>,
     /// Most steps in the plan.
-    #[arg(long, default_value_t = 8, value_parser = crate::at_least_one)]
+    #[arg(long, default_value_t = PlanOptions::default().max_steps, value_parser = crate::at_least_one)]
     max_steps: usize,
     /// Tools shown to the model (validation always uses the whole catalog).
-    #[arg(long, default_value_t = 8, value_parser = crate::at_least_one)]
+    #[arg(long, default_value_t = PlanOptions::default().top_k, value_parser = crate::at_least_one)]
     top_k: usize,
     /// Tools always shown to the model (repeatable).
     #[arg(long = "pin")]
     pinned: Vec<String>,
     /// Repair rounds after the first generation.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = PlanOptions::default().max_repairs)]
     max_repairs: u32,
     /// Plan shape: tool_steps, research, agent_tasks.
-    #[arg(long, default_value = "tool_steps")]
+    #[arg(long, default_value = PlanOptions::default().shape.as_str())]
     shape: String,
     /// When no valid plan can be had: guidance, reply, default-plan, previous-or-fail, fail.
-    #[arg(long, default_value = "guidance")]
+    #[arg(long, default_value = PlanOptions::default().fallback.name())]
     fallback: String,
     /// The user confirmed recurring schedules.
     #[arg(long)]
@@ -69,10 +69,10 @@ pub struct PlanArgs {
     #[arg(long, value_name = "CMD")]
     investigate: Option<String>,
     /// Time the investigation may take, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    #[arg(long, value_name = "MS", default_value_t = PlanOptions::default().investigation_budget_ms)]
     investigate_timeout: u64,
     /// Characters of findings put into the prompt.
-    #[arg(long, value_name = "N", default_value_t = 4_000)]
+    #[arg(long, value_name = "N", default_value_t = PlanOptions::default().max_findings_chars)]
     max_findings_chars: usize,
     /// Conversation id: the plan is recorded in it, and the conversation's earlier plans in the
     /// store (saved with `--save`) are shown to the model as memory.

@@ -18,7 +18,7 @@ pub struct SearchArgs {
     #[arg(long)]
     tools: PathBuf,
     /// How many tools to list.
-    #[arg(long, default_value_t = 8, value_parser = crate::at_least_one)]
+    #[arg(long, default_value_t = plansmith_core::PlanOptions::default().top_k, value_parser = crate::at_least_one)]
     top_k: usize,
     /// Print the ranking as JSON.
     #[arg(long)]
