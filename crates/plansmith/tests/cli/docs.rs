@@ -521,3 +521,94 @@ fn the_readme_library_example_is_the_crate_doctest() {
         "README.md's library example is not the crate doctest"
     );
 }
+
+/// The workspace crates `krate` depends on (`[dependencies]`), each with whether it is optional
+/// and the features turned on in it, read from its Cargo.toml.
+fn workspace_dependencies(krate: &str) -> BTreeMap<String, (bool, Vec<String>)> {
+    let path = root().join("crates").join(krate).join("Cargo.toml");
+    let manifest: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+    let mut deps = BTreeMap::new();
+    let Some(table) = manifest.get("dependencies").and_then(|d| d.as_table()) else {
+        return deps;
+    };
+    for (name, spec) in table {
+        let Some(short) = name.strip_prefix("plansmith-") else {
+            continue;
+        };
+        let optional = spec.get("optional").and_then(|o| o.as_bool()) == Some(true);
+        let mut features: Vec<String> = spec
+            .get("features")
+            .and_then(|f| f.as_array())
+            .map(|f| {
+                f.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        features.sort();
+        deps.insert(short.to_owned(), (optional, features));
+    }
+    deps
+}
+
+/// ARCHITECTURE.md's crate graph is the one the manifests declare: every crate, each of its
+/// workspace dependencies, which are optional, and the features it turns on in them.
+#[test]
+fn the_architecture_crate_graph_is_the_manifests() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let section = text
+        .split("## Crate graph")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a crate graph");
+    let block = section
+        .split("```")
+        .nth(1)
+        .expect("the graph is a code block");
+    // One entry per crate; a line that starts with spaces continues the one before.
+    let mut entries: Vec<String> = Vec::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        match entries.last_mut() {
+            Some(last) if line.starts_with(' ') => last.push_str(line),
+            _ => entries.push(line.to_owned()),
+        }
+    }
+    let mut drawn = BTreeMap::new();
+    for entry in &entries {
+        let (krate, deps) = entry.split_once('→').unwrap_or((entry, ""));
+        let krate = krate.split_whitespace().next().unwrap().to_owned();
+        // Notes in parentheses (the feature behind an optional edge) are for readers.
+        let mut deps = deps.to_owned();
+        while let (Some(open), Some(close)) = (deps.find('('), deps.find(')')) {
+            deps.replace_range(open..=close.max(open), "");
+        }
+        let mut edges = BTreeMap::new();
+        for dep in deps.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let name = dep.split([' ', '?']).next().unwrap().to_owned();
+            let optional = dep.split_whitespace().next().unwrap().ends_with('?');
+            let mut features: Vec<String> = dep
+                .split_once('[')
+                .map(|(_, rest)| rest.split(']').next().unwrap())
+                .map(|f| f.split(',').map(|x| x.trim().to_owned()).collect())
+                .unwrap_or_default();
+            features.sort();
+            edges.insert(name, (optional, features));
+        }
+        drawn.insert(krate, edges);
+    }
+    let mut declared = BTreeMap::new();
+    for dir in std::fs::read_dir(root().join("crates")).unwrap() {
+        let name = dir.unwrap().file_name().to_string_lossy().into_owned();
+        declared.insert(name.clone(), workspace_dependencies(&name));
+    }
+    assert_eq!(
+        drawn.keys().collect::<Vec<_>>(),
+        declared.keys().collect::<Vec<_>>(),
+        "the graph's crates are not the workspace's"
+    );
+    for (krate, edges) in &declared {
+        assert_eq!(
+            &drawn[krate], edges,
+            "ARCHITECTURE.md's edges of {krate} (left) differ from its Cargo.toml (right)"
+        );
+    }
+}
