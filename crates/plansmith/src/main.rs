@@ -58,6 +58,7 @@ mod models_cmd;
 mod notice;
 mod plan_cmd;
 mod plan_progress;
+mod plan_review;
 mod plans_cmd;
 #[cfg(test)]
 mod reference;

@@ -112,7 +112,7 @@ pub struct PlanArgs {
     progress: ProgressMode,
     /// `--save`, `--review` and the store (see `plansmith plans`).
     #[command(flatten)]
-    save: crate::plans_cmd::SaveArgs,
+    save: crate::plan_review::SaveArgs,
 }
 
 /// Runs `plansmith plan`.
@@ -126,7 +126,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
         .map(Templates::with_overrides)
         .transpose()
         .map_err(CliError::input)?;
-    crate::plans_cmd::check_store(&args.save)?;
+    crate::plan_review::check_store(&args.save)?;
     let catalog = crate::mcp_cmd::extend(catalog, args.mcp.as_deref())?;
     let model = crate::model::load(args.model.as_deref())?;
     let model_name = model.name();
@@ -142,7 +142,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     let mut request = build_request(&args)?;
     if let Some(conversation) = &args.conversation {
         request.turns =
-            crate::plans_cmd::conversation_turns(args.save.store.as_deref(), conversation)?;
+            crate::plan_review::conversation_turns(args.save.store.as_deref(), conversation)?;
     }
     let runtime = crate::plans_cmd::runtime()?;
     let planned = match PlanProgress::new(args.progress, model_name) {
@@ -157,7 +157,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     match planned {
         Ok(outcome) => {
             let code = print_outcome(&outcome, &args)?;
-            crate::plans_cmd::after_plan(&args.save, planner, &request, &outcome, code)
+            crate::plan_review::after_plan(&args.save, planner, &request, &outcome, code)
         }
         Err(err) => {
             if let Some(diagnostics) = err

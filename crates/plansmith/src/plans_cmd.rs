@@ -1,27 +1,24 @@
-//! `plansmith plans …` (the stored plans: list, show, history, accept, reject, edit, answer,
-//! mark, delete) and the `--save` / `--review` handling of `plansmith plan`.
+//! `plansmith plans …`: the stored plans (list, show, history, accept, reject, edit, answer,
+//! mark, decide, stop, delete), and the store every command opens.
 //!
 //! The store is `--store sqlite:PATH | postgres://…`, else `PLANSMITH_STORE`, else SQLite in
 //! the data directory (`$XDG_DATA_HOME/plansmith/plans.db` or
 //! `~/.local/share/plansmith/plans.db`).
 //!
-//! Exit codes, besides the common ones of `main.rs`: 4 when the plan (or the conversation's
-//! active plan) does not exist, 5 on a conflict: the plan changed since the given
-//! `--expected-version`, its id is taken, or its review state does not allow the operation
-//! (accepting an accepted plan). After `plan --review` the code is 0 for an accepted plan,
-//! 1 for a rejected or stopped one, 10 when the review was left open (quit or end of input).
+//! Exit codes ([`Exit`]): 4 when the plan (or the conversation's active plan) does not exist, 5
+//! on a conflict: the plan changed since the given `--expected-version`, its id is taken, or its
+//! review state does not allow the operation (accepting an accepted plan).
 
-use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
-use plansmith_core::{Catalog, Outcome, PlanError, PlanRequest, Planner, Templates};
-use plansmith_service::{Decision, Planned, Service, ServiceError};
+use plansmith_core::{Catalog, PlanError, Planner, Templates};
+use plansmith_service::{Decision, Service, ServiceError};
 use plansmith_store::{
-    ListFilter, Location, MaxIterationsPolicy, PlanStore, Planners, Review, ReviewAction,
-    ReviewState, StepKey, StoreError, StoredPlan,
+    ListFilter, Location, PlanStore, Planners, ReviewAction, ReviewState, StepKey, StoreError,
+    StoredPlan,
 };
 
 use crate::{CliError, Exit};
@@ -36,31 +33,6 @@ pub struct StoreArgs {
     /// Who makes the change, recorded in the plan's history.
     #[arg(long, env = "PLANSMITH_ACTOR", global = true, default_value = "cli")]
     pub actor: String,
-}
-
-/// `plan` flags for storing and reviewing what was planned.
-#[derive(Debug, Clone, Args)]
-pub struct SaveArgs {
-    /// Store the plan (see `plansmith plans`); its id is printed on stderr.
-    #[arg(long)]
-    pub save: bool,
-    /// Review the plan in the terminal: accept, edit with feedback, answer questions, reject
-    /// (implies --save). Reads the replies from stdin, one per line.
-    #[arg(long)]
-    pub review: bool,
-    /// Accept the plan without review (questions still wait for answers).
-    #[arg(long)]
-    pub auto_accept: bool,
-    /// Review rounds (edits, answers) before the plan is used as is (or stopped, with
-    /// --stop-at-max-iterations).
-    #[arg(long, default_value_t = 3)]
-    pub max_iterations: u32,
-    /// At --max-iterations, stop instead of using the plan as is.
-    #[arg(long)]
-    pub stop_at_max_iterations: bool,
-    /// Plan store: `sqlite:PATH`, `postgres://…` (default: SQLite in the data directory).
-    #[arg(long = "store", env = "PLANSMITH_STORE")]
-    pub store: Option<String>,
 }
 
 /// Arguments of `plansmith plans`.
@@ -261,7 +233,7 @@ fn modelless(catalog: Catalog) -> Planner {
 
 /// The operations on `store`'s plans, planning with `planner`'s catalog for plans made without
 /// one of their own (a plan made with its caller's catalog, over HTTP or MCP, keeps it).
-fn service(store: &PlanStore, planner: Planner) -> Service {
+pub(crate) fn service(store: &PlanStore, planner: Planner) -> Service {
     Service::new(store.clone(), Arc::new(Planners::new(Arc::new(planner))))
 }
 
@@ -695,195 +667,8 @@ fn show_replanned(
 
 /// [`Exit::Fallback`], with the note said on stderr, when the last edit or answer of `stored`
 /// could not be applied.
-fn not_applied(stored: &StoredPlan) -> Option<Exit> {
+pub(crate) fn not_applied(stored: &StoredPlan) -> Option<Exit> {
     let note = stored.review.note.as_deref()?;
     eprintln!("plansmith: {note}");
     Some(Exit::Fallback)
-}
-
-/// Opens the store `--save` or `--review` will write to, and closes it again: a store that
-/// cannot be opened is an error before planning, not after it.
-pub fn check_store(args: &SaveArgs) -> Result<(), CliError> {
-    if !args.save && !args.review {
-        return Ok(());
-    }
-    runtime()?.block_on(async {
-        let store = open(args.store.as_deref()).await?;
-        store.close().await;
-        Ok(())
-    })
-}
-
-/// After `plansmith plan`: stores the outcome (`--save`) and runs the terminal review
-/// (`--review`). Returns the exit code to use; `code` is the one planning gave.
-pub fn after_plan(
-    args: &SaveArgs,
-    planner: Planner,
-    request: &PlanRequest,
-    outcome: &Outcome,
-    code: Exit,
-) -> Result<Exit, CliError> {
-    if !args.save && !args.review {
-        return Ok(code);
-    }
-    let runtime = runtime()?;
-    runtime.block_on(async {
-        let store = open(args.store.as_deref()).await?;
-        let review = Review {
-            auto_accept: args.auto_accept,
-            max_iterations: args.max_iterations,
-            on_max_iterations: if args.stop_at_max_iterations {
-                MaxIterationsPolicy::Stop
-            } else {
-                MaxIterationsPolicy::UseAsIs
-            },
-            ..Review::default()
-        };
-        let actor = std::env::var("PLANSMITH_ACTOR").unwrap_or_else(|_| "cli".into());
-        let service = service(&store, planner);
-        let planned = Planned {
-            outcome: outcome.clone(),
-            catalog: None,
-        };
-        let stored = service
-            .submit(planned, request, review, &actor)
-            .await
-            .map_err(service_error)?
-            .stored;
-        eprintln!(
-            "saved plan {} (v{}, {}) in {}",
-            stored.plan.id,
-            stored.version(),
-            stored.state,
-            store.location()
-        );
-        let result = if args.review {
-            review_loop(&service, stored, &actor).await
-        } else {
-            Ok(code)
-        };
-        store.close().await;
-        result
-    })
-}
-
-/// Earlier plans of a conversation loaded for `plan --conversation`.
-const MEMORY_LOAD: u32 = 20;
-
-/// The earlier turns of `conversation` (its stored plans, oldest first) for
-/// `plan --conversation`. A conversation with no plans yet has no turns.
-pub fn conversation_turns(
-    store: Option<&str>,
-    conversation: &str,
-) -> Result<Vec<plansmith_core::Turn>, CliError> {
-    runtime()?.block_on(async {
-        let store = open(store).await?;
-        let plans = store
-            .conversation_plans(conversation, MEMORY_LOAD)
-            .await
-            .map_err(store_error);
-        store.close().await;
-        Ok(plans?
-            .iter()
-            .map(|stored| plansmith_core::Turn::from_plan(&stored.plan))
-            .collect())
-    })
-}
-
-/// The interactive review: shows the plan, reads one reply per line from stdin.
-async fn review_loop(
-    service: &Service,
-    mut stored: StoredPlan,
-    actor: &str,
-) -> Result<Exit, CliError> {
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        match stored.state {
-            // Accepted as it stood at max_iterations: the last edit was not applied.
-            ReviewState::Accepted => {
-                println!("{}", stored.render_text().trim_end());
-                return Ok(not_applied(&stored).unwrap_or(Exit::Ok));
-            }
-            ReviewState::Rejected | ReviewState::Stopped => {
-                println!("{}", stored.render_text().trim_end());
-                return Ok(Exit::Failed);
-            }
-            _ => {}
-        }
-        println!("{}", stored.render_text().trim_end());
-        let prompt = if stored.state == ReviewState::NeedsInput {
-            "Answer the questions (or: reject [why] / quit):"
-        } else {
-            "accept / edit <feedback> / reject [why] / quit:"
-        };
-        println!("{prompt}");
-        std::io::stdout().flush().map_err(CliError::failed)?;
-        let Some(line) = lines.next() else {
-            eprintln!(
-                "end of input: plan {} left {}",
-                stored.plan.id, stored.state
-            );
-            return Ok(Exit::NeedsInput);
-        };
-        let line = line.map_err(CliError::failed)?;
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let (word, rest) = match line.split_once(char::is_whitespace) {
-            Some((word, rest)) => (word.to_lowercase(), rest.trim()),
-            None => (line.to_lowercase(), ""),
-        };
-        // The version shown above is the one decided on.
-        let decision = match (word.as_str(), stored.state) {
-            ("q" | "quit" | "exit", _) => {
-                eprintln!("plan {} left {}", stored.plan.id, stored.state);
-                return Ok(Exit::NeedsInput);
-            }
-            ("r" | "reject", _) => {
-                Decision::Reject(Some(rest.to_owned()).filter(|r| !r.is_empty()))
-            }
-            ("answer", _) => Decision::Answer(rest.to_owned()),
-            (_, ReviewState::NeedsInput) => Decision::Answer(line.to_owned()),
-            ("a" | "accept" | "y" | "yes", _) => Decision::Accept,
-            ("e" | "edit", _) => Decision::Edit(rest.to_owned()),
-            // Anything else is feedback for the planner.
-            _ => Decision::Edit(line.to_owned()),
-        };
-        // Accept and reject name the version shown, which the person decided on.
-        let shown =
-            matches!(decision, Decision::Accept | Decision::Reject(_)).then(|| stored.version());
-        let result = service
-            .decide(&stored.plan.id, decision, shown, actor, None)
-            .await
-            .map(|decided| decided.stored);
-        match result {
-            Ok(next) => {
-                stored = next;
-                // A failed replan is said before the plan is shown again (its note is in it).
-                if stored.state != ReviewState::Accepted
-                    && let Some(note) = &stored.review.note
-                {
-                    eprintln!("plansmith: {note}");
-                }
-            }
-            Err(ServiceError::Store(
-                err @ (StoreError::BadEdit(_)
-                | StoreError::InvalidState { .. }
-                | StoreError::EmptyPlan(_)
-                | StoreError::Invalid { .. }),
-            )) => eprintln!("{err}"),
-            // Someone else changed the plan since it was shown: show it again, decide again.
-            Err(ServiceError::Store(err @ StoreError::Conflict { .. })) => {
-                eprintln!("{err}; here it is as it is now");
-                stored = service
-                    .store()
-                    .get(&stored.plan.id)
-                    .await
-                    .map_err(store_error)?;
-            }
-            Err(err) => return Err(service_error(err)),
-        }
-    }
 }
