@@ -1,0 +1,287 @@
+//! The tools `plan`, `planning`, `feedback` and `templates`, and the MCP server handler that
+//! dispatches their calls.
+
+use plansmith_core::{OutcomeStatus, PlanRequest, Severity};
+use plansmith_service::{Decision, ServiceError};
+use plansmith_store::Review;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use serde_json::{Value, json};
+
+use super::PlansmithMcp;
+use super::answer::{ToolAnswer, answer, failure, respond, stored_json};
+use super::http::owner_of;
+use super::params::{FeedbackAction, FeedbackParams, PlanParams, PlanningParams, TemplatesParams};
+use super::progress::plan_for;
+
+#[tool_router(vis = "pub(super)")]
+impl PlansmithMcp {
+    #[tool(
+        description = "Plan a request: returns a validated plan of tool calls / tasks, or the questions to ask the user first, with diagnostics. The plan is stored for review (use `feedback` and `planning` with its id) unless save is false.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn plan(
+        &self,
+        Parameters(params): Parameters<PlanParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        if params.query.trim().is_empty() {
+            return failure("`query` is empty");
+        }
+        let owner = owner_of(&context);
+        let mut request = PlanRequest::new(params.query);
+        request.profile = params.profile;
+        request.context = params.context;
+        request.locale = params.locale;
+        request.conversation_id = params.conversation_id;
+        request.thread_id = params.thread_id;
+        request.target_agent = params.target_agent;
+        request.now = params.now;
+        request.owner = owner.clone();
+        request.options = params.options.unwrap_or_default();
+        if let Some(max_steps) = params.max_steps {
+            request.options.max_steps = max_steps;
+        }
+        if let Some(problem) = request.problem() {
+            return failure(problem);
+        }
+        let mut review = Review {
+            auto_accept: params.auto_accept,
+            ..Review::default()
+        };
+        if let Some(max) = params.max_iterations {
+            review.max_iterations = max;
+        }
+        let planned = match plan_for(
+            &self.service,
+            (params.tools.as_ref(), params.agents.as_ref()),
+            &request,
+            &context,
+        )
+        .await
+        {
+            Ok(planned) => planned,
+            Err(err @ ServiceError::Store(_)) => return failure(err.to_string()),
+            Err(err) => return failure(format!("planning failed: {err}")),
+        };
+        let outcome = planned.outcome.clone();
+        let stored = if params.save.unwrap_or(true) {
+            match self
+                .service
+                .submit(planned, &request, review, &self.actor_for(&owner))
+                .await
+            {
+                Ok(submitted) => Some(submitted.stored),
+                Err(err) => return failure(format!("the plan could not be stored: {err}")),
+            }
+        } else {
+            None
+        };
+        let plan = stored.as_ref().map_or(&outcome.plan, |s| &s.plan);
+        let diagnostics = &outcome.diagnostics;
+        let status = outcome.status.name();
+        // What the text says of a plan that is not as asked, and why.
+        let (label, reason) = match &outcome.status {
+            OutcomeStatus::Fallback { reason } => ("Fallback", Some(reason.clone())),
+            OutcomeStatus::Incomplete { reason, .. } => ("Incomplete", Some(reason.clone())),
+            _ => ("", None),
+        };
+        let value = json!({
+            "status": status,
+            "reason": reason,
+            "plan_id": plan.id,
+            "state": stored.as_ref().map(|s| s.state.as_str()),
+            "plan": plan,
+            "questions": plan.questions,
+            "needs_approval": plan.steps.iter().filter(|s| s.requires_approval).map(|s| s.id.clone()).collect::<Vec<_>>(),
+            "diagnostics": {
+                "findings": diagnostics.findings,
+                "attempts": diagnostics.attempts.len(),
+                "repairs": diagnostics.repairs,
+                "strategy": diagnostics.strategy.map(|s| s.as_str()),
+                "model": diagnostics.model,
+                "total_ms": diagnostics.timings.total_us / 1000,
+            },
+        });
+        let mut text = format!("{status}: plan `{}`\n{}", plan.id, plan.render_text());
+        for question in &plan.questions {
+            text.push_str(&format!("Question {}: {}\n", question.id, question.text));
+        }
+        for finding in diagnostics
+            .findings
+            .iter()
+            .filter(|d| d.severity >= Severity::Warning)
+        {
+            text.push_str(&format!("{finding}\n"));
+        }
+        if let Some(reason) = reason {
+            text.push_str(&format!("{label}: {reason}\n"));
+        }
+        answer(value, text)
+    }
+
+    #[tool(
+        description = "Manage stored plans (OpenManus PlanningTool). Commands: create (plan_id, title, steps), update (plan_id, title?, steps?), list, get (plan_id, or the active plan), set_active (plan_id), mark_step (plan_id or active, step_index, step_status, step_notes), delete (plan_id).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn planning(
+        &self,
+        Parameters(params): Parameters<PlanningParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        respond(self.planning_command(params, &owner).await)
+    }
+
+    #[tool(
+        description = "Review a stored plan: accept it, edit it with free-text feedback (replans), answer its questions (replans), reject it, patch it (a JSON Patch, re-validated), or decide about a step of its run (step + verdict: approve, deny, retry, skip, abort; a run waiting for it goes on).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn feedback(
+        &self,
+        Parameters(params): Parameters<FeedbackParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        let current = match self.visible(&params.plan_id, &owner).await {
+            Ok(current) => current,
+            Err(err) => return failure(err.to_string()),
+        };
+        let text = params.text.unwrap_or_default();
+        let actor = self.actor_for(&owner);
+        let decision = match params.action {
+            FeedbackAction::Patch => match params.patch {
+                Some(patch) => Decision::Patch(patch),
+                None => return failure("`patch` (JSON Patch operations) is required for patch"),
+            },
+            FeedbackAction::Step => {
+                let Some(step) = params.step.filter(|s| !s.trim().is_empty()) else {
+                    return failure("`step` (the step id) is required for step");
+                };
+                match params
+                    .verdict
+                    .unwrap_or_default()
+                    .parse::<plansmith_store::StepVerdict>()
+                {
+                    Ok(verdict) => Decision::Step {
+                        step,
+                        verdict,
+                        note: text,
+                    },
+                    Err(err) => return failure(format!("`verdict` for step: {err}")),
+                }
+            }
+            FeedbackAction::Accept => Decision::Accept,
+            FeedbackAction::Reject => Decision::Reject(Some(text).filter(|t| !t.trim().is_empty())),
+            FeedbackAction::Edit | FeedbackAction::Answer if text.trim().is_empty() => {
+                return failure("`text` is required for edit and answer");
+            }
+            FeedbackAction::Edit => Decision::Edit(text),
+            FeedbackAction::Answer => Decision::Answer(text),
+        };
+        let step = match &decision {
+            Decision::Step { step, verdict, .. } => Some((step.clone(), *verdict)),
+            _ => None,
+        };
+        let decided = match self
+            .service
+            .decide(
+                &current.plan.id,
+                decision,
+                params.expected_version,
+                &actor,
+                None,
+            )
+            .await
+        {
+            Ok(decided) => decided,
+            Err(err) => return failure(err.to_string()),
+        };
+        match (step, decided.step_decision) {
+            (Some((step, verdict)), Some(step_decision)) => {
+                let plan_id = &current.plan.id;
+                let applies = serde_json::to_value(step_decision.applies).unwrap_or(Value::Null);
+                let text = format!(
+                    "Step {step} of plan {plan_id}: {} (applies: {})",
+                    verdict.as_str(),
+                    applies.as_str().unwrap_or_default()
+                );
+                answer(
+                    json!({"plan_id": plan_id, "step_decision": step_decision}),
+                    text,
+                )
+            }
+            _ => {
+                let mut value = stored_json(&decided.stored);
+                if matches!(params.action, FeedbackAction::Patch) {
+                    value["diagnostics"] = json!(decided.diagnostics);
+                }
+                answer(value, decided.stored.render_text())
+            }
+        }
+    }
+
+    #[tool(
+        description = "Plan templates: list, get (name, version?), save (a stored plan_id as template `name`, with parameters [{name, literal?, description?, default?}]), delete (name, version?), instantiate (name, arguments {param: value}) into a new plan validated against the catalog and stored for review.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn templates(
+        &self,
+        Parameters(params): Parameters<TemplatesParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        respond(self.templates_command(params, &owner).await)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for PlansmithMcp {
+    /// Every tool call ends when its client cancels it (`notifications/cancelled`): rmcp only
+    /// cancels the request's token, and a handler that does not watch it runs on. `plan` and
+    /// a replanning `feedback` would hold the model, and the embedded model serves one request
+    /// at a time; store writes are transactions, rolled back when dropped before the commit.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let cancelled = context.ct.clone();
+        let call = self
+            .tool_router
+            .call(ToolCallContext::new(self, request, context));
+        tokio::select! {
+            answer = call => answer,
+            () = cancelled.cancelled() => failure("cancelled by the client").map(Into::into),
+        }
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("plansmith", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "plansmith turns a request into a validated plan over the configured tools. \
+                 Call `plan` with the request; if the result has questions, ask the user and \
+                 answer them with `feedback` (action answer). Manage stored plans with `planning`.",
+            )
+    }
+}
