@@ -7,6 +7,8 @@ use super::error::ParseError;
 use super::fields::lookup;
 use super::repair::{parse_candidate, read_as_written};
 use super::text::{fenced_blocks, snippet, strip_think};
+#[cfg(doc)]
+use super::to_plan;
 use crate::diagnostic::{Code, Diagnostic};
 
 /// Finds the JSON value in model output; the flag is true when repair was needed.
@@ -337,7 +339,7 @@ fn looks_like_json(text: &str, start: usize) -> bool {
     )
 }
 
-/// Keys whose array holds the steps, in the shapes [`to_plan`](super::to_plan) knows.
+/// Keys whose array holds the steps, in the shapes [`to_plan`] knows.
 const STEP_LIST_KEYS: &[&str] = &["steps", "tasks", "execution_plan", "plan"];
 
 /// Step fields holding prose: a step cut off inside one of them is still usable.

@@ -7,9 +7,11 @@ use serde_json::{Map, Value};
 use super::error::ParseError;
 use super::fields::{describe, lookup, lookup_in};
 use super::text::snippet;
+#[cfg(doc)]
+use super::to_plan;
 use crate::diagnostic::{Code, Diagnostic};
 
-/// Where the JSON came from: which plan shape [`to_plan`](super::to_plan) recognised.
+/// Where the JSON came from: which plan shape [`to_plan`] recognised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -55,7 +57,7 @@ pub(super) struct Doc {
     pub(super) shape: SourceShape,
 }
 
-/// Recognises the shape of `value` (see [`to_plan`](super::to_plan)).
+/// Recognises the shape of `value` (see [`to_plan`]).
 pub(super) fn recognise(
     value: Value,
     depth: u8,
