@@ -56,6 +56,19 @@ pub struct PlanParams {
     /// Review rounds before the policy applies (default 3).
     #[serde(default)]
     pub max_iterations: Option<u32>,
+    /// Earlier turns of the conversation as chat messages (`[{"role": "user", "content":
+    /// "…"}, …]`), sent to the model as they are, as `POST /v1/plans` takes them.
+    #[serde(default)]
+    pub history: Option<Value>,
+    /// Earlier planning turns of the conversation, oldest first (`[{"query": "…", "plan":
+    /// "…"}, …]`, as `POST /v1/plans` takes them): the planner shows the recent ones and a
+    /// summary of the older ones within the memory options.
+    #[serde(default)]
+    pub turns: Option<Value>,
+    /// For a replan: the previous plan and what was said or observed about it (`{"previous":
+    /// plan, "text": "…", "observations": […]}`, as `POST /v1/plans` takes it).
+    #[serde(default)]
+    pub feedback: Option<Value>,
 }
 
 /// The PlanningTool commands.

@@ -49,6 +49,23 @@ impl PlansmithMcp {
         if let Some(max_steps) = params.max_steps {
             request.options.max_steps = max_steps;
         }
+        // The conversation and a replan's previous plan, read as the HTTP API reads them.
+        let conversation = [
+            ("history", params.history),
+            ("turns", params.turns),
+            ("feedback", params.feedback),
+        ];
+        for (field, value) in conversation {
+            let Some(value) = value else { continue };
+            let parsed = match field {
+                "history" => serde_json::from_value(value).map(|v| request.history = v),
+                "turns" => serde_json::from_value(value).map(|v| request.turns = v),
+                _ => serde_json::from_value(value).map(|v| request.feedback = Some(v)),
+            };
+            if let Err(err) = parsed {
+                return failure(format!("`{field}`: {err}"));
+            }
+        }
         if let Some(problem) = request.problem() {
             return failure(problem);
         }

@@ -621,6 +621,66 @@ async fn plan_takes_the_options_and_the_tools_of_its_caller() {
     );
 }
 
+/// The conversation (chat history and earlier planning turns) and a previous plan to revise
+/// reach the model as they do through `POST /v1/plans`; a malformed one is refused by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_takes_the_conversation_and_a_previous_plan() {
+    let reply = json!({"title": "Weather", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Lyon"}}
+    ]});
+    let model = Arc::new(ScriptedModel::new(vec![reply.to_string()]));
+    let s = start_with(model.clone(), ()).await;
+    let mut previous = plansmith_core::Plan::new("p-old", "Weather in Paris?");
+    previous.steps.push(plansmith_core::Step::new(
+        "s1",
+        "Paris weather",
+        plansmith_core::Action::Tool {
+            name: "get_weather".into(),
+            arguments: json!({"city": "Paris"}).as_object().unwrap().clone(),
+        },
+    ));
+    let planned = s
+        .ok(
+            "plan",
+            json!({
+                "query": "And in Lyon?",
+                "history": [{"role": "user", "content": "I am packing for a trip to Marseille"}],
+                "turns": [{"query": "Weather in Paris?", "plan": "get_weather(city=Paris)"}],
+                "feedback": {"previous": previous, "text": "Lyon, not Paris"},
+                "save": false,
+            }),
+        )
+        .await;
+    assert_eq!(planned["status"], "ready", "{planned}");
+    let requests = model.requests();
+    let prompt: String = requests[0]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for expected in [
+        "packing for a trip to Marseille",
+        "Weather in Paris?",
+        "Lyon, not Paris",
+    ] {
+        assert!(
+            prompt.contains(expected),
+            "`{expected}` is not in the prompt:\n{prompt}"
+        );
+    }
+    for (field, value) in [
+        ("history", json!([{"role": "narrator", "content": "x"}])),
+        ("turns", json!("not a list")),
+        ("feedback", json!({"previous": 3})),
+    ] {
+        let text = s
+            .fails("plan", json!({"query": "x", field: value, "save": false}))
+            .await;
+        assert!(text.contains(&format!("`{field}`")), "{field}: {text}");
+    }
+}
+
 /// `docs/reference/mcp-tools.json` is what the server's `tools/list` answers (name,
 /// description, input and output schemas, annotations), the MCP contract beside the OpenAPI
 /// document; `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp-server reference` rewrites it.
