@@ -169,6 +169,18 @@ impl From<plansmith_service::ServiceError> for ApiError {
         match err {
             plansmith_service::ServiceError::Store(err) => err.into(),
             plansmith_service::ServiceError::Plan(err) => err.into(),
+            plansmith_service::ServiceError::Template(err) => {
+                ApiError::new("bad_request", err.to_string())
+            }
+            err @ plansmith_service::ServiceError::InvalidInstance { .. } => {
+                let message = err.to_string();
+                let plansmith_service::ServiceError::InvalidInstance { diagnostics, .. } = err
+                else {
+                    return ApiError::new("internal", message);
+                };
+                ApiError::new("invalid_plan", message)
+                    .with_details(serde_json::to_value(diagnostics).unwrap_or(Value::Null))
+            }
             err => ApiError::new("internal", err.to_string()),
         }
     }

@@ -11,11 +11,10 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
-use plansmith_core::{Diagnostic, Plan, PlanOptions, PlanTemplate, Severity, TemplateParameter};
-use plansmith_store::{Review, ReviewState, StoredPlan};
+use plansmith_core::{Diagnostic, Plan, PlanOptions, PlanTemplate, TemplateParameter};
+use plansmith_service::Instantiation;
+use plansmith_store::StoredPlan;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
@@ -256,41 +255,23 @@ async fn instantiate(
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<Instantiate>,
 ) -> Result<Response, ApiError> {
-    let template = state.store.get_template(&name, body.version).await?;
-    let options = body.options.unwrap_or_default();
-    let plan_id = plansmith_core::Plan::new_id();
-    let (mut plan, diagnostics) = template
-        .instantiate(
-            &body.arguments,
-            state.planner.catalog(),
-            &options,
-            &plan_id,
-            Utc::now(),
-        )
-        .map_err(bad_template)?;
-    plan.conversation_id = body.conversation_id;
-    plan.owner = caller.0.clone();
+    let mut what = Instantiation::new(name, body.arguments);
+    what.version = body.version;
+    what.options = body.options.unwrap_or_default();
+    what.conversation_id = body.conversation_id;
+    what.owner = caller.0.clone();
+    let instance = state.service.instantiate(&what).await?;
     if body.dry_run {
-        return Ok(Json(Preview { plan, diagnostics }).into_response());
+        return Ok(Json(Preview {
+            plan: instance.plan,
+            diagnostics: instance.diagnostics,
+        })
+        .into_response());
     }
-    if diagnostics.iter().any(|d| d.severity == Severity::Error) {
-        return Err(ApiError::new(
-            "invalid_plan",
-            format!(
-                "the plan from template {} v{} is invalid against the current catalog; nothing stored",
-                template.name, template.version
-            ),
-        )
-        .with_details(serde_json::to_value(&diagnostics).unwrap_or(Value::Null)));
-    }
+    let diagnostics = instance.diagnostics.clone();
     let stored = state
-        .store
-        .create(
-            plan,
-            ReviewState::AwaitingReview,
-            Review::default(),
-            &caller.actor(),
-        )
+        .service
+        .submit_instance(instance, &caller.actor())
         .await?;
     crate::routes::publish_stored(&state.bus, "plan_created", &stored);
     Ok((

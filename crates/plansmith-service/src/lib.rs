@@ -12,7 +12,9 @@
 //!   (both replanned with the plan's own catalog), a JSON Patch (re-validated), a verdict on a
 //!   step of a running plan (a run waiting for it is told at once, through
 //!   [`Service::with_on_decided`]);
-//! - [`Service::check`] says what a JSON Patch would make of a plan, storing nothing.
+//! - [`Service::check`] says what a JSON Patch would make of a plan, storing nothing;
+//! - [`Service::instantiate`] makes a plan of a stored template, validated against the
+//!   service's catalog, and [`Service::submit_instance`] stores it for review when it is valid.
 //!
 //! The store ([`plansmith_store`]) keeps plans, versions and the review state, written by
 //! compare-and-swap; it never calls the planner. The planner ([`plansmith_core::Planner`]) plans;
@@ -52,6 +54,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod review;
+mod templates;
 
 use std::sync::Arc;
 
@@ -61,6 +64,7 @@ use plansmith_store::{PlanStore, Planners, Review, StepDecided, StoreError, Subm
 use serde_json::Value;
 
 pub use review::{Decided, Decision};
+pub use templates::{Instance, Instantiation};
 
 /// What an operation could not do.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +77,22 @@ pub enum ServiceError {
     /// Planning a new request failed.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// A template's arguments do not fit it (missing or unknown parameters).
+    #[error(transparent)]
+    Template(plansmith_core::PlanTemplateError),
+    /// The plan made from a template has errors against the catalog (a tool gone or changed
+    /// since it was saved, an argument that does not fit); nothing was stored.
+    #[error(
+        "the plan from template {template} v{version} is invalid against the current catalog; nothing stored"
+    )]
+    InvalidInstance {
+        /// The template.
+        template: String,
+        /// Its version.
+        version: u32,
+        /// Every finding, errors included.
+        diagnostics: Vec<Diagnostic>,
+    },
 }
 
 /// The result of a service operation.

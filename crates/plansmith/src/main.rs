@@ -44,6 +44,7 @@ use clap::{Args, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod args;
 mod config;
 mod eval;
 mod exit;

@@ -41,15 +41,8 @@ pub struct McpArgs {
     /// Plan store: `sqlite:PATH`, `postgres://…` (default: SQLite in the data directory).
     #[arg(long, env = "PLANSMITH_STORE")]
     store: Option<String>,
-    /// Tool catalog file.
-    #[arg(long)]
-    tools: Option<PathBuf>,
-    /// Agent cards.
-    #[arg(long)]
-    agents: Option<PathBuf>,
-    /// MCP servers whose tools make up (part of) the catalog.
-    #[arg(long)]
-    mcp: Option<PathBuf>,
+    #[command(flatten)]
+    catalog: crate::args::CatalogArgs,
     /// Who the plans' history records as the author of changes.
     #[arg(long, env = "PLANSMITH_ACTOR", default_value = "mcp")]
     actor: String,
@@ -243,8 +236,8 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
 /// `plansmith mcp`: serve the `plan`, `planning` and `feedback` tools over stdio until the
 /// client disconnects.
 pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
-    let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
-    let catalog = extend(catalog, args.mcp.as_deref())?;
+    let catalog = args.catalog.files()?;
+    let catalog = args.catalog.with_mcp(catalog)?;
     let model = crate::model::load(args.model.as_deref())?;
     let planner = Arc::new(crate::retrieval::planner(catalog, model)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -17,16 +17,8 @@ use crate::{CliError, Exit};
 pub struct PlanArgs {
     /// The request to plan.
     query: String,
-    /// Tool catalog (MCP tools/list result, list, OpenAI tools, or {name: tool} map).
-    #[arg(long)]
-    tools: Option<PathBuf>,
-    /// Agent cards (a list, or {"agents": [...]}).
-    #[arg(long)]
-    agents: Option<PathBuf>,
-    /// MCP servers whose tools join the catalog (`{"mcpServers": {name: {command, args, env}
-    /// | {url}}}`); a server that fails is a warning naming it.
-    #[arg(long)]
-    mcp: Option<PathBuf>,
+    #[command(flatten)]
+    catalog: crate::args::CatalogArgs,
     /// System prompt / persona / constraints: text, or @FILE.
     #[arg(long)]
     profile: Option<String>,
@@ -119,7 +111,7 @@ pub struct PlanArgs {
 pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     // Every input is checked before the model is loaded and asked: a bad templates directory
     // or store fails at once, the same way every time, and not after the plan was made.
-    let catalog = load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
+    let catalog = args.catalog.files()?;
     let templates = args
         .templates
         .as_deref()
@@ -127,7 +119,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
         .transpose()
         .map_err(CliError::input)?;
     crate::plan_review::check_store(&args.save)?;
-    let catalog = crate::mcp_cmd::extend(catalog, args.mcp.as_deref())?;
+    let catalog = args.catalog.with_mcp(catalog)?;
     let model = crate::model::load(args.model.as_deref())?;
     let model_name = model.name();
     let mut planner = crate::retrieval::planner(catalog, model)?;

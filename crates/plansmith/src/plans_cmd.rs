@@ -189,12 +189,10 @@ enum PlansCommand {
 /// What a replanning command needs: the catalog and the model.
 #[derive(Debug, Args)]
 struct PlannerArgs {
-    /// Tool catalog.
-    #[arg(long)]
-    tools: Option<PathBuf>,
-    /// Agent cards.
-    #[arg(long)]
-    agents: Option<PathBuf>,
+    /// The catalog of plans made without one of their own (a plan made with its caller's
+    /// catalog, over HTTP or MCP, replans with that one).
+    #[command(flatten)]
+    catalog: crate::args::CatalogArgs,
     /// Directory of templates overriding the built-in ones.
     #[arg(long)]
     templates: Option<PathBuf>,
@@ -205,7 +203,8 @@ struct PlannerArgs {
 
 impl PlannerArgs {
     fn planner(&self) -> Result<Planner, CliError> {
-        let catalog = crate::plan_cmd::load_catalog(self.tools.as_deref(), self.agents.as_deref())?;
+        let catalog = self.catalog.files()?;
+        let catalog = self.catalog.with_mcp(catalog)?;
         let model = crate::model::load(self.model.as_deref())?;
         let mut planner = crate::retrieval::planner(catalog, model)?;
         if let Some(dir) = &self.templates {
@@ -217,14 +216,14 @@ impl PlannerArgs {
 
     fn catalog_planner(&self) -> Result<Planner, CliError> {
         // Validation needs only the catalog; no model is loaded for a JSON Patch.
-        let catalog = crate::plan_cmd::load_catalog(self.tools.as_deref(), self.agents.as_deref())?;
+        let catalog = self.catalog.files()?;
         Ok(modelless(catalog))
     }
 }
 
 /// A planner that never calls a model, for the operations that only validate (a JSON Patch)
 /// or plan nothing (accept, reject, step decisions).
-fn modelless(catalog: Catalog) -> Planner {
+pub(crate) fn modelless(catalog: Catalog) -> Planner {
     Planner::new(
         catalog,
         Arc::new(plansmith_core::ScriptedModel::new(Vec::<String>::new())),
@@ -597,7 +596,10 @@ async fn refuse_early(
     let stored = store.get(id).await.map_err(store_error)?;
     stored.require(action).map_err(store_error)?;
     // A plan made with its caller's catalog replans with that one.
-    if planner.tools.is_none() && stored.review.catalog.is_none() {
+    if planner.catalog.tools.is_none()
+        && planner.catalog.mcp.is_none()
+        && stored.review.catalog.is_none()
+    {
         let mut tools: Vec<&str> = stored
             .plan
             .steps

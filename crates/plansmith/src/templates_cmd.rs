@@ -15,7 +15,8 @@ use chrono::Utc;
 use clap::{Args, Subcommand};
 use plansmith_core::parse::{self, ParseDefaults};
 use plansmith_core::{Plan, PlanOptions, PlanTemplate, Severity, TemplateParameter};
-use plansmith_store::{PlanStore, Review, ReviewState};
+use plansmith_service::{Instantiation, ServiceError};
+use plansmith_store::PlanStore;
 
 use crate::plans_cmd::{StoreArgs, open, runtime, store_error};
 use crate::{CliError, Exit};
@@ -262,50 +263,47 @@ async fn instantiate(
     args: InstantiateArgs,
     actor: &str,
 ) -> Result<Exit, CliError> {
-    let template = store
-        .get_template(&args.name, args.version)
-        .await
-        .map_err(store_error)?;
     let mut arguments = BTreeMap::new();
     for item in &args.args {
         let (name, value) = pair(item, "arg")?;
         arguments.insert(name, value);
     }
     let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
-    let options = PlanOptions {
-        max_steps: args.max_steps,
-        allow_recurring: args.allow_recurring,
-        ..PlanOptions::default()
+    let service = crate::plans_cmd::service(store, crate::plans_cmd::modelless(catalog));
+    let mut what = Instantiation::new(args.name.clone(), arguments);
+    what.version = args.version;
+    what.options.max_steps = args.max_steps;
+    what.options.allow_recurring = args.allow_recurring;
+    what.conversation_id = args.conversation.clone();
+    let instance = match service.instantiate(&what).await {
+        Err(ServiceError::Template(err)) => return Err(CliError::input(err)),
+        other => other.map_err(crate::plans_cmd::service_error)?,
     };
-    let plan_id = plansmith_core::Plan::new_id();
-    let (mut plan, diagnostics) = template
-        .instantiate(&arguments, &catalog, &options, &plan_id, Utc::now())
-        .map_err(CliError::input)?;
-    plan.conversation_id = args.conversation.clone();
-    let errors = diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .count();
-    for diagnostic in &diagnostics {
+    for diagnostic in &instance.diagnostics {
         eprintln!("{diagnostic}");
     }
-    if errors > 0 {
+    if !instance.is_valid() {
+        let errors = instance
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .count();
         eprintln!(
             "the plan from template {} v{} is invalid against the catalog (a tool gone or changed, or an argument that does not fit): {errors} error(s); nothing saved",
-            template.name, template.version
+            instance.template, instance.version
         );
         return Ok(Exit::Failed);
     }
     if args.json {
-        print_json(&plan)?;
+        print_json(&instance.plan)?;
     } else {
-        print!("{}", plan.render_text());
+        print!("{}", instance.plan.render_text());
     }
     if args.save {
-        let stored = store
-            .create(plan, ReviewState::AwaitingReview, Review::default(), actor)
+        let stored = service
+            .submit_instance(instance, actor)
             .await
-            .map_err(store_error)?;
+            .map_err(crate::plans_cmd::service_error)?;
         eprintln!(
             "saved plan {} (v{}, {}) in {}",
             stored.plan.id,

@@ -1,8 +1,9 @@
 //! The `templates` tool's commands: list, get, save, delete and instantiate plan templates.
 
+use plansmith_core::Severity;
 use plansmith_core::plan_template::{PlanTemplate, TemplateParameter};
-use plansmith_core::{PlanOptions, Severity};
-use plansmith_store::{Review, StoreError};
+use plansmith_service::Instantiation;
+use plansmith_store::StoreError;
 use serde_json::{Value, json};
 
 use super::PlansmithMcp;
@@ -117,22 +118,17 @@ impl PlansmithMcp {
                 ))
             }
             TemplatesCommand::Instantiate => {
-                let template = self
-                    .store()
-                    .get_template(&name()?, params.version)
+                let mut what = Instantiation::new(name()?, params.arguments.clone());
+                what.version = params.version;
+                what.conversation_id = params.conversation_id.clone();
+                what.owner = owner.clone();
+                let instance = self
+                    .service
+                    .instantiate(&what)
                     .await
-                    .map_err(err)?;
-                let plan_id = plansmith_core::Plan::new_id();
-                let (mut plan, diagnostics) = template
-                    .instantiate(
-                        &params.arguments,
-                        self.service.planners().default_planner().catalog(),
-                        &PlanOptions::default(),
-                        &plan_id,
-                        chrono::Utc::now(),
-                    )
                     .map_err(|e| e.to_string())?;
-                let errors: Vec<String> = diagnostics
+                let errors: Vec<String> = instance
+                    .diagnostics
                     .iter()
                     .filter(|d| d.severity == Severity::Error)
                     .map(ToString::to_string)
@@ -140,30 +136,27 @@ impl PlansmithMcp {
                 if !errors.is_empty() {
                     return Err(format!(
                         "the plan from template {} v{} is invalid against the catalog; nothing saved: {}",
-                        template.name,
-                        template.version,
+                        instance.template,
+                        instance.version,
                         errors.join("; ")
                     ));
                 }
-                plan.owner = owner.clone();
-                plan.conversation_id = params.conversation_id.clone();
                 if params.save.unwrap_or(true) {
+                    let diagnostics = instance.diagnostics.clone();
                     let stored = self
-                        .store()
-                        .create(
-                            plan,
-                            plansmith_store::ReviewState::AwaitingReview,
-                            Review::default(),
-                            &self.actor_for(owner),
-                        )
+                        .service
+                        .submit_instance(instance, &self.actor_for(owner))
                         .await
-                        .map_err(err)?;
+                        .map_err(|e| e.to_string())?;
                     let mut value = stored_json(&stored);
                     value["diagnostics"] = json!(diagnostics);
                     Ok((value, stored.render_text()))
                 } else {
-                    let text = plan.render_text();
-                    Ok((json!({"plan": plan, "diagnostics": diagnostics}), text))
+                    let text = instance.plan.render_text();
+                    Ok((
+                        json!({"plan": instance.plan, "diagnostics": instance.diagnostics}),
+                        text,
+                    ))
                 }
             }
         }
