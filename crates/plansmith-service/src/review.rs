@@ -1,7 +1,7 @@
 //! The review decision, one type for every front end, and the replans it makes.
 
 use plansmith_core::pipeline::OnEvent;
-use plansmith_core::{Diagnostic, Feedback, OutcomeStatus, PlanRequest, Planner};
+use plansmith_core::{Diagnostic, Feedback, OutcomeStatus, Planner};
 use plansmith_store::review::initial_state;
 use plansmith_store::{
     Change, ReviewAction, StepDecided, StepVerdict, StoreError, StoredPlan, Trigger,
@@ -183,27 +183,17 @@ impl Service {
         actor: &str,
         on_event: Option<OnEvent<'_>>,
     ) -> Result<StoredPlan> {
-        let mut review = current.review.clone();
-        review.iteration = review.iteration.saturating_add(1);
-        review.schedule_confirmed |= replan.confirm_schedule;
-        let mut request = review
-            .request
-            .clone()
-            .unwrap_or_else(|| PlanRequest::new(current.plan.goal.clone()));
-        if request.query.trim().is_empty() {
-            request.query = current.plan.goal.clone();
-        }
-        request.owner = current.plan.owner.clone();
-        request.conversation_id = current.plan.conversation_id.clone();
-        request.thread_id = current.plan.thread_id.clone();
-        request.options.iteration = review.iteration;
-        request.options.allow_recurring |= review.schedule_confirmed;
-        request.feedback = Some(Feedback {
+        let request = current.replan_request(Feedback {
             previous: Some(current.plan.clone()),
             text: Some(replan.text),
             diagnostics: Vec::new(),
             observations: Vec::new(),
         });
+        let mut review = current.review.clone();
+        review.iteration = request.options.iteration;
+        review.schedule_confirmed |= replan.confirm_schedule;
+        let mut request = request;
+        request.options.allow_recurring |= replan.confirm_schedule;
         let planned = match on_event {
             Some(on_event) => planner.plan_with_events(&request, on_event).await,
             None => planner.plan(&request).await,

@@ -2,7 +2,7 @@
 //! are kept, and the rest becomes a new version of the plan the run goes on with.
 
 use plansmith_core::validate::validate;
-use plansmith_core::{Feedback, Outcome, OutcomeStatus, PlanRequest};
+use plansmith_core::{Feedback, Outcome, OutcomeStatus};
 use plansmith_store::{Change, ExecStatus, StepSeed, Trigger};
 use serde_json::Value;
 
@@ -34,11 +34,6 @@ impl Ctx<'_> {
         self.sync.flush().await;
         let observations = self.observations();
         let stored = self.ex.store.get(&self.plan_id).await?;
-        let mut request = stored
-            .review
-            .request
-            .clone()
-            .unwrap_or_else(|| PlanRequest::new(self.plan.goal.clone()));
         let mut previous = self.plan.clone();
         for step in &mut previous.steps {
             if let Some(row) = self.view.get(&step.id) {
@@ -47,7 +42,7 @@ impl Ctx<'_> {
                 step.error = row.error.clone();
             }
         }
-        request.feedback = Some(Feedback {
+        let request = stored.replan_request(Feedback {
             previous: Some(previous),
             text: Some(
                 "Some steps failed while the plan ran. The completed steps are kept with \
@@ -58,7 +53,6 @@ impl Ctx<'_> {
             diagnostics: Vec::new(),
             observations: observations.clone(),
         });
-        request.options.iteration = request.options.iteration.saturating_add(1);
         let reason_prefix = self.replan_wanted.join("; ");
         self.replan_wanted.clear();
         let outcome = match planner.plan(&request).await {

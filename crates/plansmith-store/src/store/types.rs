@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use plansmith_core::Plan;
+use plansmith_core::{Feedback, Plan, PlanRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -236,6 +236,29 @@ impl StoredPlan {
             .collect()
     }
 
+    /// The request that replans this plan with `feedback` (the previous plan and what was said
+    /// or observed about it), for a person's edit or answer and for a run's failure alike: the
+    /// request the plan was made with (its options and context; the goal when none was kept),
+    /// the plan's owner, conversation and thread, the next review round as
+    /// `options.iteration`, and recurring schedules allowed once the person confirmed them.
+    pub fn replan_request(&self, feedback: Feedback) -> PlanRequest {
+        let mut request = self
+            .review
+            .request
+            .clone()
+            .unwrap_or_else(|| PlanRequest::new(self.plan.goal.clone()));
+        if request.query.trim().is_empty() {
+            request.query = self.plan.goal.clone();
+        }
+        request.owner = self.plan.owner.clone();
+        request.conversation_id = self.plan.conversation_id.clone();
+        request.thread_id = self.plan.thread_id.clone();
+        request.options.iteration = self.review.iteration.saturating_add(1);
+        request.options.allow_recurring |= self.review.schedule_confirmed;
+        request.feedback = Some(feedback);
+        request
+    }
+
     /// `Ok` when the caller saw this version (or named none); else [`StoreError::Conflict`]:
     /// a reviewer who read version 3 must not accept the steps that version 4 added.
     pub fn require_version(&self, expected: Option<u32>) -> Result<()> {
@@ -312,4 +335,57 @@ pub struct VersionRecord {
     pub state: ReviewState,
     /// RFC 6902 JSON Patch from the parent document to this one (the whole document for v1).
     pub diff: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use plansmith_core::{Feedback, Plan, PlanRequest};
+
+    use super::StoredPlan;
+    use crate::review::{Review, ReviewState};
+
+    /// A replan, whoever asks for it, starts from the request the plan was made with and
+    /// carries what the review has settled since: the round, a confirmed schedule, and the
+    /// plan's own owner, conversation and thread.
+    #[test]
+    fn a_replan_request_carries_the_review_so_far() {
+        let mut plan = Plan::new("p1", "Send me NVDA news every morning");
+        plan.owner = Some("alice".into());
+        plan.conversation_id = Some("c2".into());
+        plan.thread_id = Some("t3".into());
+        let mut kept = PlanRequest::new("");
+        kept.context = vec!["a note".into()];
+        kept.options.max_steps = 3;
+        let stored = StoredPlan {
+            plan,
+            state: ReviewState::Accepted,
+            review: Review {
+                iteration: 2,
+                schedule_confirmed: true,
+                request: Some(kept),
+                ..Review::default()
+            },
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+            run_active: false,
+        };
+        let feedback = Feedback {
+            text: Some("step s2 failed".into()),
+            ..Feedback::default()
+        };
+        let request = stored.replan_request(feedback);
+        assert_eq!(request.query, "Send me NVDA news every morning");
+        assert_eq!(request.context, ["a note"]);
+        assert_eq!(request.options.max_steps, 3);
+        assert_eq!(request.options.iteration, 3);
+        assert!(request.options.allow_recurring);
+        assert_eq!(request.owner.as_deref(), Some("alice"));
+        assert_eq!(request.conversation_id.as_deref(), Some("c2"));
+        assert_eq!(request.thread_id.as_deref(), Some("t3"));
+        assert_eq!(
+            request.feedback.and_then(|f| f.text).as_deref(),
+            Some("step s2 failed")
+        );
+    }
 }
