@@ -184,8 +184,19 @@ impl CatalogTool {
     }
 
     /// The compiled validator of the tool's input schema (formats are checked).
-    pub fn validator(&self) -> &jsonschema::Validator {
+    pub(crate) fn validator(&self) -> &jsonschema::Validator {
         &self.validator
+    }
+
+    /// What is wrong with `arguments` against the tool's input schema: at most `limit`
+    /// problems, each a message ending with the JSON pointer of the value at fault; empty when
+    /// they fit.
+    pub fn argument_problems(&self, arguments: &Value, limit: usize) -> Vec<String> {
+        self.validator
+            .iter_errors(arguments)
+            .take(limit)
+            .map(|e| format!("{e} at `{}`", e.instance_path()))
+            .collect()
     }
 
     /// The tool's member of the plan schema's step union ([`crate::schema::tool_step_schema`]);

@@ -104,7 +104,7 @@ pub enum StoreError {
         /// The migration that failed.
         version: i64,
         /// The cause.
-        source: sqlx::Error,
+        source: DatabaseError,
     },
     /// The store was migrated by a newer plansmith: this one would misread what that one
     /// writes, so it does not open the store.
@@ -147,10 +147,44 @@ pub enum StoreError {
     },
     /// The database reported an error.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    /// SQLite reported an error to the group-commit writer's own connection.
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Database(DatabaseError),
+}
+
+/// An error the database reported, as text and as the source chain of [`StoreError::Database`].
+/// Opaque: the database drivers' types are not part of this crate's API, so a driver upgrade is
+/// not a breaking change for its callers.
+#[derive(Debug)]
+pub struct DatabaseError(Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for DatabaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl From<sqlx::Error> for DatabaseError {
+    fn from(err: sqlx::Error) -> DatabaseError {
+        DatabaseError(Box::new(err))
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> StoreError {
+        StoreError::Database(err.into())
+    }
+}
+
+/// SQLite's errors on the group-commit writer's own connection.
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> StoreError {
+        StoreError::Database(DatabaseError(Box::new(err)))
+    }
 }
 
 fn summary(diagnostics: &[Diagnostic]) -> String {

@@ -76,7 +76,7 @@ pub mod store;
 pub mod templates;
 
 pub use catalogs::Planners;
-pub use error::{Result, StoreError};
+pub use error::{DatabaseError, Result, StoreError};
 pub use exec::{
     Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RUN_STOP, RunSignal, RunState,
     StepDecided, StepDecision, StepEnd, StepSeed, StepVerdict, idempotency_key,

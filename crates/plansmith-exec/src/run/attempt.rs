@@ -93,12 +93,7 @@ impl Ctx<'_> {
             Action::Tool { name, arguments } => {
                 let resolved = resolve(&Value::Object(arguments.clone()), results)?;
                 if let Some(entry) = self.catalog.tool(name) {
-                    let problems: Vec<String> = entry
-                        .validator()
-                        .iter_errors(&resolved)
-                        .take(3)
-                        .map(|e| format!("{e} at `{}`", e.instance_path()))
-                        .collect();
+                    let problems = entry.argument_problems(&resolved, 3);
                     if !problems.is_empty() {
                         return Err(Failure {
                             message: format!(

@@ -207,7 +207,12 @@ impl PlanStore {
             name TEXT NOT NULL,
             applied_at TEXT NOT NULL
         )";
-        let fail = |version: i64| move |source| StoreError::Migration { version, source };
+        let fail = |version: i64| {
+            move |source: sqlx::Error| StoreError::Migration {
+                version,
+                source: source.into(),
+            }
+        };
         let mut tx = self.pool.begin().await.map_err(fail(0))?;
         if self.backend() == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
