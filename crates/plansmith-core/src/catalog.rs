@@ -155,28 +155,28 @@ pub struct CatalogTool {
     /// first use.
     model_schema: OnceLock<Value>,
     /// How the prompt shows the tool, built on first use.
-    prompt_view: OnceLock<std::sync::Arc<crate::template::ToolView>>,
+    prompt_view: OnceLock<std::sync::Arc<crate::prompts::ToolView>>,
 }
 
 impl CatalogTool {
     /// How the prompt shows the tool (name, short description, compact signature); built once,
     /// since a service renders it for every request that selects the tool.
-    pub fn prompt_view(&self) -> &std::sync::Arc<crate::template::ToolView> {
+    pub fn prompt_view(&self) -> &std::sync::Arc<crate::prompts::ToolView> {
         self.prompt_view.get_or_init(|| {
-            std::sync::Arc::new(crate::template::ToolView {
+            std::sync::Arc::new(crate::prompts::ToolView {
                 name: self.tool.name.clone(),
-                description: crate::template::short_description(
+                description: crate::prompts::short_description(
                     &self.tool.description,
-                    crate::template::DESCRIPTION_MAX,
+                    crate::prompts::DESCRIPTION_MAX,
                 ),
-                signature: crate::template::signature(&self.tool.name, &self.tool.input_schema),
+                signature: crate::prompts::signature(&self.tool.name, &self.tool.input_schema),
                 function: crate::calls::function_line(
                     &self.tool.name,
-                    &crate::template::short_description(
+                    &crate::prompts::short_description(
                         &self.tool.description,
-                        crate::template::DESCRIPTION_MAX,
+                        crate::prompts::DESCRIPTION_MAX,
                     ),
-                    &crate::template::short_parameter_descriptions(&self.tool.input_schema),
+                    &crate::prompts::short_parameter_descriptions(&self.tool.input_schema),
                     self.tool.output_schema.as_ref(),
                 ),
             })

@@ -17,7 +17,7 @@
 //! | memory | [`memory`] | earlier turns of the conversation as bounded history |
 //! | model triage | [`pipeline`] | optional: answer directly, hand off to an agent, or plan |
 //! | investigate | [`investigate`] | optional read-only lookups before planning, findings in the prompt |
-//! | render | [`template`], [`schema`] | minijinja prompts; the JSON Schema the output must follow |
+//! | render | [`prompts`], [`schema`] | minijinja prompts; the JSON Schema the output must follow |
 //! | generate | [`llm`] | the [`LanguageModel`] boundary, strategy negotiation |
 //! | parse | [`parse`] | fences, `<think>`, prose, lenient JSON repair, every accepted shape |
 //! | ground | `ground` | a later call's argument that states an earlier result becomes a `$ref` |
@@ -95,12 +95,12 @@ pub mod parse;
 pub mod pipeline;
 pub mod plan;
 pub mod plan_template;
+pub mod prompts;
 pub mod request;
 pub mod retrieve;
 pub mod schema;
 pub mod secrets;
 pub mod stream;
-pub mod template;
 pub mod validate;
 
 pub use catalog::{
@@ -116,6 +116,6 @@ pub use memory::{MemoryReport, Turn};
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};
 pub use plan::{Action, PLAIN_STEP, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
 pub use plan_template::{PlanTemplate, PlanTemplateError, TemplateParameter};
+pub use prompts::Prompts;
 pub use request::{FallbackPolicy, Feedback, PlanFormat, PlanOptions, PlanRequest, Shape};
 pub use retrieve::{Bm25Index, Fusion, Retriever};
-pub use template::Templates;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::llm::Message;
 use crate::plan::{Action, Plan};
-use crate::template::short_description;
+use crate::prompts::short_description;
 
 /// One earlier planning turn: what was asked and the plan that answered it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

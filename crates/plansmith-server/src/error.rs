@@ -233,7 +233,7 @@ impl From<PlanError> for ApiError {
         match err {
             PlanError::Model { .. } => ApiError::new("model_error", message).with_details(details),
             PlanError::InvalidRequest(_) => ApiError::new("bad_request", message),
-            PlanError::Template(_) => ApiError::new("internal", message),
+            PlanError::Prompt(_) => ApiError::new("internal", message),
             _ => ApiError::new("planning_failed", message).with_details(details),
         }
     }

@@ -360,7 +360,7 @@ pub fn plan(
     let retriever_kind = crate::retrieval::kind(None)?;
     // Read once here, so a bad directory fails before the first case.
     if let Some(dir) = templates {
-        plansmith_core::Templates::with_overrides(dir).context("cannot load the templates")?;
+        plansmith_core::Prompts::with_overrides(dir).context("cannot load the templates")?;
     }
     let (limit_per_category, resume, now) = (*limit_per_category, *resume, *now);
 
@@ -430,9 +430,9 @@ pub fn plan(
         let retriever = crate::retrieval::build(&catalog, retriever_kind);
         let mut planner = Planner::with_retrieval(catalog, retriever, model.clone());
         if let Some(dir) = templates {
-            let templates = plansmith_core::Templates::with_overrides(dir)
+            let templates = plansmith_core::Prompts::with_overrides(dir)
                 .context("cannot load the templates")?;
-            planner = planner.with_templates(templates);
+            planner = planner.with_prompts(templates);
         }
         let mut request = PlanRequest::new(case.query.clone());
         if let Some((last, earlier)) = case.messages.split_last() {

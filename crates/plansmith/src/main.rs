@@ -236,9 +236,10 @@ struct EvalPlanArgs {
     /// document), or `auto` (calls on the embedded model, else json).
     #[arg(long = "plan-format", default_value = "auto")]
     format: plansmith_core::PlanFormat,
-    /// Directory of prompt templates overriding the built-in ones (same file names).
-    #[arg(long)]
-    templates: Option<PathBuf>,
+    /// Directory of prompts overriding the built-in ones, by file name (`--templates` is an
+    /// older name of this flag).
+    #[arg(long = "prompts", alias = "templates", value_name = "DIR")]
+    prompts: Option<PathBuf>,
     /// Show the model at most this many of a case's tools, the retriever's best (default: all
     /// of them, as BFCL intends; a case that carries a whole library, as NESTFUL's do, needs a
     /// bound to fit the context).
@@ -370,7 +371,7 @@ fn dispatch(command: Command) -> Result<Exit, CliError> {
                     resume: args.resume,
                     now: args.now,
                     format: args.format,
-                    templates: args.templates.clone(),
+                    templates: args.prompts.clone(),
                     top_k: args.top_k.map(usize::from),
                 };
                 eval::plan(&args.cases, &args.out, model, &run).map_err(CliError::input)

@@ -218,7 +218,7 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
             {
                 flags.push_str(" read-only");
             }
-            let description = plansmith_core::template::short_description(&tool.description, 70);
+            let description = plansmith_core::prompts::short_description(&tool.description, 70);
             println!("{:<32} {origin}{flags}  {description}", tool.name);
         }
         println!("{} tool(s), {} problem(s)", rows.len(), problems.len());

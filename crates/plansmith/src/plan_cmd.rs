@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Args;
 use plansmith_core::{
-    Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest, Severity,
-    Shape, Templates,
+    Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest, Prompts,
+    Severity, Shape,
 };
 
 use crate::plan_progress::{PlanProgress, ProgressMode};
@@ -76,9 +76,10 @@ pub struct PlanArgs {
     /// Token budget for the conversation memory (estimated as characters / 4).
     #[arg(long, default_value_t = PlanOptions::default().memory_tokens)]
     memory_tokens: usize,
-    /// Directory of templates overriding the built-in ones (same file names).
-    #[arg(long)]
-    templates: Option<PathBuf>,
+    /// Directory of prompts overriding the built-in ones, by file name (`--templates` is an
+    /// older name of this flag).
+    #[arg(long = "prompts", alias = "templates", value_name = "DIR")]
+    prompts: Option<PathBuf>,
     /// The model: `local` (default: the embedded model, pulled on first use), `local:NAME`,
     /// `local:PATH.gguf`, `openai:MODEL`, `openai-compatible:URL#MODEL`, `anthropic:MODEL`, or
     /// `scripted:FILE` (replays recorded replies).
@@ -113,9 +114,9 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     // or store fails at once, the same way every time, and not after the plan was made.
     let catalog = args.catalog.files()?;
     let templates = args
-        .templates
+        .prompts
         .as_deref()
-        .map(Templates::with_overrides)
+        .map(Prompts::with_overrides)
         .transpose()
         .map_err(CliError::input)?;
     crate::plan_review::check_store(&args.save)?;
@@ -124,7 +125,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     let model_name = model.name();
     let mut planner = crate::retrieval::planner(catalog, model)?;
     if let Some(templates) = templates {
-        planner = planner.with_templates(templates);
+        planner = planner.with_prompts(templates);
     }
     if let Some(command) = &args.investigate {
         planner = planner.with_investigator(std::sync::Arc::new(

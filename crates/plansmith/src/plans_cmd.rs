@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
-use plansmith_core::{Catalog, PlanError, Planner, Templates};
+use plansmith_core::{Catalog, PlanError, Planner, Prompts};
 use plansmith_service::{Decision, Service, ServiceError};
 use plansmith_store::{
     ListFilter, Location, PlanStore, Planners, ReviewAction, ReviewState, StepKey, StoreError,
@@ -193,9 +193,10 @@ struct PlannerArgs {
     /// catalog, over HTTP or MCP, replans with that one).
     #[command(flatten)]
     catalog: crate::args::CatalogArgs,
-    /// Directory of templates overriding the built-in ones.
-    #[arg(long)]
-    templates: Option<PathBuf>,
+    /// Directory of prompts overriding the built-in ones, by file name (`--templates` is an
+    /// older name of this flag).
+    #[arg(long = "prompts", alias = "templates", value_name = "DIR")]
+    prompts: Option<PathBuf>,
     /// The model (as for `plan`).
     #[arg(long, env = "PLANSMITH_MODEL")]
     model: Option<String>,
@@ -207,9 +208,8 @@ impl PlannerArgs {
         let catalog = self.catalog.with_mcp(catalog)?;
         let model = crate::model::load(self.model.as_deref())?;
         let mut planner = crate::retrieval::planner(catalog, model)?;
-        if let Some(dir) = &self.templates {
-            planner =
-                planner.with_templates(Templates::with_overrides(dir).map_err(CliError::input)?);
+        if let Some(dir) = &self.prompts {
+            planner = planner.with_prompts(Prompts::with_overrides(dir).map_err(CliError::input)?);
         }
         Ok(planner)
     }

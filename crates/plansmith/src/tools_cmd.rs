@@ -94,7 +94,7 @@ pub fn search(args: SearchArgs) -> Result<Exit, CliError> {
     for (rank, hit) in ranked.iter().enumerate() {
         if let Some(tool) = catalog.tool_at(hit.index) {
             let description =
-                plansmith_core::template::short_description(&tool.tool.description, 90);
+                plansmith_core::prompts::short_description(&tool.tool.description, 90);
             println!(
                 "{:>2}. {:<40} {:>7.4}  {description}",
                 rank + 1,

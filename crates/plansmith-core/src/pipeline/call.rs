@@ -13,10 +13,10 @@ use crate::investigate::Investigator;
 use crate::llm::{LanguageModel, LlmError};
 use crate::parse::{ParseDefaults, Parsed};
 use crate::plan::Plan;
+use crate::prompts::{Prompts, short_description};
 use crate::request::PlanRequest;
 use crate::retrieve::Retriever;
 use crate::schema::SchemaCache;
-use crate::template::{Templates, short_description};
 use crate::validate::validate;
 
 /// The context of one planning call, handed from stage to stage.
@@ -28,7 +28,7 @@ pub(super) struct Call<'a> {
     /// The retriever over the catalog.
     pub(super) retriever: &'a dyn Retriever,
     /// The prompt templates.
-    pub(super) templates: &'a Templates,
+    pub(super) templates: &'a Prompts,
     /// The model.
     pub(super) model: &'a dyn LanguageModel,
     /// The background investigator, when the planner has one.

@@ -8,7 +8,7 @@ use super::prompt::Prompt;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::llm::{CompletionRequest, Message};
 use crate::parse;
-use crate::template::FollowUpContext;
+use crate::prompts::FollowUpContext;
 
 /// At most this many follow-up questions per plan.
 const FOLLOW_UPS_MAX: usize = 3;

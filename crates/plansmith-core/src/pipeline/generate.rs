@@ -14,8 +14,8 @@ use crate::llm::{
     Completion, CompletionRequest, FinishReason, LlmError, Message, Strategy, StreamEvent,
 };
 use crate::parse;
+use crate::prompts::RepairContext;
 use crate::stream::StepScanner;
-use crate::template::RepairContext;
 use crate::validate::validate;
 
 /// Longest raw output kept per attempt in the diagnostics.

@@ -36,10 +36,10 @@ use crate::catalog::Catalog;
 use crate::investigate::Investigator;
 use crate::llm::LanguageModel;
 use crate::plan::Plan;
+use crate::prompts::Prompts;
 use crate::request::PlanRequest;
 use crate::retrieve::{Bm25Index, Retriever};
 use crate::schema::SchemaCache;
-use crate::template::Templates;
 
 use call::{Call, micros};
 pub use prompt::flat_plan_json;
@@ -51,7 +51,7 @@ pub use report::{
 pub struct Planner {
     catalog: Catalog,
     retriever: Arc<dyn Retriever>,
-    templates: Arc<Templates>,
+    templates: Arc<Prompts>,
     model: Arc<dyn LanguageModel>,
     investigator: Option<Arc<dyn Investigator>>,
     /// Output schemas already built for this catalog.
@@ -85,7 +85,7 @@ impl Planner {
         Planner {
             catalog,
             retriever,
-            templates: Arc::new(Templates::builtin()),
+            templates: Arc::new(Prompts::builtin()),
             model,
             investigator: None,
             schemas: Arc::default(),
@@ -99,7 +99,7 @@ impl Planner {
     }
 
     /// Uses these templates.
-    pub fn with_templates(mut self, templates: Templates) -> Planner {
+    pub fn with_prompts(mut self, templates: Prompts) -> Planner {
         self.templates = Arc::new(templates);
         self
     }

@@ -9,8 +9,8 @@ use super::report::{Outcome, OutcomeStatus, PlanError};
 use crate::catalog::Tool;
 use crate::diagnostic::{Code, Diagnostic, Severity};
 use crate::plan::{Action, Question, Step, StepStatus, TaskKind};
+use crate::prompts::short_description;
 use crate::request::FallbackPolicy;
-use crate::template::short_description;
 use crate::validate::validate;
 
 /// Turns the best candidate into an outcome: questions for missing arguments and unconfirmed

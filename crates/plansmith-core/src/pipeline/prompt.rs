@@ -11,11 +11,11 @@ use super::call::{Call, micros};
 use super::report::PlanError;
 use crate::llm::{Message, OutputConstraint, Strategy};
 use crate::plan::{Action, Plan};
-use crate::request::{PlanFormat, PlanOptions, Shape};
-use crate::retrieve::select;
-use crate::template::{
+use crate::prompts::{
     AgentView, DESCRIPTION_MAX, FeedbackView, PromptContext, SkillView, short_description,
 };
+use crate::request::{PlanFormat, PlanOptions, Shape};
+use crate::retrieve::select;
 
 /// The rendered prompt of a planning call, as every attempt and follow-up sends it.
 pub(super) struct Prompt {

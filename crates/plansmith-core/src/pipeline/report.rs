@@ -9,8 +9,8 @@ use crate::llm::{FinishReason, LlmError, Stages, Strategy, Usage};
 use crate::memory::MemoryReport;
 use crate::parse::SourceShape;
 use crate::plan::{Plan, Step};
+use crate::prompts::PromptError;
 use crate::request::PlanFormat;
-use crate::template::TemplateError;
 
 /// How a planning call ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -190,7 +190,7 @@ pub enum PlanError {
     },
     /// A prompt template failed to render.
     #[error(transparent)]
-    Template(#[from] TemplateError),
+    Prompt(#[from] PromptError),
     /// The request itself is unusable.
     #[error("invalid request: {0}")]
     InvalidRequest(String),

@@ -12,7 +12,7 @@ use crate::catalog::{AgentCard, Catalog};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::llm::{CompletionRequest, Message, OutputConstraint, Strategy};
 use crate::plan::{Action, Plan, Step};
-use crate::template::{PromptContext, short_description};
+use crate::prompts::{PromptContext, short_description};
 
 /// Passthrough agents and unknown target agents are handled without a model call.
 pub(super) fn route(call: &mut Call<'_>) -> Option<Outcome> {

@@ -843,7 +843,7 @@ fn templates_directory_overrides_the_prompt() {
     std::fs::write(dir.path().join("repair.j2"), "{% if %}").unwrap();
     let mut args = WEATHER.to_vec();
     let path = dir.path().to_str().unwrap().to_owned();
-    args.extend(["--templates", &path]);
+    args.extend(["--prompts", &path]);
     let output = plansmith(&args);
     assert_exit(&output, 2);
     assert!(

@@ -22,33 +22,33 @@ use crate::request::Shape;
 const BUILTIN: [(&str, &str); 8] = [
     (
         "tool_steps.system.j2",
-        include_str!("../templates/tool_steps.system.j2"),
+        include_str!("../prompts/tool_steps.system.j2"),
     ),
     (
         "tool_calls.system.j2",
-        include_str!("../templates/tool_calls.system.j2"),
+        include_str!("../prompts/tool_calls.system.j2"),
     ),
     (
         "research.system.j2",
-        include_str!("../templates/research.system.j2"),
+        include_str!("../prompts/research.system.j2"),
     ),
     (
         "agent_tasks.system.j2",
-        include_str!("../templates/agent_tasks.system.j2"),
+        include_str!("../prompts/agent_tasks.system.j2"),
     ),
-    ("user.j2", include_str!("../templates/user.j2")),
-    ("repair.j2", include_str!("../templates/repair.j2")),
-    ("follow_up.j2", include_str!("../templates/follow_up.j2")),
+    ("user.j2", include_str!("../prompts/user.j2")),
+    ("repair.j2", include_str!("../prompts/repair.j2")),
+    ("follow_up.j2", include_str!("../prompts/follow_up.j2")),
     (
         "triage.system.j2",
-        include_str!("../templates/triage.system.j2"),
+        include_str!("../prompts/triage.system.j2"),
     ),
 ];
 
 /// Errors from loading or rendering templates.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum TemplateError {
+pub enum PromptError {
     /// The override directory could not be read.
     #[error("cannot read template directory {path}: {source}")]
     Io {
@@ -185,7 +185,7 @@ const SYSTEM_CACHE_MAX: usize = 256;
 
 /// The template set.
 #[derive(Debug)]
-pub struct Templates {
+pub struct Prompts {
     env: Environment<'static>,
     /// The system templates whose text depends only on [`STABLE_FIELDS`].
     cacheable: Vec<&'static str>,
@@ -211,25 +211,25 @@ struct PerRequest<'a> {
     feedback: Option<&'a FeedbackView>,
 }
 
-impl Templates {
+impl Prompts {
     /// The built-in templates.
-    pub fn builtin() -> Templates {
+    pub fn builtin() -> Prompts {
         let mut env = Environment::new();
         for (name, source) in BUILTIN {
             // Built-in templates are tested to compile; a failure here would be a build defect,
             // and is reported on render instead of panicking.
             let _ = env.add_template(name, source);
         }
-        Templates::from_env(env)
+        Prompts::from_env(env)
     }
 
-    fn from_env(env: Environment<'static>) -> Templates {
+    fn from_env(env: Environment<'static>) -> Prompts {
         let cacheable = SYSTEM_TEMPLATES
             .into_iter()
             .filter(|name| reads_only(&env, name, &STABLE_FIELDS))
             .collect();
         let user_per_request = reads_only(&env, "user.j2", &PER_REQUEST_FIELDS);
-        Templates {
+        Prompts {
             env,
             cacheable,
             rendered: Mutex::new(HashMap::new()),
@@ -238,15 +238,15 @@ impl Templates {
     }
 
     /// Built-in templates, with any of the same names in `dir` taking their place.
-    pub fn with_overrides(dir: &Path) -> Result<Templates, TemplateError> {
-        let mut templates = Templates::builtin();
+    pub fn with_overrides(dir: &Path) -> Result<Prompts, PromptError> {
+        let mut templates = Prompts::builtin();
         let shown = dir.display().to_string();
-        let entries = std::fs::read_dir(dir).map_err(|source| TemplateError::Io {
+        let entries = std::fs::read_dir(dir).map_err(|source| PromptError::Io {
             path: shown.clone(),
             source,
         })?;
         for entry in entries {
-            let entry = entry.map_err(|source| TemplateError::Io {
+            let entry = entry.map_err(|source| PromptError::Io {
                 path: shown.clone(),
                 source,
             })?;
@@ -255,23 +255,23 @@ impl Templates {
                 continue;
             }
             let source =
-                std::fs::read_to_string(entry.path()).map_err(|source| TemplateError::Io {
+                std::fs::read_to_string(entry.path()).map_err(|source| PromptError::Io {
                     path: entry.path().display().to_string(),
                     source,
                 })?;
             templates
                 .env
                 .add_template_owned(file_name.clone(), source)
-                .map_err(|source| TemplateError::Template {
+                .map_err(|source| PromptError::Template {
                     name: file_name,
                     source,
                 })?;
         }
-        Ok(Templates::from_env(templates.env))
+        Ok(Prompts::from_env(templates.env))
     }
 
     /// The system prompt for a shape.
-    pub fn system(&self, shape: Shape, context: &PromptContext) -> Result<String, TemplateError> {
+    pub fn system(&self, shape: Shape, context: &PromptContext) -> Result<String, PromptError> {
         let name = match shape {
             Shape::ToolSteps => "tool_steps.system.j2",
             Shape::Research => "research.system.j2",
@@ -281,7 +281,7 @@ impl Templates {
     }
 
     /// The system prompt of the tool-call format ([`crate::calls`]): `tool_calls.system.j2`.
-    pub fn calls_system(&self, context: &PromptContext) -> Result<String, TemplateError> {
+    pub fn calls_system(&self, context: &PromptContext) -> Result<String, PromptError> {
         self.system_named("tool_calls.system.j2", context)
     }
 
@@ -289,7 +289,7 @@ impl Templates {
         &self,
         name: &'static str,
         context: &PromptContext,
-    ) -> Result<String, TemplateError> {
+    ) -> Result<String, PromptError> {
         if !self.cacheable.contains(&name) {
             return self.render(name, context);
         }
@@ -310,7 +310,7 @@ impl Templates {
     }
 
     /// The user message.
-    pub fn user(&self, context: &PromptContext) -> Result<String, TemplateError> {
+    pub fn user(&self, context: &PromptContext) -> Result<String, PromptError> {
         if !self.user_per_request {
             return self.render("user.j2", context);
         }
@@ -325,23 +325,23 @@ impl Templates {
     }
 
     /// The system prompt of the optional triage call (answer / hand off / plan).
-    pub fn triage(&self, context: &PromptContext) -> Result<String, TemplateError> {
+    pub fn triage(&self, context: &PromptContext) -> Result<String, PromptError> {
         self.render("triage.system.j2", context)
     }
 
     /// The repair message.
-    pub fn repair(&self, context: &RepairContext) -> Result<String, TemplateError> {
+    pub fn repair(&self, context: &RepairContext) -> Result<String, PromptError> {
         self.render("repair.j2", context)
     }
 
     /// The follow-up message: asks for the calls of a part of the request that the answer so
     /// far leaves out.
-    pub fn follow_up(&self, context: &FollowUpContext) -> Result<String, TemplateError> {
+    pub fn follow_up(&self, context: &FollowUpContext) -> Result<String, PromptError> {
         self.render("follow_up.j2", context)
     }
 
-    fn render<S: Serialize>(&self, name: &str, context: &S) -> Result<String, TemplateError> {
-        let wrap = |source| TemplateError::Template {
+    fn render<S: Serialize>(&self, name: &str, context: &S) -> Result<String, PromptError> {
+        let wrap = |source| PromptError::Template {
             name: name.to_owned(),
             source,
         };
@@ -422,9 +422,9 @@ fn stable_key(name: &str, context: &PromptContext) -> String {
     key
 }
 
-impl Default for Templates {
-    fn default() -> Templates {
-        Templates::builtin()
+impl Default for Prompts {
+    fn default() -> Prompts {
+        Prompts::builtin()
     }
 }
 
@@ -531,10 +531,10 @@ mod tests {
 
     #[test]
     fn builtin_system_prompts_are_cached_and_match_a_fresh_render() {
-        let templates = Templates::builtin();
+        let templates = Prompts::builtin();
         assert_eq!(templates.cacheable, SYSTEM_TEMPLATES.to_vec());
         let fresh =
-            |shape, context: &PromptContext| Templates::builtin().system(shape, context).unwrap();
+            |shape, context: &PromptContext| Prompts::builtin().system(shape, context).unwrap();
         let mut contexts = vec![context()];
         let mut other = context();
         std::sync::Arc::make_mut(&mut other.tools[0]).description = "Forecast for a city".into();
@@ -592,7 +592,7 @@ mod tests {
         for (name, source, _) in cases {
             std::fs::write(dir.path().join(name), source).unwrap();
         }
-        let templates = Templates::with_overrides(dir.path()).unwrap();
+        let templates = Prompts::with_overrides(dir.path()).unwrap();
         assert_eq!(
             templates.cacheable,
             vec!["tool_calls.system.j2", "agent_tasks.system.j2"]
@@ -642,7 +642,7 @@ mod tests {
 
     #[test]
     fn builtin_templates_render_every_variable() {
-        let templates = Templates::builtin();
+        let templates = Prompts::builtin();
         let ctx = context();
         let system = templates.system(Shape::ToolSteps, &ctx).unwrap();
         for needle in [
@@ -694,7 +694,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("user.j2"), "Q={{ query }}").unwrap();
         std::fs::write(dir.path().join("unrelated.txt"), "{{ broken").unwrap();
-        let templates = Templates::with_overrides(dir.path()).unwrap();
+        let templates = Prompts::with_overrides(dir.path()).unwrap();
         assert_eq!(templates.user(&context()).unwrap(), "Q=Weather in Paris?");
         // An override that reads the tools or the locale is given the whole context.
         std::fs::write(
@@ -702,15 +702,15 @@ mod tests {
             "{{ locale }}:{% for tool in tools %}{{ tool.name }}{% endfor %}:{{ query }}",
         )
         .unwrap();
-        let templates = Templates::with_overrides(dir.path()).unwrap();
+        let templates = Prompts::with_overrides(dir.path()).unwrap();
         assert!(!templates.user_per_request);
         assert_eq!(
             templates.user(&context()).unwrap(),
             "fr-FR:get_weather:Weather in Paris?"
         );
-        assert!(Templates::builtin().user_per_request);
+        assert!(Prompts::builtin().user_per_request);
         std::fs::write(dir.path().join("repair.j2"), "{% if %}").unwrap();
-        let err = Templates::with_overrides(dir.path()).unwrap_err();
+        let err = Prompts::with_overrides(dir.path()).unwrap_err();
         assert!(err.to_string().contains("repair.j2"), "{err}");
     }
 
