@@ -290,14 +290,14 @@ impl AppState {
         if worker {
             run::spawn_worker(runner.clone(), every);
         }
-        // A step decision its run waits for resumes the run here at once (the worker would
-        // also find it, one poll later), whichever front end it came through.
+        // A decision or a stop that a paused run waits for wakes the run here at once (the
+        // worker would also find it, one poll later), whichever front end it came through.
         let resumer = runner.clone();
         let shared = Arc::make_mut(&mut self.0);
         shared.service = shared
             .service
             .clone()
-            .with_on_decided(Arc::new(move |plan_id: &str| {
+            .with_run_waker(Arc::new(move |plan_id: &str| {
                 let (runner, plan_id) = (resumer.clone(), plan_id.to_owned());
                 tokio::spawn(async move { runner.resume_if_waiting(&plan_id).await });
             }));

@@ -247,12 +247,7 @@ pub(crate) async fn stop_run(
     note: &str,
     actor: &str,
 ) -> Result<(StatusCode, Json<StopRequested>), ApiError> {
-    let run = state.store.request_stop(&id, note, actor).await?;
-    if run.state == RunState::Waiting
-        && let Some(runner) = &state.runner
-    {
-        runner.spawn_join(&id, true);
-    }
+    let run = state.service.stop(&id, note, actor).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(StopRequested {

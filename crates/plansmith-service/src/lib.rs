@@ -10,9 +10,10 @@
 //!   [`Service::submit`] stores the outcome for review, with the catalog it was made with;
 //! - [`Service::decide`] applies one [`Decision`] — accept, reject, a free-text edit or answers
 //!   (both replanned with the plan's own catalog), a JSON Patch (re-validated), a verdict on a
-//!   step of a running plan (a run waiting for it is told at once, through
-//!   [`Service::with_on_decided`]);
+//!   step of a running plan (a run waiting for it is woken at once, through
+//!   [`Service::with_run_waker`]);
 //! - [`Service::check`] says what a JSON Patch would make of a plan, storing nothing;
+//! - [`Service::stop`] asks a plan's run to stop, wherever it runs;
 //! - [`Service::instantiate`] makes a plan of a stored template, validated against the
 //!   service's catalog, and [`Service::submit_instance`] stores it for review when it is valid.
 //!
@@ -60,7 +61,9 @@ use std::sync::Arc;
 
 use plansmith_core::pipeline::OnEvent;
 use plansmith_core::{Diagnostic, Outcome, Plan, PlanError, PlanRequest, Planner};
-use plansmith_store::{PlanStore, Planners, Review, StepDecided, StoreError, Submitted};
+use plansmith_store::{
+    ExecRun, PlanStore, Planners, Review, RunState, StepDecided, StoreError, Submitted,
+};
 use serde_json::Value;
 
 pub use review::{Decided, Decision};
@@ -98,9 +101,10 @@ pub enum ServiceError {
 /// The result of a service operation.
 pub type Result<T> = std::result::Result<T, ServiceError>;
 
-/// Called with a plan's id when a step decision was recorded for a step its run waits on, so
-/// that whoever runs plans in this process can go on at once.
-pub type OnDecided = Arc<dyn Fn(&str) + Send + Sync>;
+/// Called with a plan's id when its run, paused for people, has something to act on (a verdict
+/// on the step it waits for, or a request to stop), so that whoever runs plans in this process
+/// picks it up at once instead of at its next poll.
+pub type RunWaker = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A request planned, not stored yet: the planning outcome and the content id of the catalog the
 /// caller sent (`None`: the service's own catalog).
@@ -118,7 +122,7 @@ pub struct Planned {
 pub struct Service {
     store: PlanStore,
     planners: Arc<Planners>,
-    on_decided: Option<OnDecided>,
+    run_waker: Option<RunWaker>,
 }
 
 impl std::fmt::Debug for Service {
@@ -136,13 +140,13 @@ impl Service {
         Service {
             store,
             planners,
-            on_decided: None,
+            run_waker: None,
         }
     }
 
-    /// Tells `on_decided` of each step decision a waiting run can apply at once.
-    pub fn with_on_decided(mut self, on_decided: OnDecided) -> Service {
-        self.on_decided = Some(on_decided);
+    /// Wakes a run paused for people through `waker` when a decision or a stop reaches it.
+    pub fn with_run_waker(mut self, waker: RunWaker) -> Service {
+        self.run_waker = Some(waker);
         self
     }
 
@@ -234,12 +238,29 @@ impl Service {
         Ok(self.store.check_patch(id, patch, planner.catalog()).await?)
     }
 
-    /// Tells the run of plan `id` that a decision it waits on was recorded.
+    /// Asks the run of plan `id` to stop: each process running it stops its running steps at
+    /// its next turn, nothing else starts, and the run ends `aborted` with "stopped by ACTOR:
+    /// NOTE"; a run paused for people is woken to stop. Answers the run as it was when the stop
+    /// was recorded; [`StoreError::NotRunning`] when there is no run in progress.
+    pub async fn stop(&self, id: &str, note: &str, actor: &str) -> Result<ExecRun> {
+        let run = self.store.request_stop(id, note, actor).await?;
+        if run.state == RunState::Waiting {
+            self.wake(id);
+        }
+        Ok(run)
+    }
+
+    /// Wakes the run of plan `id`, paused for people, when the decision just recorded is for
+    /// the step it waits on.
     fn decided(&self, id: &str, decided: &StepDecided) {
-        if decided.applies == plansmith_store::Applies::Now
-            && let Some(on_decided) = &self.on_decided
-        {
-            on_decided(id);
+        if decided.applies == plansmith_store::Applies::Now {
+            self.wake(id);
+        }
+    }
+
+    fn wake(&self, id: &str) {
+        if let Some(waker) = &self.run_waker {
+            waker(id);
         }
     }
 }

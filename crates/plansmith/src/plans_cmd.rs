@@ -473,10 +473,10 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
             Ok(Exit::Ok)
         }
         PlansCommand::Stop { id, note } => {
-            let run = store
-                .request_stop(&id, &note, actor)
+            let run = service(&store, modelless(Catalog::default()))
+                .stop(&id, &note, actor)
                 .await
-                .map_err(store_error)?;
+                .map_err(service_error)?;
             println!(
                 "stop requested for plan {id} (its run is {}): a process running it stops at \
                  its next turn{}",
