@@ -79,4 +79,7 @@ pub use invoke::{
     Invokers, TaskInvoker,
 };
 pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure};
-pub use run::{ExecConfig, ExecError, Executor, PROGRESS_EVERY, RunReport, StepReport, node_name};
+pub use run::{
+    ExecConfig, ExecError, Executor, PROGRESS_EVERY, PlannerSource, RunReport, StepReport,
+    node_name,
+};

@@ -18,8 +18,8 @@
 //!
 //! use plansmith_core::{Catalog, Planner, ScriptedModel};
 //! use plansmith_mcp_server::{PlansmithMcp, serve_stdio};
-//! use plansmith_service::Service;
-//! use plansmith_store::{Location, PlanStore, Planners};
+//! use plansmith_service::{Planners, Service};
+//! use plansmith_store::{Location, PlanStore};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = PlanStore::open(&Location::Sqlite("plans.db".into())).await?;

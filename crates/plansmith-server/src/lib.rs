@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use plansmith_core::Planner;
-use plansmith_service::Service;
-use plansmith_store::{PlanStore, Planners};
+use plansmith_service::{Planners, Service};
+use plansmith_store::PlanStore;
 
 pub use error::{ApiError, ERROR_TABLE, ErrorBody};
 pub use events::{EventBus, PlanBusEvent, RelayStats};
@@ -285,7 +285,8 @@ impl AppState {
     pub fn with_executor(mut self, executor: plansmith_exec::Executor, worker: bool) -> AppState {
         let every = executor.config().poll_interval;
         // Plans made with their caller's catalog run against it.
-        let executor = executor.with_planners(Arc::clone(&self.planners));
+        let planners: Arc<Planners> = Arc::clone(&self.planners);
+        let executor = executor.with_planners(planners);
         let runner = Runner::new(executor, self.bus.clone());
         if worker {
             run::spawn_worker(runner.clone(), every);

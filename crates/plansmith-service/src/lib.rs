@@ -27,8 +27,8 @@
 //! use std::sync::Arc;
 //!
 //! use plansmith_core::{Catalog, PlanRequest, Planner, ScriptedModel};
-//! use plansmith_service::{Decision, Service};
-//! use plansmith_store::{Location, PlanStore, Planners, Review, ReviewState};
+//! use plansmith_service::{Decision, Planners, Service};
+//! use plansmith_store::{Location, PlanStore, Review, ReviewState};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
 //! let dir = std::env::temp_dir().join(format!("plansmith-service-doc-{}", std::process::id()));
@@ -54,6 +54,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod planners;
 mod review;
 mod templates;
 
@@ -61,11 +62,10 @@ use std::sync::Arc;
 
 use plansmith_core::pipeline::OnEvent;
 use plansmith_core::{Diagnostic, Outcome, Plan, PlanError, PlanRequest, Planner};
-use plansmith_store::{
-    ExecRun, PlanStore, Planners, Review, RunState, StepDecided, StoreError, Submitted,
-};
+use plansmith_store::{ExecRun, PlanStore, Review, RunState, StepDecided, StoreError, Submitted};
 use serde_json::Value;
 
+pub use planners::Planners;
 pub use review::{Decided, Decision};
 pub use templates::{Instance, Instantiation};
 

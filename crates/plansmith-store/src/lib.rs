@@ -75,7 +75,7 @@ pub mod review;
 pub mod store;
 pub mod templates;
 
-pub use catalogs::Planners;
+pub use catalogs::catalog_id;
 pub use error::{DatabaseError, Result, StoreError};
 pub use exec::{
     Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RUN_STOP, RunSignal, RunState,

@@ -253,7 +253,7 @@ pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
         );
         let service = plansmith_service::Service::new(
             store.clone(),
-            Arc::new(plansmith_store::Planners::new(planner)),
+            Arc::new(plansmith_service::Planners::new(planner)),
         );
         let server = PlansmithMcp::new(service, args.actor.clone());
         let result = plansmith_mcp_server::serve_stdio(server).await;

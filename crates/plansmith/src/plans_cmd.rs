@@ -15,10 +15,9 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use plansmith_core::{Catalog, PlanError, Planner, Prompts};
-use plansmith_service::{Decision, Service, ServiceError};
+use plansmith_service::{Decision, Planners, Service, ServiceError};
 use plansmith_store::{
-    ListFilter, Location, PlanStore, Planners, ReviewAction, ReviewState, StepKey, StoreError,
-    StoredPlan,
+    ListFilter, Location, PlanStore, ReviewAction, ReviewState, StepKey, StoreError, StoredPlan,
 };
 
 use crate::{CliError, Exit};

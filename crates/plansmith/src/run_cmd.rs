@@ -182,7 +182,7 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
                 Arc::new(plansmith_core::ScriptedModel::new(Vec::<String>::new())),
             ))
         });
-        executor = executor.with_planners(Arc::new(plansmith_store::Planners::new(base)));
+        executor = executor.with_planners(Arc::new(plansmith_service::Planners::new(base)));
     }
     if let (Some(model), Some(replanner)) = (model, replanner) {
         executor = executor.with_planner(replanner).with_summary_model(model);

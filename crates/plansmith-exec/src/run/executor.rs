@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use plansmith_core::{Catalog, LanguageModel, Planner};
-use plansmith_store::{
-    ExecRun, PlanStore, Planners, ReviewAction, ReviewState, RunState, StepSeed,
-};
+use plansmith_store::{ExecRun, PlanStore, ReviewAction, ReviewState, RunState, StepSeed};
 use serde_json::Value;
 
 use super::config::ExecConfig;
@@ -20,7 +18,7 @@ pub struct Executor {
     pub(super) invokers: Invokers,
     pub(super) catalog: Catalog,
     pub(super) planner: Option<Arc<Planner>>,
-    pub(super) planners: Option<Arc<Planners>>,
+    pub(super) planners: Option<Arc<dyn PlannerSource>>,
     pub(super) summary_model: Option<Arc<dyn LanguageModel>>,
     pub(super) observer: Option<Observer>,
     pub(super) on_document: Option<DocumentObserver>,
@@ -75,7 +73,7 @@ impl Executor {
     /// Where a plan made with its caller's own catalog finds it: such a plan's runs check
     /// arguments and results against that catalog, and replan with it (when this executor
     /// replans at all, [`Executor::with_planner`]), not with [`Executor::with_catalog`]'s.
-    pub fn with_planners(mut self, planners: Arc<Planners>) -> Executor {
+    pub fn with_planners(mut self, planners: Arc<dyn PlannerSource>) -> Executor {
         self.planners = Some(planners);
         self
     }
@@ -189,4 +187,16 @@ impl Executor {
             _ => Ok(None),
         }
     }
+}
+
+/// Where a run finds the planner of the catalog its plan was made with, when the plan's caller
+/// sent its own (`plansmith_service::Planners` is one: it builds each sent catalog once).
+pub trait PlannerSource: Send + Sync {
+    /// The planner for a plan with this review record: the one of the catalog it names
+    /// (`Review::catalog`), loaded from `store` when it was not built yet.
+    fn for_review<'a>(
+        &'a self,
+        store: &'a PlanStore,
+        review: &'a plansmith_store::Review,
+    ) -> plansmith_core::llm::BoxFuture<'a, Result<Arc<Planner>, plansmith_store::StoreError>>;
 }

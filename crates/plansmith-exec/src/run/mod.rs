@@ -31,5 +31,5 @@ mod state;
 
 pub use attempt::PROGRESS_EVERY;
 pub use config::{ExecConfig, MAX_TURNS, node_name};
-pub use executor::Executor;
+pub use executor::{Executor, PlannerSource};
 pub use report::{ExecError, RunReport, StepReport};

@@ -202,10 +202,31 @@ async fn a_plan_made_with_its_callers_catalog_replans_with_it() {
     let empty = Arc::new(Planner::new(Catalog::empty(), model));
     let executor = replanning(&env)
         .with_planner(empty.clone())
-        .with_planners(Arc::new(plansmith_store::Planners::new(empty)));
+        .with_planners(Arc::new(StoredCatalogs(empty)));
     let report = executor.run("own").await.unwrap();
     // Against the executor's empty catalog the replan would name unknown tools and fail.
     assert_eq!(report.state, RunState::Completed, "{report:?}");
     assert_eq!(report.replans, 1);
     assert_eq!(report.steps[1].title, "fetch again", "{report:?}");
+}
+
+/// Plans made with a sent catalog replan with it: the planner over the document the store keeps
+/// under the plan's catalog id (the service's `Planners` also caches it).
+struct StoredCatalogs(Arc<Planner>);
+
+impl plansmith_exec::PlannerSource for StoredCatalogs {
+    fn for_review<'a>(
+        &'a self,
+        store: &'a plansmith_store::PlanStore,
+        review: &'a plansmith_store::Review,
+    ) -> plansmith_core::llm::BoxFuture<'a, Result<Arc<Planner>, plansmith_store::StoreError>> {
+        Box::pin(async move {
+            let Some(id) = review.catalog.as_deref() else {
+                return Ok(Arc::clone(&self.0));
+            };
+            let document = store.catalog_document(id).await?;
+            let catalog = Catalog::from_json(&document["tools"]).unwrap();
+            Ok(Arc::new(self.0.for_catalog(catalog)))
+        })
+    }
 }

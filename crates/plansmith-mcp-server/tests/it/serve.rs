@@ -10,8 +10,8 @@ use plansmith_core::llm::{
 };
 use plansmith_core::{Catalog, Planner, ScriptedModel};
 use plansmith_mcp_server::PlansmithMcp;
-use plansmith_service::Service;
-use plansmith_store::{Location, PlanStore, Planners};
+use plansmith_service::{Planners, Service};
+use plansmith_store::{Location, PlanStore};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest,
     ProgressNotificationParam,

@@ -19,8 +19,8 @@
 use std::sync::Arc;
 
 use plansmith_core::{Catalog, PlanRequest, Planner, ScriptedModel};
-use plansmith_service::{Decision, Service, ServiceError};
-use plansmith_store::{ListFilter, PlanStore, Planners, Review, StepKey, StoredPlan};
+use plansmith_service::{Decision, Planners, Service, ServiceError};
+use plansmith_store::{ListFilter, PlanStore, Review, StepKey, StoredPlan};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
