@@ -248,6 +248,7 @@ impl FallbackPolicy {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(default)]
+#[non_exhaustive]
 pub struct PlanOptions {
     /// At most this many steps (the closing reply is kept when cutting).
     pub max_steps: usize,

@@ -90,6 +90,7 @@ pub enum ToolChoice {
 
 /// Everything a client needs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientConfig {
     /// The protocol.
     pub provider: Provider,

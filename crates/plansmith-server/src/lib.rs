@@ -42,6 +42,7 @@ pub use run::{RunRequest, RunStarted, Runner};
 
 /// Server settings (the CLI layers defaults → file → `PLANSMITH_*` env → flags into this).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// API token → owner. Empty: no authentication, loopback only.
     pub tokens: HashMap<String, String>,

@@ -56,10 +56,9 @@ fn read_config(path: &Path) -> Result<ServersConfig, CliError> {
 /// The client's options: the defaults, and the configured provider key variables withheld
 /// from the servers it spawns.
 fn client_options() -> ClientOptions {
-    ClientOptions {
-        provider_keys: crate::config::provider_keys(),
-        ..ClientOptions::default()
-    }
+    let mut options = ClientOptions::default();
+    options.provider_keys = crate::config::provider_keys();
+    options
 }
 
 /// The tools imported from MCP servers.

@@ -238,22 +238,20 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
         .collect::<Result<_, _>>()?;
     request.locale = Some(args.locale.clone());
     request.target_agent = args.target_agent.clone();
-    request.options = PlanOptions {
-        max_steps: args.max_steps,
-        top_k: args.top_k,
-        pinned_tools: args.pinned.clone(),
-        max_repairs: args.max_repairs,
-        shape,
-        fallback,
-        allow_recurring: args.allow_recurring,
-        triage: args.triage,
-        investigate: args.investigate.is_some(),
-        investigation_budget_ms: args.investigate_timeout,
-        max_findings_chars: args.max_findings_chars,
-        memory_turns: args.memory_turns,
-        memory_tokens: args.memory_tokens,
-        ..PlanOptions::default()
-    };
+    request.options = PlanOptions::default();
+    request.options.max_steps = args.max_steps;
+    request.options.top_k = args.top_k;
+    request.options.pinned_tools = args.pinned.clone();
+    request.options.max_repairs = args.max_repairs;
+    request.options.shape = shape;
+    request.options.fallback = fallback;
+    request.options.allow_recurring = args.allow_recurring;
+    request.options.triage = args.triage;
+    request.options.investigate = args.investigate.is_some();
+    request.options.investigation_budget_ms = args.investigate_timeout;
+    request.options.max_findings_chars = args.max_findings_chars;
+    request.options.memory_turns = args.memory_turns;
+    request.options.memory_tokens = args.memory_tokens;
     request.conversation_id = args.conversation.clone();
     Ok(request)
 }

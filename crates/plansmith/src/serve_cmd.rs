@@ -244,22 +244,20 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
         .context("--addr must be IP:PORT")
         .map_err(CliError::input)?;
     let defaults = ServerConfig::default();
-    let config = ServerConfig {
-        tokens: layer.tokens.clone().unwrap_or_default(),
-        max_body_bytes: layer.max_body_bytes.unwrap_or(defaults.max_body_bytes),
-        rate_limit_per_sec: layer.rate_limit.unwrap_or(defaults.rate_limit_per_sec),
-        request_timeout: layer
-            .timeout_secs
-            .map(Duration::from_secs)
-            .unwrap_or(defaults.request_timeout),
-        cors_origins: layer.cors_origins.clone().unwrap_or_default(),
-        header_timeout: layer
-            .header_timeout_secs
-            .map(Duration::from_secs)
-            .unwrap_or(defaults.header_timeout),
-        max_connections: layer.max_connections.unwrap_or(defaults.max_connections),
-        ..defaults
-    };
+    let mut config = defaults.clone();
+    config.tokens = layer.tokens.clone().unwrap_or_default();
+    config.max_body_bytes = layer.max_body_bytes.unwrap_or(defaults.max_body_bytes);
+    config.rate_limit_per_sec = layer.rate_limit.unwrap_or(defaults.rate_limit_per_sec);
+    config.request_timeout = layer
+        .timeout_secs
+        .map(Duration::from_secs)
+        .unwrap_or(defaults.request_timeout);
+    config.cors_origins = layer.cors_origins.clone().unwrap_or_default();
+    config.header_timeout = layer
+        .header_timeout_secs
+        .map(Duration::from_secs)
+        .unwrap_or(defaults.header_timeout);
+    config.max_connections = layer.max_connections.unwrap_or(defaults.max_connections);
     config.check(addr).map_err(CliError::input)?;
     let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
     let model = crate::model::load(layer.model.as_deref())?;

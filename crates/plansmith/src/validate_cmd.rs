@@ -60,11 +60,9 @@ pub fn run(args: ValidateArgs) -> Result<Exit, CliError> {
             )
         })
         .map_err(CliError::input)?;
-    let options = PlanOptions {
-        max_steps: args.max_steps,
-        allow_recurring: args.allow_recurring,
-        ..PlanOptions::default()
-    };
+    let mut options = PlanOptions::default();
+    options.max_steps = args.max_steps;
+    options.allow_recurring = args.allow_recurring;
     let (plan, found) = validate(parsed.plan, &catalog, &options);
     let mut diagnostics = parsed.diagnostics;
     diagnostics.extend(found);

@@ -28,10 +28,8 @@ fn check(raw: &str) {
     };
     if let Ok(parsed) = parse(raw, &defaults) {
         let catalog = test_catalog(true);
-        let options = PlanOptions {
-            max_steps: 3,
-            ..PlanOptions::default()
-        };
+        let mut options = PlanOptions::default();
+        options.max_steps = 3;
         let _ = validate(parsed.plan, &catalog, &options);
     }
 }

@@ -11,6 +11,7 @@ pub const MAX_TURNS: u64 = 10_000_000;
 
 /// Executor settings. Pass explicitly; [`ExecConfig::new`] gives the documented defaults.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ExecConfig {
     /// This node's name in leases and the attempt log (unique per process).
     pub node: String,

@@ -9,6 +9,7 @@ pub(super) const MIN_CACHED_PREFIX: usize = 64;
 
 /// How to run a local model.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LocalConfig {
     /// The GGUF file.
     pub path: PathBuf,

@@ -29,6 +29,7 @@ use crate::names::{self, Route};
 
 /// Timeouts and limits of the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClientOptions {
     /// Spawning (or reaching) a server and the `initialize` handshake.
     pub connect_timeout: Duration,

@@ -20,14 +20,13 @@ fn server(mode: &str) -> Value {
 }
 
 fn quick() -> ClientOptions {
-    ClientOptions {
-        connect_timeout: Duration::from_secs(3),
-        list_timeout: Duration::from_secs(3),
-        call_timeout: Duration::from_secs(3),
-        max_call: Duration::from_secs(3),
-        max_pages: 100,
-        ..ClientOptions::default()
-    }
+    let mut options = ClientOptions::default();
+    options.connect_timeout = Duration::from_secs(3);
+    options.list_timeout = Duration::from_secs(3);
+    options.call_timeout = Duration::from_secs(3);
+    options.max_call = Duration::from_secs(3);
+    options.max_pages = 100;
+    options
 }
 
 fn word(text: &str) -> Map<String, Value> {

@@ -124,10 +124,8 @@ async fn an_abandoned_call_is_cancelled_on_the_server() {
     let Some(setup) = setup("an_abandoned_call_is_cancelled_on_the_server") else {
         return;
     };
-    let options = ClientOptions {
-        call_timeout: Duration::from_secs(2),
-        ..ClientOptions::default()
-    };
+    let mut options = ClientOptions::default();
+    options.call_timeout = Duration::from_secs(2);
     let imported = McpTools::connect(&setup.config, options).await;
     assert!(imported.problems.is_empty(), "{:?}", imported.problems);
     let tools = imported.tools;

@@ -725,10 +725,8 @@ async fn metrics_text(s: &crate::Server) -> String {
 /// for `exact_total`; filters apply to the count either way.
 #[tokio::test]
 async fn list_totals_stop_at_the_cap_unless_asked_for_exact() {
-    let config = ServerConfig {
-        list_total_cap: 2,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.list_total_cap = 2;
     let s = start(reply("weather-email.json", 3), config).await;
     for _ in 0..3 {
         create(&s, None).await;
@@ -754,10 +752,8 @@ async fn list_totals_stop_at_the_cap_unless_asked_for_exact() {
 
 #[tokio::test]
 async fn error_table_at_the_edge() {
-    let config = ServerConfig {
-        max_body_bytes: 2048,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.max_body_bytes = 2048;
     let s = start(Vec::new(), config).await;
     let post = |body: &'static str, ct: Option<&'static str>| {
         let mut req = s.client.post(format!("{}/v1/plans", s.base)).body(body);
@@ -1037,10 +1033,8 @@ async fn body_errors_name_what_would_do() {
 
 #[tokio::test]
 async fn rate_limit_answers_429() {
-    let config = ServerConfig {
-        rate_limit_per_sec: 3,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.rate_limit_per_sec = 3;
     let s = start(Vec::new(), config).await;
     let mut statuses = Vec::new();
     for _ in 0..8 {
@@ -1329,10 +1323,8 @@ async fn listed_origins_may_call_the_api_from_a_browser() {
 /// own id when a log can carry it as is, else a new one, different each time.
 #[tokio::test]
 async fn every_answer_names_its_request() {
-    let config = ServerConfig {
-        rate_limit_per_sec: 1,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.rate_limit_per_sec = 1;
     let limited = start(reply("weather-email.json", 1), config).await;
     let open = start(reply("weather-email.json", 1), ServerConfig::default()).await;
     let fresh = |id: &str| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
@@ -1396,10 +1388,8 @@ async fn no_cross_origin_calls_unless_configured() {
         .unwrap();
     assert!(get.headers().get("access-control-allow-origin").is_none());
 
-    let any = ServerConfig {
-        cors_origins: vec!["*".to_owned()],
-        ..ServerConfig::default()
-    };
+    let mut any = ServerConfig::default();
+    any.cors_origins = vec!["*".to_owned()];
     let s = start(reply("weather-email.json", 1), any).await;
     let get = s
         .client
@@ -1415,9 +1405,10 @@ async fn no_cross_origin_calls_unless_configured() {
 #[test]
 fn cors_origins_are_checked_at_start() {
     let addr = "127.0.0.1:8080".parse().unwrap();
-    let with = |origin: &str| ServerConfig {
-        cors_origins: vec![origin.to_owned()],
-        ..ServerConfig::default()
+    let with = |origin: &str| {
+        let mut config = ServerConfig::default();
+        config.cors_origins = vec![origin.to_owned()];
+        config
     };
     for good in ["*", "http://localhost:3000", "https://app.example.com"] {
         assert!(with(good).check(addr).is_ok(), "{good}");

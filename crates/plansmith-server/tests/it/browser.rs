@@ -87,10 +87,8 @@ async fn review_page_in_headless_chromium() {
     turns.extend(reply("missing-recipient.json", 1));
     turns.extend(reply("weather-email.json", 3));
     // The list's total stops at 55 of the 56 plans: the page shows "55+".
-    let config = ServerConfig {
-        list_total_cap: 55,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.list_total_cap = 55;
     // Streaming, as a provider's model does: the page shows the model's text as it comes.
     let model = ScriptedModel::new(turns).streaming(16);
     let s = start_with(Arc::new(model), config).await;

@@ -135,13 +135,12 @@ pub async fn complete_in_store(store: &PlanStore, id: &str, index: usize) {
 
 /// A config with these (token, owner) pairs.
 pub fn tokens(pairs: &[(&str, &str)]) -> ServerConfig {
-    ServerConfig {
-        tokens: pairs
-            .iter()
-            .map(|(t, o)| ((*t).to_owned(), (*o).to_owned()))
-            .collect::<HashMap<_, _>>(),
-        ..ServerConfig::default()
-    }
+    let mut config = ServerConfig::default();
+    config.tokens = pairs
+        .iter()
+        .map(|(t, o)| ((*t).to_owned(), (*o).to_owned()))
+        .collect::<HashMap<_, _>>();
+    config
 }
 
 /// Checks an error answer: its status, its code from the table, a message and details.

@@ -239,10 +239,8 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, wait: Duration) -> Op
 #[tokio::test]
 async fn slow_headers_and_idle_connections_are_closed() {
     use tokio::io::AsyncWriteExt;
-    let config = ServerConfig {
-        header_timeout: Duration::from_secs(1),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.header_timeout = Duration::from_secs(1);
     let s = start(Vec::new(), config).await;
     let addr = s.base.trim_start_matches("http://").to_owned();
     // Headers that never end: closed after the timeout, with no answer to them.
@@ -283,11 +281,9 @@ async fn slow_headers_and_idle_connections_are_closed() {
 #[tokio::test]
 async fn a_stalled_upload_is_answered_408_after_the_header_timeout() {
     use tokio::io::AsyncWriteExt;
-    let config = ServerConfig {
-        header_timeout: Duration::from_secs(1),
-        request_timeout: Duration::from_secs(60),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.header_timeout = Duration::from_secs(1);
+    config.request_timeout = Duration::from_secs(60);
     let s = start(Vec::new(), config).await;
     let addr = s.base.trim_start_matches("http://").to_owned();
     // A body that promises 100 bytes, sends 10 and stops.
@@ -319,11 +315,9 @@ async fn a_stalled_upload_is_answered_408_after_the_header_timeout() {
 #[tokio::test]
 async fn connections_over_the_cap_wait_for_one_to_close() {
     use tokio::io::AsyncWriteExt;
-    let config = ServerConfig {
-        max_connections: 2,
-        header_timeout: Duration::from_secs(60),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.max_connections = 2;
+    config.header_timeout = Duration::from_secs(60);
     let s = start(Vec::new(), config).await;
     let addr = s.base.trim_start_matches("http://").to_owned();
     let first = tokio::net::TcpStream::connect(&addr).await.unwrap();
