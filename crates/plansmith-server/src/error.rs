@@ -166,22 +166,17 @@ impl IntoResponse for ApiError {
 
 impl From<plansmith_service::ServiceError> for ApiError {
     fn from(err: plansmith_service::ServiceError) -> ApiError {
+        use plansmith_service::ServiceError;
+        let message = err.to_string();
         match err {
-            plansmith_service::ServiceError::Store(err) => err.into(),
-            plansmith_service::ServiceError::Plan(err) => err.into(),
-            plansmith_service::ServiceError::Template(err) => {
-                ApiError::new("bad_request", err.to_string())
-            }
-            err @ plansmith_service::ServiceError::InvalidInstance { .. } => {
-                let message = err.to_string();
-                let plansmith_service::ServiceError::InvalidInstance { diagnostics, .. } = err
-                else {
-                    return ApiError::new("internal", message);
-                };
+            ServiceError::Store(err) => err.into(),
+            ServiceError::Plan(err) => err.into(),
+            ServiceError::Template(_) => ApiError::new("bad_request", message),
+            ServiceError::InvalidInstance { diagnostics, .. } => {
                 ApiError::new("invalid_plan", message)
                     .with_details(serde_json::to_value(diagnostics).unwrap_or(Value::Null))
             }
-            err => ApiError::new("internal", err.to_string()),
+            _ => ApiError::new("internal", message),
         }
     }
 }

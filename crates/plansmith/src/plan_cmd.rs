@@ -150,7 +150,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     match planned {
         Ok(outcome) => {
             let code = print_outcome(&outcome, &args)?;
-            crate::plan_review::after_plan(&args.save, planner, &request, &outcome, code)
+            crate::plan_review::after_plan(&args.save, planner, &request, outcome, code)
         }
         Err(err) => {
             if let Some(diagnostics) = err

@@ -58,7 +58,7 @@ pub fn after_plan(
     args: &SaveArgs,
     planner: Planner,
     request: &PlanRequest,
-    outcome: &Outcome,
+    outcome: Outcome,
     code: Exit,
 ) -> Result<Exit, CliError> {
     if !args.save && !args.review {
@@ -80,7 +80,7 @@ pub fn after_plan(
         let actor = std::env::var("PLANSMITH_ACTOR").unwrap_or_else(|_| "cli".into());
         let service = service(&store, planner);
         let planned = Planned {
-            outcome: outcome.clone(),
+            outcome,
             catalog: None,
         };
         let stored = service
@@ -88,13 +88,7 @@ pub fn after_plan(
             .await
             .map_err(service_error)?
             .stored;
-        eprintln!(
-            "saved plan {} (v{}, {}) in {}",
-            stored.plan.id,
-            stored.version(),
-            stored.state,
-            store.location()
-        );
+        crate::plans_cmd::say_saved(&stored, &store);
         let result = if args.review {
             review_loop(&service, stored, &actor).await
         } else {

@@ -241,8 +241,26 @@ pub fn service_error(err: ServiceError) -> CliError {
         ServiceError::Store(err) => store_error(err),
         ServiceError::Plan(err @ PlanError::Model { .. }) => CliError::model(err),
         ServiceError::Plan(err @ PlanError::InvalidRequest(_)) => CliError::input(err),
+        // Missing or unknown template arguments.
+        err @ ServiceError::Template(_) => CliError::input(err),
         err => CliError::failed(err),
     }
+}
+
+/// The operations on `store`'s plans that plan nothing (accept, reject, step decisions, stop).
+fn plain_service(store: &PlanStore) -> Service {
+    service(store, modelless(Catalog::default()))
+}
+
+/// Says on stderr where a plan was saved (`plan --save`, `templates instantiate --save`).
+pub(crate) fn say_saved(stored: &StoredPlan, store: &PlanStore) {
+    eprintln!(
+        "saved plan {} (v{}, {}) in {}",
+        stored.plan.id,
+        stored.version(),
+        stored.state,
+        store.location()
+    );
 }
 
 /// Maps a store error to its exit code.
@@ -427,9 +445,10 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
             id,
             expected_version,
         } => show_result(
-            service(&store, modelless(Catalog::default()))
+            plain_service(&store)
                 .decide(&id, Decision::Accept, expected_version, actor, None)
-                .await,
+                .await
+                .map(|decided| decided.stored),
         ),
         PlansCommand::Decide {
             id,
@@ -446,7 +465,7 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
                 verdict,
                 note,
             };
-            let decided = service(&store, modelless(Catalog::default()))
+            let decided = plain_service(&store)
                 .decide(&id, decision, expected_version, actor, None)
                 .await
                 .map_err(service_error)?;
@@ -472,7 +491,7 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
             Ok(Exit::Ok)
         }
         PlansCommand::Stop { id, note } => {
-            let run = service(&store, modelless(Catalog::default()))
+            let run = plain_service(&store)
                 .stop(&id, &note, actor)
                 .await
                 .map_err(service_error)?;
@@ -493,9 +512,10 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
             text,
             expected_version,
         } => show_result(
-            service(&store, modelless(Catalog::default()))
+            plain_service(&store)
                 .decide(&id, Decision::Reject(text), expected_version, actor, None)
-                .await,
+                .await
+                .map(|decided| decided.stored),
         ),
         PlansCommand::Edit {
             id,
@@ -569,7 +589,8 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
                         expected_version,
                         actor,
                     )
-                    .await,
+                    .await
+                    .map_err(ServiceError::from),
             )
         }
         PlansCommand::Delete { id } => {
@@ -632,27 +653,10 @@ fn step_key(step: String) -> Result<StepKey, CliError> {
     }
 }
 
-fn show_result<T: Into<Shown>>(
-    result: Result<T, impl Into<ServiceError>>,
-) -> Result<Exit, CliError> {
-    let Shown(stored) = result.map_err(|err| service_error(err.into()))?.into();
+fn show_result(result: Result<StoredPlan, ServiceError>) -> Result<Exit, CliError> {
+    let stored = result.map_err(service_error)?;
     print!("{}", stored.render_text());
     Ok(Exit::Ok)
-}
-
-/// The plan an operation answered with, to show.
-struct Shown(StoredPlan);
-
-impl From<StoredPlan> for Shown {
-    fn from(stored: StoredPlan) -> Shown {
-        Shown(stored)
-    }
-}
-
-impl From<plansmith_service::Decided> for Shown {
-    fn from(decided: plansmith_service::Decided) -> Shown {
-        Shown(decided.stored)
-    }
 }
 
 /// [`show_result`] after an edit or answer: when it could not be applied (its replan failed,

@@ -15,7 +15,7 @@ use chrono::Utc;
 use clap::{Args, Subcommand};
 use plansmith_core::parse::{self, ParseDefaults};
 use plansmith_core::{Plan, PlanOptions, PlanTemplate, Severity, TemplateParameter};
-use plansmith_service::{Instantiation, ServiceError};
+use plansmith_service::Instantiation;
 use plansmith_store::PlanStore;
 
 use crate::plans_cmd::{StoreArgs, open, runtime, store_error};
@@ -275,10 +275,10 @@ async fn instantiate(
     what.options.max_steps = args.max_steps;
     what.options.allow_recurring = args.allow_recurring;
     what.conversation_id = args.conversation.clone();
-    let instance = match service.instantiate(&what).await {
-        Err(ServiceError::Template(err)) => return Err(CliError::input(err)),
-        other => other.map_err(crate::plans_cmd::service_error)?,
-    };
+    let instance = service
+        .instantiate(&what)
+        .await
+        .map_err(crate::plans_cmd::service_error)?;
     for diagnostic in &instance.diagnostics {
         eprintln!("{diagnostic}");
     }
@@ -304,13 +304,7 @@ async fn instantiate(
             .submit_instance(instance, actor)
             .await
             .map_err(crate::plans_cmd::service_error)?;
-        eprintln!(
-            "saved plan {} (v{}, {}) in {}",
-            stored.plan.id,
-            stored.version(),
-            stored.state,
-            store.location()
-        );
+        crate::plans_cmd::say_saved(&stored, store);
     }
     Ok(Exit::Ok)
 }

@@ -227,6 +227,10 @@ pub struct TemplatesParams {
     /// Conversation of the instantiated plan.
     #[serde(default)]
     pub conversation_id: Option<String>,
+    /// Validation options of the instantiated plan (`max_steps`, `allow_recurring`, …), as
+    /// `POST /v1/templates/{name}/instantiate` takes them; each left out keeps its default.
+    #[serde(default)]
+    pub options: Option<PlanOptions>,
     /// Store the instantiated plan for review (default true).
     #[serde(default)]
     pub save: Option<bool>,

@@ -121,6 +121,7 @@ impl PlansmithMcp {
                 let mut what = Instantiation::new(name()?, params.arguments.clone());
                 what.version = params.version;
                 what.conversation_id = params.conversation_id.clone();
+                what.options = params.options.clone().unwrap_or_default();
                 what.owner = owner.clone();
                 let instance = self
                     .service

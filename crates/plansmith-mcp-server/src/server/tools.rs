@@ -76,7 +76,7 @@ impl PlansmithMcp {
         if let Some(max) = params.max_iterations {
             review.max_iterations = max;
         }
-        let planned = match plan_for(
+        let mut planned = match plan_for(
             &self.service,
             (params.tools.as_ref(), params.agents.as_ref()),
             &request,
@@ -88,24 +88,23 @@ impl PlansmithMcp {
             Err(err @ ServiceError::Store(_)) => return failure(err.to_string()),
             Err(err) => return failure(format!("planning failed: {err}")),
         };
-        let outcome = planned.outcome.clone();
-        let stored = if params.save.unwrap_or(true) {
+        let outcome_status = planned.outcome.status.clone();
+        let diagnostics = std::mem::take(&mut planned.outcome.diagnostics);
+        let (plan, state) = if params.save.unwrap_or(true) {
             match self
                 .service
                 .submit(planned, &request, review, &self.actor_for(&owner))
                 .await
             {
-                Ok(submitted) => Some(submitted.stored),
+                Ok(submitted) => (submitted.stored.plan, Some(submitted.stored.state)),
                 Err(err) => return failure(format!("the plan could not be stored: {err}")),
             }
         } else {
-            None
+            (planned.outcome.plan, None)
         };
-        let plan = stored.as_ref().map_or(&outcome.plan, |s| &s.plan);
-        let diagnostics = &outcome.diagnostics;
-        let status = outcome.status.name();
+        let status = outcome_status.name();
         // What the text says of a plan that is not as asked, and why.
-        let (label, reason) = match &outcome.status {
+        let (label, reason) = match &outcome_status {
             OutcomeStatus::Fallback { reason } => ("Fallback", Some(reason.clone())),
             OutcomeStatus::Incomplete { reason, .. } => ("Incomplete", Some(reason.clone())),
             _ => ("", None),
@@ -114,7 +113,7 @@ impl PlansmithMcp {
             "status": status,
             "reason": reason,
             "plan_id": plan.id,
-            "state": stored.as_ref().map(|s| s.state.as_str()),
+            "state": state.map(|s| s.as_str()),
             "plan": plan,
             "questions": plan.questions,
             "needs_approval": plan.steps.iter().filter(|s| s.requires_approval).map(|s| s.id.clone()).collect::<Vec<_>>(),

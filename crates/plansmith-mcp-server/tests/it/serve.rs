@@ -621,6 +621,41 @@ async fn plan_takes_the_options_and_the_tools_of_its_caller() {
     );
 }
 
+/// `templates instantiate` takes the validation options as the HTTP route does: a two-step
+/// template made with `max_steps: 1` is cut to one step.
+#[tokio::test(flavor = "multi_thread")]
+async fn templates_instantiate_takes_the_validation_options() {
+    let reply = json!({"title": "Weather twice", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}},
+        {"id": "s2", "type": "tool", "name": "get_weather", "arguments": {"city": "Lyon"}}
+    ]});
+    let s = start(vec![reply.to_string()]).await;
+    let planned = s
+        .ok("plan", json!({"query": "Weather in Paris and Lyon"}))
+        .await;
+    let id = planned["plan_id"].as_str().unwrap().to_owned();
+    s.ok(
+        "templates",
+        json!({"command": "save", "name": "two-cities", "plan_id": id,
+               "parameters": [{"name": "city", "literal": "Paris"}]}),
+    )
+    .await;
+    for (options, steps) in [(json!(null), 2), (json!({"max_steps": 1}), 1)] {
+        let made = s
+            .ok(
+                "templates",
+                json!({"command": "instantiate", "name": "two-cities",
+                       "arguments": {"city": "Rome"}, "options": options, "save": false}),
+            )
+            .await;
+        assert_eq!(
+            made["plan"]["steps"].as_array().unwrap().len(),
+            steps,
+            "{options}: {made}"
+        );
+    }
+}
+
 /// The conversation (chat history and earlier planning turns) and a previous plan to revise
 /// reach the model as they do through `POST /v1/plans`; a malformed one is refused by name.
 #[tokio::test(flavor = "multi_thread")]
