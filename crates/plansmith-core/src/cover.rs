@@ -290,10 +290,13 @@ pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
         && (others.is_empty() || others.iter().any(|p| carried.has(p)))
 }
 
-/// Whether `plan`'s new calls do `part`: they carry one of its particulars.
-pub(crate) fn touches(plan: &Plan, part: &Part) -> bool {
-    let carried = Carried::of(plan);
-    part.particulars.iter().any(|p| carried.has(p))
+/// Whether the calls `added` to `before` do some of `part`: they carry one of its
+/// particulars that no call of `before` carries. A call that carries only what the plan
+/// already had (a repeat of the first call, the same values under another function) adds
+/// nothing the request asked for.
+pub(crate) fn adds(before: &Plan, added: &Plan, part: &Part) -> bool {
+    let (old, new) = (Carried::of(before), Carried::of(added));
+    part.particulars.iter().any(|p| new.has(p) && !old.has(p))
 }
 
 /// The parts of `query` that have particulars and that no call of `plan` addresses, in the
@@ -461,5 +464,29 @@ mod tests {
         // `a=1` is the number 1.
         let roots = plan(&[("roots", json!({"a": 1, "b": -3, "c": 2}))]);
         assert!(unaddressed("Solve it with a=1, b=-3, c=2. Then stop.", &roots).is_empty());
+    }
+
+    #[test]
+    fn added_calls_count_only_for_what_the_plan_did_not_carry() {
+        let query = "Play Taylor Swift and Maroon 5 for 20 and 15 minutes, on Spotify.";
+        let first = plan(&[("play", json!({"artist": "Taylor Swift", "duration": 20}))]);
+        let left = unaddressed(query, &first);
+        assert!(!left.is_empty(), "{left:?}");
+        let next = plan(&[("play", json!({"artist": "Maroon 5", "duration": 15}))]);
+        assert!(left.iter().any(|part| adds(&first, &next, part)));
+        // A repeat of the first call, or its values again, add nothing.
+        let repeat = plan(&[("play", json!({"artist": "Taylor Swift", "duration": 20}))]);
+        assert!(!left.iter().any(|part| adds(&first, &repeat, part)));
+        let both = plan(&[
+            ("play", json!({"artist": "Taylor Swift", "duration": 20})),
+            ("play", json!({"artist": "Maroon 5", "duration": 15})),
+        ]);
+        let again = plan(&[("play", json!({"artist": "Taylor Swift", "duration": 15}))]);
+        assert!(
+            !unaddressed(query, &both)
+                .iter()
+                .any(|part| adds(&both, &again, part)),
+            "15 was carried already"
+        );
     }
 }

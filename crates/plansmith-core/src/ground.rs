@@ -88,10 +88,14 @@ impl Known {
         }
     }
 
+    /// A number is known when the request writes it, or writes it as a percentage (`5%` is
+    /// also `0.05`).
     fn has_number(&self, number: f64) -> bool {
+        let close = |known: f64, n: f64| (known - n).abs() <= 1e-9 * known.max(1.0);
+        let number = number.abs();
         self.numbers
             .iter()
-            .any(|known| (known - number.abs()).abs() <= f64::EPSILON * known.max(1.0))
+            .any(|&known| close(known, number) || close(known, number * 100.0))
     }
 
     /// A word is known when the request has it, or a word with the same stem (the longer one
@@ -601,6 +605,12 @@ mod tests {
             numbers_in("$1,250.50 on 2023-01-31, 20% of 3.5k, v1.2.3"),
             vec![1250.5, 2023.0, 1.0, 31.0, 20.0, 3.5, 1.2, 3.0]
         );
+        let known = Known {
+            numbers: numbers_in("an annual rate of 5% for 1,5 and 10 years"),
+            words: HashSet::new(),
+        };
+        assert!(known.has_number(0.05) && known.has_number(5.0) && known.has_number(10.0));
+        assert!(!known.has_number(0.5) && !known.has_number(50.0));
         assert!(is_date_or_time("2026-12-03"));
         assert!(is_date_or_time("19:30"));
         assert!(!is_date_or_time("12 mm"));

@@ -126,6 +126,9 @@ pub struct Capabilities {
     pub tool_calling: bool,
     /// JSON mode (an object, no schema).
     pub json_mode: bool,
+    /// Continues a conversation that ends with an assistant message: the reply goes on from
+    /// that message's text (prefill) instead of starting a new turn.
+    pub prefill: bool,
 }
 
 /// The structured-output strategy used for a call.

@@ -190,6 +190,7 @@ mod tests {
             tool_calling: true,
             json_mode: true,
             grammar: false,
+            prefill: false,
         };
         assert_eq!(
             ladder(Strategy::JsonSchema, true, all, &[]),

@@ -67,6 +67,7 @@ impl OpenAiClient {
             grammar: false,
             tool_calling: true,
             json_mode: true,
+            prefill: false,
         })
     }
 

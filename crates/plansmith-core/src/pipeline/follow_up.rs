@@ -1,23 +1,35 @@
-//! Follow-up questions for the tool-call format: a part of the request that no call addresses
-//! is asked for once more, and the calls that come back are added when they do address it.
+//! Follow-ups for the tool-call format: a part of the request that no call addresses gets
+//! more calls, and the calls that come back are added when they do address it.
+//!
+//! Two ways to ask, in this order. A model that continues an answer (see
+//! [`crate::Capabilities::prefill`]) under a grammar is first asked to write its answer on:
+//! the calls it wrote, then `<tool_call>`, and the grammar of one call. Small models stop after
+//! the first item of a list ("the weather in Chicago, Sacramento and Portland") but, made to go
+//! on, write the next one, as they were trained to write parallel calls. When that call does
+//! not do the part (a repeat, a call for something else), the part is asked for by a question
+//! in the same conversation, which works for a later step of a chain ("… and email it to
+//! Bob") better than for the next item of a list, where the model repeats its first call.
 
 use std::time::Instant;
 
 use super::call::{Call, Candidate, micros};
 use super::prompt::Prompt;
+use crate::calls::{CALL_CLOSE, CALL_OPEN};
+use crate::cover::Part;
 use crate::diagnostic::{Code, Diagnostic};
-use crate::llm::{CompletionRequest, Message};
+use crate::llm::{CompletionRequest, Message, OutputConstraint};
 use crate::parse;
+use crate::plan::Plan;
 use crate::prompts::FollowUpContext;
 
-/// At most this many follow-up questions per plan.
+/// At most this many parts of a request are followed up per plan.
 const FOLLOW_UPS_MAX: usize = 3;
 
-/// Asks the model, once per part of the request that no call of `candidate` addresses (see
-/// [`crate::cover`]), for that part's calls, and adds them when they address the part and
-/// the plan with them has no more errors; anything else (a failed call, a text answer,
-/// calls for something else) leaves the candidate as it was. Only a candidate without
-/// errors is followed up, and never past `max_steps`.
+/// For each part of the request that no call of `candidate` addresses (see [`crate::cover`]),
+/// asks the model for that part's calls, on from its answer and then by a question, and adds
+/// them when they address the part and the plan with them has no more errors; anything else
+/// (a failed call, a text answer, calls for something else) leaves the candidate as it was.
+/// Only a candidate without errors is followed up, and never past `max_steps`.
 pub(super) async fn follow_up(
     call: &mut Call<'_>,
     prompt: &Prompt,
@@ -27,6 +39,17 @@ pub(super) async fn follow_up(
     if candidate.diagnostics.iter().any(Diagnostic::is_error) {
         return candidate;
     }
+    // Writing on needs a model that continues an answer, and the grammar of one call.
+    let one_call = match &prompt.constraint {
+        Some(OutputConstraint::ToolCalls { schema, .. }) if call.model.capabilities().prefill => {
+            Some(OutputConstraint::JsonSchema {
+                name: "tool_call".to_owned(),
+                schema: schema.clone(),
+                strict: true,
+            })
+        }
+        _ => None,
+    };
     let parts = crate::cover::unaddressed(&request.query, &candidate.plan);
     for part in parts.into_iter().take(FOLLOW_UPS_MAX) {
         let n_steps = candidate.plan.steps.len();
@@ -35,6 +58,29 @@ pub(super) async fn follow_up(
         }
         if crate::cover::addresses(&candidate.plan, &part) {
             continue;
+        }
+        // The calls so far, in tagged form (the first answer may have written them bare).
+        let Some((written, _)) = crate::calls::tagged(&candidate.raw) else {
+            break;
+        };
+        if let Some(constraint) = &one_call {
+            let mut messages = prompt.base_messages.to_vec();
+            messages.push(Message::assistant(format!("{written}\n{CALL_OPEN}\n")));
+            let Some(text) = ask(call, messages, Some(constraint.clone())).await else {
+                break;
+            };
+            let added = format!("{CALL_OPEN}\n{}\n{CALL_CLOSE}", text.trim());
+            if let Some(next) = adopt(
+                call,
+                &written,
+                &added,
+                n_steps,
+                &part,
+                "wrote its answer on",
+            ) {
+                candidate = next;
+                continue;
+            }
         }
         let Ok(question) = call.templates.follow_up(&FollowUpContext {
             part: part.text.clone(),
@@ -45,68 +91,93 @@ pub(super) async fn follow_up(
         let mut messages = prompt.base_messages.to_vec();
         messages.push(Message::assistant(candidate.raw.clone()));
         messages.push(Message::user(question));
-        let stage = Instant::now();
-        let completion = call
-            .model
-            .complete(CompletionRequest {
-                messages,
-                constraint: prompt.constraint.clone(),
-                max_tokens: request.options.max_tokens,
-                temperature: 0.0,
-            })
-            .await;
-        call.diagnostics.timings.generate_us += micros(stage);
-        let completion = match completion {
-            Ok(completion) => completion,
-            Err(err) => {
-                call.diagnostics.findings.push(Diagnostic::warning(
-                    Code::ModelError,
-                    "",
-                    format!("asking for the calls of a part of the request failed: {err}"),
-                ));
-                break;
-            }
+        let Some(text) = ask(call, messages, prompt.constraint.clone()).await else {
+            break;
         };
-        call.diagnostics.usage += completion.usage;
-        // Both answers in tagged form, one after the other: the calls are numbered on as
-        // if the model had written them all at once (the first may have been bare calls).
-        let (Some((written, _)), Some((added, n_added))) = (
-            crate::calls::tagged(&candidate.raw),
-            crate::calls::tagged(&completion.text),
-        ) else {
+        let Some((added, n_added)) = crate::calls::tagged(&text) else {
             continue;
         };
         if n_added == 0 {
             continue;
         }
-        let raw = format!("{written}\n{added}");
-        let Ok(parsed) = parse::parse_calls_for_pipeline(&raw, &call.defaults()) else {
-            continue;
-        };
-        let (plan, mut all) = call.checked(parsed);
-        if all.iter().any(Diagnostic::is_error) || plan.steps.len() <= n_steps {
-            continue;
+        if let Some(next) = adopt(call, &written, &added, n_steps, &part, "asked for it") {
+            candidate = next;
         }
-        let mut new_steps = plan.clone();
-        new_steps.steps.drain(..n_steps);
-        if !crate::cover::touches(&new_steps, &part) {
-            continue;
-        }
-        let ids: Vec<&str> = new_steps.steps.iter().map(|s| s.id.as_str()).collect();
-        all.push(Diagnostic::info(
-            Code::AutoFixed,
-            "/steps",
-            format!(
-                "the first answer had no call for \"{}\"; asked for it and added {}",
-                part.text,
-                ids.join(", ")
-            ),
-        ));
-        candidate = Candidate {
-            plan,
-            diagnostics: all,
-            raw,
-        };
     }
     candidate
+}
+
+/// One model call of a follow-up; `None` when it failed (a warning says so).
+async fn ask(
+    call: &mut Call<'_>,
+    messages: Vec<Message>,
+    constraint: Option<OutputConstraint>,
+) -> Option<String> {
+    let stage = Instant::now();
+    let completion = call
+        .model
+        .complete(CompletionRequest {
+            messages,
+            constraint,
+            max_tokens: call.request.options.max_tokens,
+            temperature: 0.0,
+        })
+        .await;
+    call.diagnostics.timings.generate_us += micros(stage);
+    match completion {
+        Ok(completion) => {
+            call.diagnostics.usage += completion.usage;
+            Some(completion.text)
+        }
+        Err(err) => {
+            call.diagnostics.findings.push(Diagnostic::warning(
+                Code::ModelError,
+                "",
+                format!("asking for the calls of a part of the request failed: {err}"),
+            ));
+            None
+        }
+    }
+}
+
+/// The candidate with the calls `added` after the `n_steps` calls `written` (both tagged),
+/// when they parse, the plan has no error and the new calls carry one of `part`'s
+/// particulars that the calls before them do not; the calls are numbered on as if the model had written them all at once.
+fn adopt(
+    call: &mut Call<'_>,
+    written: &str,
+    added: &str,
+    n_steps: usize,
+    part: &Part,
+    how: &str,
+) -> Option<Candidate> {
+    let raw = format!("{written}\n{added}");
+    let parsed = parse::parse_calls_for_pipeline(&raw, &call.defaults()).ok()?;
+    let (plan, mut all) = call.checked(parsed);
+    if all.iter().any(Diagnostic::is_error) || plan.steps.len() <= n_steps {
+        return None;
+    }
+    let mut before = plan.clone();
+    let new_steps = Plan {
+        steps: before.steps.split_off(n_steps),
+        ..plan.clone()
+    };
+    if !crate::cover::adds(&before, &new_steps, part) {
+        return None;
+    }
+    let ids: Vec<&str> = new_steps.steps.iter().map(|s| s.id.as_str()).collect();
+    all.push(Diagnostic::info(
+        Code::AutoFixed,
+        "/steps",
+        format!(
+            "the first answer had no call for \"{}\"; {how} and added {}",
+            part.text,
+            ids.join(", ")
+        ),
+    ));
+    Some(Candidate {
+        plan,
+        diagnostics: all,
+        raw,
+    })
 }

@@ -13,11 +13,13 @@ use plansmith_core::{PlanFormat, PlanRequest, Planner, ScriptedModel};
 use crate::pipeline::test_catalog;
 
 /// Plans `query` with a grammar model that answers `turns` (written as the 0.5B writes them)
-/// and renders every request it received (the call schema in full when `full_schema`).
-fn sent(query: &str, turns: &[&str], full_schema: bool) -> String {
+/// and renders every request it received (the call schema in full when `full_schema`); with
+/// `prefill` the model continues an answer, as the embedded one does.
+fn sent(query: &str, turns: &[&str], full_schema: bool, prefill: bool) -> String {
     let model = Arc::new(ScriptedModel::from_script(Script {
         capabilities: Capabilities {
             grammar: true,
+            prefill,
             ..Capabilities::default()
         },
         turns: turns
@@ -65,6 +67,9 @@ fn sent(query: &str, turns: &[&str], full_schema: bool) -> String {
                     out.push_str(&format!("{}\n", names.join(", ")));
                 }
             }
+            Some(OutputConstraint::JsonSchema { name, .. }) => {
+                out.push_str(&format!("--- constraint: JSON Schema {name} (one call)\n"));
+            }
             other => out.push_str(&format!("--- constraint: {other:?}\n")),
         }
     }
@@ -110,6 +115,40 @@ fn the_tool_call_prompts_are_pinned() {
         ),
     ];
     for (name, query, turns) in cases {
-        insta::assert_snapshot!(name, sent(query, turns, name == "one_call"));
+        insta::assert_snapshot!(name, sent(query, turns, name == "one_call", false));
+    }
+}
+
+/// A model that continues an answer is first made to write its answer on, with the grammar of
+/// one call; a part that the call written on does not do (here a repeat of the first call) is
+/// then asked for by a question.
+#[test]
+fn a_model_that_continues_an_answer_writes_it_on_first() {
+    let cases: [(&str, &str, &[&str]); 2] = [
+        (
+            "list_written_on",
+            "What's the weather in Paris and in London?",
+            &[
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"London\"}}",
+            ],
+        ),
+        (
+            "repeat_then_question",
+            "What's the weather in Paris? Email it to bob@example.com",
+            &[
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+                "<tool_call>\n{\"name\": \"send_email\", \"arguments\": {\"to\": \"bob@example.com\", \"subject\": \"Weather in Paris\", \"body\": {\"$ref\": \"s1.output.summary\"}}}\n</tool_call>",
+            ],
+        ),
+    ];
+    for (name, query, turns) in cases {
+        let rendered = sent(query, turns, false, true);
+        assert!(
+            rendered.ends_with("=== outcome: ready with 2 step(s)\n"),
+            "{name}: {rendered}"
+        );
+        insta::assert_snapshot!(name, rendered);
     }
 }

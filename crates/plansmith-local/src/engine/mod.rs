@@ -162,6 +162,7 @@ impl LanguageModel for LocalModel {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             grammar: self.constrained,
+            prefill: true,
             ..Capabilities::default()
         }
     }

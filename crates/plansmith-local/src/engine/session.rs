@@ -59,8 +59,16 @@ impl Session<'_, '_> {
         text: Option<&stream_mpsc::UnboundedSender<String>>,
     ) -> Result<Completion, LlmError> {
         stop_if_abandoned(abandoned, stats)?;
-        let messages = request
-            .messages
+        // A conversation that ends with an assistant message is continued from that message's
+        // text (prefill): the template renders the turns before it and opens the assistant's
+        // turn, and the text follows as the start of the reply.
+        let (history, prefill) = match request.messages.split_last() {
+            Some((last, history)) if last.role == Role::Assistant => {
+                (history, Some(last.content.replace('\0', "")))
+            }
+            _ => (request.messages.as_slice(), None),
+        };
+        let messages = history
             .iter()
             .map(|m| {
                 let role = match m.role {
@@ -72,10 +80,13 @@ impl Session<'_, '_> {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|err| backend_error("bad message", err))?;
-        let prompt = self
+        let mut prompt = self
             .model
             .apply_chat_template(&self.template, &messages, true)
             .map_err(|err| backend_error("chat template", err))?;
+        if let Some(prefill) = prefill {
+            prompt.push_str(&prefill);
+        }
         tracing::trace!(%prompt, "prompt");
         let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
         let max_tokens = usize::try_from(request.max_tokens.max(1)).unwrap_or(usize::MAX);
