@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use crate::plan::{Action, Plan};
+use crate::plan::{Action, Plan, Step};
 
 /// Month and day names: a call writes a date in its own form (`2019-12-13` for "December
 /// 13, 2019"), so they are not particulars a call must carry.
@@ -198,21 +198,25 @@ fn numbers_of(word: &str) -> Option<Vec<String>> {
     })
 }
 
-/// The text of every tool call's arguments in `plan`, lower-cased.
-fn arguments_text(plan: &Plan) -> String {
+/// The text of every tool call's arguments in `steps`, lower-cased.
+fn arguments_text(steps: &[Step]) -> String {
     let mut text = String::new();
-    for step in &plan.steps {
+    for step in steps {
         if let Action::Tool { arguments, .. } = &step.action {
-            text.push_str(&Value::Object(arguments.clone()).to_string().to_lowercase());
+            text.push_str(
+                &serde_json::to_string(arguments)
+                    .unwrap_or_default()
+                    .to_lowercase(),
+            );
             text.push('\n');
         }
     }
     text
 }
 
-/// The numbers in every tool call's arguments in `plan`: JSON numbers, and the numbers
+/// The numbers in every tool call's arguments in `steps`: JSON numbers, and the numbers
 /// written inside strings.
-fn arguments_numbers(plan: &Plan) -> Vec<f64> {
+fn arguments_numbers(steps: &[Step]) -> Vec<f64> {
     fn walk(value: &Value, out: &mut Vec<f64>) {
         match value {
             Value::Number(number) => out.extend(number.as_f64()),
@@ -223,7 +227,7 @@ fn arguments_numbers(plan: &Plan) -> Vec<f64> {
         }
     }
     let mut out = Vec::new();
-    for step in &plan.steps {
+    for step in steps {
         if let Action::Tool { arguments, .. } = &step.action {
             arguments.values().for_each(|value| walk(value, &mut out));
         }
@@ -257,10 +261,10 @@ struct Carried {
 }
 
 impl Carried {
-    fn of(plan: &Plan) -> Carried {
+    fn of(steps: &[Step]) -> Carried {
         Carried {
-            text: arguments_text(plan),
-            numbers: arguments_numbers(plan),
+            text: arguments_text(steps),
+            numbers: arguments_numbers(steps),
         }
     }
 
@@ -281,7 +285,7 @@ impl Carried {
 /// and one of its other particulars when it has any. A list of numbers in one part ("a term
 /// of 15, 20") needs them all; a name or an address needs to be there once.
 pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
-    let carried = Carried::of(plan);
+    let carried = Carried::of(&plan.steps);
     let (numbers, others): (Vec<&String>, Vec<&String>) = part
         .particulars
         .iter()
@@ -290,11 +294,12 @@ pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
         && (others.is_empty() || others.iter().any(|p| carried.has(p)))
 }
 
-/// Whether the calls `added` to `before` do some of `part`: they carry one of its
-/// particulars that no call of `before` carries. A call that carries only what the plan
-/// already had (a repeat of the first call, the same values under another function) adds
+/// Whether the calls of `plan` after its first `n_before` do some of `part`: they carry one of
+/// its particulars that none of the first `n_before` carries. A call that carries only what the
+/// plan already had (a repeat of the first call, the same values under another function) adds
 /// nothing the request asked for.
-pub(crate) fn adds(before: &Plan, added: &Plan, part: &Part) -> bool {
+pub(crate) fn adds(plan: &Plan, n_before: usize, part: &Part) -> bool {
+    let (before, added) = plan.steps.split_at(n_before.min(plan.steps.len()));
     let (old, new) = (Carried::of(before), Carried::of(added));
     part.particulars.iter().any(|p| new.has(p) && !old.has(p))
 }
@@ -326,7 +331,6 @@ pub(crate) fn unaddressed(query: &str, plan: &Plan) -> Vec<Part> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Step;
     use serde_json::json;
 
     fn plan(calls: &[(&str, Value)]) -> Plan {
@@ -472,20 +476,23 @@ mod tests {
         let first = plan(&[("play", json!({"artist": "Taylor Swift", "duration": 20}))]);
         let left = unaddressed(query, &first);
         assert!(!left.is_empty(), "{left:?}");
-        let next = plan(&[("play", json!({"artist": "Maroon 5", "duration": 15}))]);
-        assert!(left.iter().any(|part| adds(&first, &next, part)));
+        let taylor = ("play", json!({"artist": "Taylor Swift", "duration": 20}));
+        let maroon = ("play", json!({"artist": "Maroon 5", "duration": 15}));
+        let next = plan(&[taylor.clone(), maroon.clone()]);
+        assert!(left.iter().any(|part| adds(&next, 1, part)));
         // A repeat of the first call, or its values again, add nothing.
-        let repeat = plan(&[("play", json!({"artist": "Taylor Swift", "duration": 20}))]);
-        assert!(!left.iter().any(|part| adds(&first, &repeat, part)));
-        let both = plan(&[
-            ("play", json!({"artist": "Taylor Swift", "duration": 20})),
-            ("play", json!({"artist": "Maroon 5", "duration": 15})),
+        let repeat = plan(&[taylor.clone(), taylor.clone()]);
+        assert!(!left.iter().any(|part| adds(&repeat, 1, part)));
+        let both = plan(&[taylor.clone(), maroon.clone()]);
+        let again = plan(&[
+            taylor,
+            maroon,
+            ("play", json!({"artist": "Taylor Swift", "duration": 15})),
         ]);
-        let again = plan(&[("play", json!({"artist": "Taylor Swift", "duration": 15}))]);
         assert!(
             !unaddressed(query, &both)
                 .iter()
-                .any(|part| adds(&both, &again, part)),
+                .any(|part| adds(&again, 2, part)),
             "15 was carried already"
         );
     }

@@ -19,7 +19,6 @@ use crate::cover::Part;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::llm::{CompletionRequest, Message, OutputConstraint};
 use crate::parse;
-use crate::plan::Plan;
 use crate::prompts::FollowUpContext;
 
 /// At most this many parts of a request are followed up per plan.
@@ -142,7 +141,8 @@ async fn ask(
 
 /// The candidate with the calls `added` after the `n_steps` calls `written` (both tagged),
 /// when they parse, the plan has no error and the new calls carry one of `part`'s
-/// particulars that the calls before them do not; the calls are numbered on as if the model had written them all at once.
+/// particulars that the calls before them do not; the calls are numbered on as if the model
+/// had written them all at once.
 fn adopt(
     call: &mut Call<'_>,
     written: &str,
@@ -157,15 +157,11 @@ fn adopt(
     if all.iter().any(Diagnostic::is_error) || plan.steps.len() <= n_steps {
         return None;
     }
-    let mut before = plan.clone();
-    let new_steps = Plan {
-        steps: before.steps.split_off(n_steps),
-        ..plan.clone()
-    };
-    if !crate::cover::adds(&before, &new_steps, part) {
+    if !crate::cover::adds(&plan, n_steps, part) {
         return None;
     }
-    let ids: Vec<&str> = new_steps.steps.iter().map(|s| s.id.as_str()).collect();
+    let added_steps = plan.steps.get(n_steps..).unwrap_or_default();
+    let ids: Vec<&str> = added_steps.iter().map(|s| s.id.as_str()).collect();
     all.push(Diagnostic::info(
         Code::AutoFixed,
         "/steps",
