@@ -304,6 +304,11 @@ pub(crate) fn adds(plan: &Plan, n_before: usize, part: &Part) -> bool {
     part.particulars.iter().any(|p| new.has(p) && !old.has(p))
 }
 
+/// The parts of `query` as the request words them: its sentences, each cut at its joints.
+pub(crate) fn pieces(query: &str) -> Vec<String> {
+    parts(query).into_iter().map(|(text, _)| text).collect()
+}
+
 /// The parts of `query` that have particulars and that no call of `plan` addresses, in the
 /// request's order. Empty when the plan has no call (a reply or a question is its own answer).
 pub(crate) fn unaddressed(query: &str, plan: &Plan) -> Vec<Part> {

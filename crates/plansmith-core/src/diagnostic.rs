@@ -78,6 +78,8 @@ pub enum Code {
     ModelError,
     /// The language model stopped at its token limit.
     Truncated,
+    /// No tool the plan called fits the request (the fit check); the calls became a question.
+    NoToolFits,
 }
 
 impl Code {
@@ -109,6 +111,7 @@ impl Code {
             Code::ApprovalRequired => "approval_required",
             Code::ModelError => "model_error",
             Code::Truncated => "truncated",
+            Code::NoToolFits => "no_tool_fits",
         }
     }
 }

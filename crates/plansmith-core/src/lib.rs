@@ -109,8 +109,8 @@ pub use catalog::{
 pub use diagnostic::{Code, Diagnostic, Severity};
 pub use investigate::{Finding, Investigation, Investigator, ScriptedInvestigator};
 pub use llm::{
-    Capabilities, Completion, CompletionRequest, LanguageModel, LlmError, Message,
-    OutputConstraint, Role, ScriptedModel, Stages, Strategy, Usage,
+    Capabilities, Completion, CompletionRequest, LanguageModel, Likelihood, LlmError, Message,
+    OutputConstraint, Role, ScriptedLikelihood, ScriptedModel, Stages, Strategy, Usage,
 };
 pub use memory::{MemoryReport, Turn};
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};

@@ -234,6 +234,26 @@ pub enum FinishReason {
     Other,
 }
 
+/// How likely a model finds a text after a context ([`LanguageModel::likelihood`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Likelihood {
+    /// The sum of the text's token log-probabilities, in nats (at most 0).
+    pub log_prob: f64,
+    /// How many tokens the text is.
+    pub tokens: u32,
+}
+
+impl Likelihood {
+    /// The mean log-probability of a token of the text (0 for an empty text).
+    pub fn per_token(&self) -> f64 {
+        if self.tokens == 0 {
+            0.0
+        } else {
+            self.log_prob / f64::from(self.tokens)
+        }
+    }
+}
+
 /// A model's reply.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
@@ -377,6 +397,19 @@ pub trait LanguageModel: Send + Sync {
             completion.await.map(StreamEvent::Done)
         }))
     }
+
+    /// How likely the model finds `text` right after `context`, both plain text read as they
+    /// are (no chat template, no turn markers): the planner's fit check compares a request's
+    /// likelihood after a tool's description with its likelihood after a content-free one.
+    /// Backends that cannot score a given text (remote providers) keep this default, `None`.
+    fn likelihood(
+        &self,
+        context: String,
+        text: String,
+    ) -> BoxFuture<'_, Result<Option<Likelihood>, LlmError>> {
+        let _ = (context, text);
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// One scripted turn: a reply, or an error.
@@ -399,6 +432,17 @@ pub enum ScriptedTurn {
     Completion(Completion),
 }
 
+/// One rule of a scripted model's [`LanguageModel::likelihood`]: a context that contains
+/// `context_contains` gives each whitespace-separated word of the text `per_token` nats. The
+/// first rule that matches is used; a context no rule matches gives -1 nat a word.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScriptedLikelihood {
+    /// A substring of the context.
+    pub context_contains: String,
+    /// The log-probability of each word of the text, in nats.
+    pub per_token: f64,
+}
+
 /// The file form of a scripted model (`--model scripted:FILE`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Script {
@@ -407,6 +451,9 @@ pub struct Script {
     pub capabilities: Capabilities,
     /// Replies, in order.
     pub turns: Vec<ScriptedTurn>,
+    /// What [`LanguageModel::likelihood`] answers; empty (the default), the model cannot score.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub likelihoods: Vec<ScriptedLikelihood>,
     /// After the last turn, start again from the first: a model that never runs out (load
     /// tests, fuzzing a server). Requests are then counted but not kept, so memory stays flat.
     #[serde(default)]
@@ -426,6 +473,7 @@ pub struct ScriptedModel {
     requests: Mutex<Vec<CompletionRequest>>,
     repeat: bool,
     stream_chunk: usize,
+    likelihoods: Vec<ScriptedLikelihood>,
 }
 
 /// Errors loading a script.
@@ -475,7 +523,15 @@ impl ScriptedModel {
             requests: Mutex::new(Vec::new()),
             repeat: script.repeat,
             stream_chunk: script.stream_chunk,
+            likelihoods: script.likelihoods,
         }
+    }
+
+    /// The same model, scoring texts by these rules (see [`ScriptedLikelihood`]).
+    #[must_use]
+    pub fn scoring(mut self, likelihoods: Vec<ScriptedLikelihood>) -> ScriptedModel {
+        self.likelihoods = likelihoods;
+        self
     }
 
     /// The same model, streaming each reply in pieces of `chars` characters (see
@@ -594,6 +650,26 @@ impl LanguageModel for ScriptedModel {
             futures::stream::once(events),
             futures::stream::iter,
         )))
+    }
+
+    fn likelihood(
+        &self,
+        context: String,
+        text: String,
+    ) -> BoxFuture<'_, Result<Option<Likelihood>, LlmError>> {
+        let scored = (!self.likelihoods.is_empty()).then(|| {
+            let per_token = self
+                .likelihoods
+                .iter()
+                .find(|rule| context.contains(&rule.context_contains))
+                .map_or(-1.0, |rule| rule.per_token);
+            let tokens = u32::try_from(text.split_whitespace().count()).unwrap_or(u32::MAX);
+            Likelihood {
+                log_prob: per_token * f64::from(tokens),
+                tokens,
+            }
+        });
+        Box::pin(async move { Ok(scored) })
     }
 }
 

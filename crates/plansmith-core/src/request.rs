@@ -287,6 +287,10 @@ pub struct PlanOptions {
     /// Token budget (estimated as characters / 4) for the earlier turns; older turns are folded
     /// into one summary message.
     pub memory_tokens: usize,
+    /// Check that some tool the plan calls fits the request, with a model that scores text
+    /// (the embedded one); when none does, the person is asked instead of the calls being
+    /// returned (see the pipeline's fit check).
+    pub check_fit: bool,
 }
 
 impl Default for PlanOptions {
@@ -309,6 +313,7 @@ impl Default for PlanOptions {
             max_findings_chars: 4_000,
             memory_turns: 6,
             memory_tokens: 1_500,
+            check_fit: true,
         }
     }
 }

@@ -203,6 +203,8 @@ mod tests {
             format: plansmith_core::PlanFormat::Json,
             templates: None,
             top_k: None,
+            catalog: None,
+            check_fit: true,
         };
         for _ in 0..2 {
             plan(&cases, &out, model.clone(), &run).unwrap();
@@ -334,6 +336,10 @@ pub struct PlanRun {
     pub templates: Option<std::path::PathBuf>,
     /// At most this many of a case's tools in the prompt (all of them when `None`).
     pub top_k: Option<usize>,
+    /// One catalog every case is planned against instead of its own tools.
+    pub catalog: Option<std::path::PathBuf>,
+    /// The planner's fit check ([`plansmith_core::PlanOptions::check_fit`]).
+    pub check_fit: bool,
 }
 
 /// Runs every case (its messages and tools) through the pipeline with `model` at time `now` and writes
@@ -356,8 +362,31 @@ pub fn plan(
         format,
         templates,
         top_k,
+        catalog: shared_catalog,
+        check_fit,
     } = run;
     let retriever_kind = crate::retrieval::kind(None)?;
+    // A shared catalog is read and indexed once; every case is planned against it.
+    let shared = match shared_catalog {
+        Some(path) => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("failed to read catalog {}", path.display()))?;
+            let document: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", path.display()))?;
+            let (catalog, _) = Catalog::from_json_lenient(&document)
+                .with_context(|| format!("{} is not a catalog", path.display()))?;
+            let retriever = crate::retrieval::build(&catalog, retriever_kind);
+            let mut planner = Planner::with_retrieval(catalog, retriever, model.clone());
+            if let Some(dir) = templates {
+                planner = planner.with_prompts(
+                    plansmith_core::Prompts::with_overrides(dir)
+                        .context("cannot load the templates")?,
+                );
+            }
+            Some(planner)
+        }
+        None => None,
+    };
     // Read once here, so a bad directory fails before the first case.
     if let Some(dir) = templates {
         plansmith_core::Prompts::with_overrides(dir).context("cannot load the templates")?;
@@ -425,15 +454,26 @@ pub fn plan(
     };
     for case in cases {
         bar.set_message(case.id.clone());
-        let (catalog, _) = Catalog::from_json_lenient(&case.tools).unwrap_or_default();
-        let n_tools = catalog.len();
-        let retriever = crate::retrieval::build(&catalog, retriever_kind);
-        let mut planner = Planner::with_retrieval(catalog, retriever, model.clone());
-        if let Some(dir) = templates {
-            let templates = plansmith_core::Prompts::with_overrides(dir)
-                .context("cannot load the templates")?;
-            planner = planner.with_prompts(templates);
-        }
+        let own;
+        let (planner, n_tools) = match &shared {
+            Some(planner) => (
+                planner,
+                top_k.unwrap_or(plansmith_core::PlanOptions::default().top_k),
+            ),
+            None => {
+                let (catalog, _) = Catalog::from_json_lenient(&case.tools).unwrap_or_default();
+                let n_tools = catalog.len();
+                let retriever = crate::retrieval::build(&catalog, retriever_kind);
+                let mut planner = Planner::with_retrieval(catalog, retriever, model.clone());
+                if let Some(dir) = templates {
+                    let templates = plansmith_core::Prompts::with_overrides(dir)
+                        .context("cannot load the templates")?;
+                    planner = planner.with_prompts(templates);
+                }
+                own = planner;
+                (&own, n_tools)
+            }
+        };
         let mut request = PlanRequest::new(case.query.clone());
         if let Some((last, earlier)) = case.messages.split_last() {
             request.query = last.content.clone();
@@ -445,6 +485,7 @@ pub fn plan(
         request.options.max_string_length = 300;
         request.options.max_tokens = 600;
         request.options.format = *format;
+        request.options.check_fit = *check_fit;
         request.now = Some(now);
         let case_started = std::time::Instant::now();
         // Per case, beside the plan: how it ended and whether the first reply was usable as

@@ -245,6 +245,14 @@ struct EvalPlanArgs {
     /// bound to fit the context).
     #[arg(long = "top-k", value_parser = clap::value_parser!(u16).range(1..))]
     top_k: Option<u16>,
+    /// Plan every case against this catalog instead of the case's own tools (any catalog form
+    /// `--tools` reads, e.g. BFCL's whole `catalog.json`): the retriever picks `--top-k` tools
+    /// (default 8) from it, as for a user's large catalog.
+    #[arg(long, value_name = "FILE")]
+    catalog: Option<PathBuf>,
+    /// Return the model's calls even when no called tool seems to fit (as `plan --no-fit-check`).
+    #[arg(long)]
+    no_fit_check: bool,
 }
 
 #[derive(Debug, Args)]
@@ -373,6 +381,8 @@ fn dispatch(command: Command) -> Result<Exit, CliError> {
                     format: args.format,
                     templates: args.prompts.clone(),
                     top_k: args.top_k.map(usize::from),
+                    catalog: args.catalog.clone(),
+                    check_fit: !args.no_fit_check,
                 };
                 eval::plan(&args.cases, &args.out, model, &run).map_err(CliError::input)
             })

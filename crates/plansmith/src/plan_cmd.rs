@@ -55,6 +55,10 @@ pub struct PlanArgs {
     /// Ask the model first whether to answer directly, hand off to an agent, or plan.
     #[arg(long)]
     triage: bool,
+    /// Return the model's calls even when no called tool seems to fit the request (by default
+    /// the embedded model checks, and asks instead).
+    #[arg(long)]
+    no_fit_check: bool,
     /// Background investigation before planning: a shell command that gets the query on stdin
     /// (and in `PLANSMITH_QUERY`) and prints findings (JSON `[{"source","text"}]` or plain text).
     /// If it fails or runs out of time, planning goes on without it (a warning says so).
@@ -247,6 +251,7 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
     request.options.fallback = fallback;
     request.options.allow_recurring = args.allow_recurring;
     request.options.triage = args.triage;
+    request.options.check_fit = !args.no_fit_check;
     request.options.investigate = args.investigate.is_some();
     request.options.investigation_budget_ms = args.investigate_timeout;
     request.options.max_findings_chars = args.max_findings_chars;

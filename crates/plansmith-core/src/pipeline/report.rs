@@ -127,6 +127,9 @@ pub struct Timings {
     pub parse_us: u64,
     /// Validation.
     pub validate_us: u64,
+    /// The fit check (scoring the request after the called tools' descriptions).
+    #[serde(default)]
+    pub fit_us: u64,
     /// The whole call.
     pub total_us: u64,
 }

@@ -5,6 +5,8 @@
 mod contract;
 /// Seed-shape export and round trips.
 mod export;
+/// The fit check: calls to tools that do not fit the request become a question.
+mod fit;
 /// Parse + validate never panic (property tests).
 mod fuzz;
 /// The pipeline never returns a plan that does not validate (property tests).

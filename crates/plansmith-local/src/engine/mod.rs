@@ -61,7 +61,9 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatTemplate, LlamaModel};
 use plansmith_core::llm::{BoxFuture, BoxStream, Completion, StreamEvent};
-use plansmith_core::{Capabilities, CompletionRequest, LanguageModel, LlmError, Stages};
+use plansmith_core::{
+    Capabilities, CompletionRequest, LanguageModel, Likelihood, LlmError, Stages,
+};
 
 use crate::prompt_cache::PromptCache;
 
@@ -80,6 +82,19 @@ use grammar::grammar_factory;
 use session::Session;
 use stats::millis;
 
+/// What the worker is asked: a completion, or a text's likelihood.
+enum Work {
+    Complete(Job),
+    Likelihood(Scoring),
+}
+
+/// A likelihood to compute ([`LanguageModel::likelihood`]).
+struct Scoring {
+    context: String,
+    text: String,
+    reply: oneshot::Sender<Result<Likelihood, LlmError>>,
+}
+
 struct Job {
     request: CompletionRequest,
     reply: oneshot::Sender<Result<Completion, LlmError>>,
@@ -94,7 +109,7 @@ struct Job {
 pub struct LocalModel {
     name: String,
     constrained: bool,
-    jobs: Mutex<mpsc::Sender<Job>>,
+    jobs: Mutex<mpsc::Sender<Work>>,
     stats: Arc<Mutex<Stats>>,
 }
 
@@ -127,7 +142,7 @@ impl LocalModel {
     /// Loads the model (once) on its worker thread; returns when it is ready.
     pub fn load(config: LocalConfig) -> Result<LocalModel, LocalError> {
         let backend = backend()?;
-        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (jobs, inbox) = mpsc::channel::<Work>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), LocalError>>();
         let stats = Arc::new(Mutex::new(Stats::default()));
         let worker_stats = stats.clone();
@@ -182,6 +197,23 @@ impl LanguageModel for LocalModel {
         let done = futures::stream::once(async move { answer.await.map(StreamEvent::Done) });
         Box::pin(deltas.map(|text| Ok(StreamEvent::Delta(text))).chain(done))
     }
+
+    /// Scored on the worker, between completions; dropping the future stops it between two
+    /// batches.
+    fn likelihood(
+        &self,
+        context: String,
+        text: String,
+    ) -> BoxFuture<'_, Result<Option<Likelihood>, LlmError>> {
+        let answer = self.queue(|reply| {
+            Work::Likelihood(Scoring {
+                context,
+                text,
+                reply,
+            })
+        });
+        Box::pin(async move { answer.await.map(Some) })
+    }
 }
 
 impl LocalModel {
@@ -191,19 +223,30 @@ impl LocalModel {
         request: CompletionRequest,
         text: Option<stream_mpsc::UnboundedSender<String>>,
     ) -> impl std::future::Future<Output = Result<Completion, LlmError>> + Send + 'static {
+        self.queue(|reply| {
+            Work::Complete(Job {
+                request,
+                reply,
+                text,
+                queued_at: Instant::now(),
+            })
+        })
+    }
+
+    /// Sends the worker the work `make` builds around a reply channel; the future gives the
+    /// reply.
+    fn queue<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, LlmError>>) -> Work,
+    ) -> impl std::future::Future<Output = Result<T, LlmError>> + Send + 'static {
         let (reply, answer) = oneshot::channel();
         let sent = self
             .jobs
             .lock()
             .map_err(|_| LlmError::Backend("the local model is poisoned".into()))
             .and_then(|jobs| {
-                jobs.send(Job {
-                    request,
-                    reply,
-                    text,
-                    queued_at: Instant::now(),
-                })
-                .map_err(|_| LlmError::Backend("the local model thread has stopped".into()))
+                jobs.send(make(reply))
+                    .map_err(|_| LlmError::Backend("the local model thread has stopped".into()))
             });
         async move {
             sent?;
@@ -218,7 +261,7 @@ impl LocalModel {
 fn worker(
     backend: &'static LlamaBackend,
     config: LocalConfig,
-    inbox: mpsc::Receiver<Job>,
+    inbox: mpsc::Receiver<Work>,
     ready: mpsc::Sender<Result<(), LocalError>>,
     stats: Arc<Mutex<Stats>>,
 ) {
@@ -254,7 +297,12 @@ fn worker(
     } else {
         None
     };
+    // Two sequences in one unified KV buffer: completions use sequence 0, whose cached prompt
+    // the next request reuses; a likelihood is scored in sequence 1 and cleared, so it leaves
+    // that cache alone.
     let params = LlamaContextParams::default()
+        .with_n_seq_max(2)
+        .with_kv_unified(true)
         .with_n_ctx(NonZeroU32::new(config.context))
         .with_n_batch(config.batch)
         .with_n_threads(config.threads.max(1))
@@ -295,7 +343,16 @@ fn worker(
         factory,
         identity,
     };
-    for job in inbox {
+    for work in inbox {
+        let job = match work {
+            Work::Complete(job) => job,
+            Work::Likelihood(scoring) => {
+                let abandoned = || scoring.reply.is_canceled();
+                let result = session.likelihood(&scoring.context, &scoring.text, &abandoned);
+                let _ = scoring.reply.send(result);
+                continue;
+            }
+        };
         let mut run_stats = Stats::default();
         // A caller that stopped waiting gets nothing more: its request is not decoded (or no
         // further), so the model is free for the next one at once.

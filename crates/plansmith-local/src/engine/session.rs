@@ -10,7 +10,7 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 use llguidance::ParserFactory;
 use plansmith_core::llm::{Completion, FinishReason, Role, Strategy};
-use plansmith_core::{CompletionRequest, LlmError, OutputConstraint, Usage};
+use plansmith_core::{CompletionRequest, Likelihood, LlmError, OutputConstraint, Usage};
 
 use super::config::{LocalConfig, MIN_CACHED_PREFIX};
 use super::error::backend_error;
@@ -268,6 +268,92 @@ impl Session<'_, '_> {
         })
     }
 
+    /// How likely the model finds `text` right after `context`, both tokenized as plain text
+    /// (see [`plansmith_core::LanguageModel::likelihood`]), each next token's log-probability
+    /// read from the logits of the token before it.
+    pub(super) fn likelihood(
+        &mut self,
+        context: &str,
+        text: &str,
+        abandoned: &dyn Fn() -> bool,
+    ) -> Result<Likelihood, LlmError> {
+        let mut stats = Stats::default();
+        stop_if_abandoned(abandoned, &mut stats)?;
+        let vocab = self.model.vocab();
+        let mut tokens = vocab.tokenize(context.replace('\0', "").as_bytes(), false, false);
+        let head = tokens.len();
+        if head == 0 {
+            return Err(LlmError::Rejected(
+                "a likelihood needs a context to score the text after".into(),
+            ));
+        }
+        tokens.extend(vocab.tokenize(text.replace('\0', "").as_bytes(), false, false));
+        let context_size = usize::try_from(self.config.context).unwrap_or(usize::MAX);
+        if tokens.len() + 1 >= context_size {
+            return Err(LlmError::Rejected(format!(
+                "the text to score has {} tokens, more than the local model's context of \
+                 {context_size}",
+                tokens.len()
+            )));
+        }
+        // Scored in sequence 1 of the shared KV buffer, from an empty sequence, and cleared
+        // after: the completions' cached prompt in sequence 0 stays for the next request.
+        let _ = self.ctx.clear_kv_cache_seq(Some(SCORING_SEQ), None, None);
+        let scored = self.score(&tokens, head, abandoned, &mut stats);
+        let _ = self.ctx.clear_kv_cache_seq(Some(SCORING_SEQ), None, None);
+        let log_prob = scored?;
+        Ok(Likelihood {
+            log_prob,
+            tokens: u32::try_from(tokens.len() - head).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// The sum of the log-probabilities of `tokens[head..]`, each after the tokens before it,
+    /// evaluated in batches in [`SCORING_SEQ`]: every token from the context's last one on gets
+    /// logits.
+    fn score(
+        &mut self,
+        tokens: &[LlamaToken],
+        head: usize,
+        abandoned: &dyn Fn() -> bool,
+        stats: &mut Stats,
+    ) -> Result<f64, LlmError> {
+        let batch_size = self.batch_size();
+        let mut batch = LlamaBatch::new(batch_size, 1);
+        let mut log_prob = 0.0_f64;
+        let mut start = 0;
+        while start < tokens.len() {
+            stop_if_abandoned(abandoned, stats)?;
+            let end = (start + batch_size).min(tokens.len());
+            let chunk = tokens.get(start..end).unwrap_or_default();
+            batch.clear();
+            for (offset, &token) in chunk.iter().enumerate() {
+                let at = start + offset;
+                let pos = i32::try_from(at).unwrap_or(i32::MAX);
+                // Logits for the tokens whose successor is a token of the text.
+                let logits = at + 1 >= head && at + 1 < tokens.len();
+                batch
+                    .add(token, pos, &[SCORING_SEQ_ID], logits)
+                    .map_err(|err| backend_error("batch", err))?;
+            }
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|err| backend_error("likelihood", err))?;
+            for (offset, at) in (start..end).enumerate() {
+                if at + 1 < head {
+                    continue;
+                }
+                let Some(&next) = tokens.get(at + 1) else {
+                    continue;
+                };
+                let index = i32::try_from(offset).unwrap_or(i32::MAX);
+                log_prob += log_softmax_at(self.ctx.get_logits_ith(index), next);
+            }
+            start = end;
+        }
+        Ok(log_prob)
+    }
+
     /// Where the prompt's leading system messages end in `tokens`: they rendered alone must
     /// tokenize to a prefix of the whole prompt (true of chat templates that close a message
     /// before the next one starts).
@@ -381,4 +467,20 @@ impl Session<'_, '_> {
         }
         Ok(last_index)
     }
+}
+
+/// The KV sequence likelihoods are scored in (completions use sequence 0).
+const SCORING_SEQ: u32 = 1;
+/// The same, as a batch takes it.
+const SCORING_SEQ_ID: i32 = 1;
+
+/// The log-probability of `token` under these logits (a log-softmax read at one index); a
+/// token out of the vocabulary's range is impossible (negative infinity).
+fn log_softmax_at(logits: &[f32], token: LlamaToken) -> f64 {
+    let Some(&chosen) = usize::try_from(token.0).ok().and_then(|i| logits.get(i)) else {
+        return f64::NEG_INFINITY;
+    };
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    f64::from(chosen - max) - sum.ln()
 }

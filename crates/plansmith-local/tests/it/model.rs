@@ -380,6 +380,58 @@ fn a_repeated_prefix_is_reused_from_the_kv_cache() {
     );
 }
 
+/// A likelihood reads the model's own probabilities: a context that predicts the text makes it
+/// likelier. Scoring leaves the completions' KV cache alone: a request after a scoring still
+/// reuses the prompt the one before it left.
+#[test]
+fn likelihoods_follow_the_context_and_keep_the_prompt_cache() {
+    let _serial = serial();
+    let model = model();
+    let score = |context: &str, text: &str| {
+        futures::executor::block_on(model.likelihood(context.to_owned(), text.to_owned()))
+    };
+    let fits = score("The capital of France is the city of", " Paris")
+        .unwrap()
+        .unwrap();
+    let other = score("My favourite fruit to eat is the", " Paris")
+        .unwrap()
+        .unwrap();
+    assert!(
+        fits.tokens >= 1 && fits.tokens == other.tokens,
+        "{fits:?} {other:?}"
+    );
+    assert!(fits.log_prob < 0.0, "{fits:?}");
+    assert!(fits.log_prob > other.log_prob + 1.0, "{fits:?} {other:?}");
+    // Scoring is repeatable.
+    assert_eq!(
+        score("The capital of France is the city of", " Paris")
+            .unwrap()
+            .unwrap(),
+        fits
+    );
+    assert!(matches!(score("", " Paris"), Err(LlmError::Rejected(_))));
+
+    let messages = vec![
+        plansmith_core::llm::Message::system("You answer in one word."),
+        plansmith_core::llm::Message::user("Name a colour."),
+    ];
+    let complete =
+        || futures::executor::block_on(model.complete(request(messages.clone(), None, 3))).unwrap();
+    let first = complete();
+    let _ = score(
+        "A function: get_colour(): Names a colour.",
+        " Name a colour.",
+    )
+    .unwrap();
+    let second = complete();
+    assert_eq!(first.text, second.text);
+    let second = model.last_stats();
+    assert!(
+        second.cached_tokens + 1 >= second.prompt_tokens,
+        "the scoring between the completions cost the cached prompt: {second:?}"
+    );
+}
+
 #[test]
 fn a_missing_model_file_is_a_clear_error() {
     let err =

@@ -1,0 +1,230 @@
+//! The fit check: a plan whose every called tool fits the request less than a content-free
+//! function does is returned as a question naming the closest tool, with the calls kept in the
+//! plan's metadata; a plan with one fitting tool, an answer to that question, or a model that
+//! cannot score keeps its calls.
+
+use std::sync::Arc;
+
+use plansmith_core::llm::{Capabilities, Script, ScriptedLikelihood, ScriptedTurn};
+use plansmith_core::{
+    Action, Code, Feedback, Outcome, OutcomeStatus, PlanFormat, PlanRequest, Planner, ScriptedModel,
+};
+
+use crate::pipeline::test_catalog;
+
+const WEATHER: &str =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+/// Plans `query` with a grammar model that answers `turn` and scores a context that mentions
+/// a tool by `likelihoods` (a content-free one gets -1 nat a word).
+fn plan(
+    query: &str,
+    turn: &str,
+    likelihoods: &[(&str, f64)],
+    edit: impl FnOnce(&mut PlanRequest),
+) -> (Outcome, Arc<ScriptedModel>) {
+    let model = Arc::new(
+        ScriptedModel::from_script(Script {
+            capabilities: Capabilities {
+                grammar: true,
+                ..Capabilities::default()
+            },
+            turns: vec![ScriptedTurn::Text(turn.to_owned())],
+            ..Script::default()
+        })
+        .scoring(
+            likelihoods
+                .iter()
+                .map(|(tool, per_token)| ScriptedLikelihood {
+                    context_contains: format!("A function: {tool}("),
+                    per_token: *per_token,
+                })
+                .collect(),
+        ),
+    );
+    let planner = Planner::new(test_catalog(false), model.clone());
+    let mut request = PlanRequest::new(query);
+    request.options.format = PlanFormat::Calls;
+    edit(&mut request);
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    (outcome, model)
+}
+
+fn tools(outcome: &Outcome) -> Vec<&str> {
+    outcome
+        .plan
+        .steps
+        .iter()
+        .filter_map(|s| match &s.action {
+            Action::Tool { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_call_to_a_tool_that_does_not_fit_becomes_a_question() {
+    let (outcome, _) = plan(
+        "What's the mass of an electron?",
+        WEATHER,
+        &[("get_weather", -0.98)],
+        |_| {},
+    );
+    assert_eq!(outcome.status, OutcomeStatus::NeedsInput);
+    assert!(outcome.plan.steps.is_empty(), "{:?}", outcome.plan.steps);
+    let question = &outcome.plan.questions[0];
+    assert_eq!(question.id, "q1");
+    assert!(question.text.contains("`get_weather`"), "{}", question.text);
+    // The calls the model wrote are not lost.
+    let kept = &outcome.plan.metadata["unfitting_calls"];
+    assert_eq!(kept[0]["action"]["name"], "get_weather", "{kept}");
+    let finding = outcome
+        .diagnostics
+        .findings
+        .iter()
+        .find(|d| d.code == Code::NoToolFits)
+        .expect("a no_tool_fits warning");
+    assert!(
+        finding.message.contains("`get_weather` 0.02"),
+        "{}",
+        finding.message
+    );
+    // The retriever matches no other tool to this request: no second round was tried.
+    assert_eq!(outcome.diagnostics.attempts.len(), 1);
+    assert!(
+        outcome
+            .diagnostics
+            .findings
+            .iter()
+            .all(|d| d.code != Code::ModelError)
+    );
+}
+
+#[test]
+fn a_tool_that_fits_keeps_the_plan() {
+    let (outcome, _) = plan(
+        "What's the weather in Paris?",
+        WEATHER,
+        &[("get_weather", -0.4)],
+        |_| {},
+    );
+    assert_eq!(outcome.status, OutcomeStatus::Ready);
+    assert_eq!(tools(&outcome), ["get_weather"]);
+    assert!(outcome.plan.metadata.get("unfitting_calls").is_none());
+    assert!(
+        outcome
+            .diagnostics
+            .findings
+            .iter()
+            .all(|d| d.code != Code::NoToolFits)
+    );
+}
+
+#[test]
+fn one_fitting_tool_is_enough() {
+    let two = format!(
+        "{WEATHER}\n<tool_call>\n{{\"name\": \"send_email\", \"arguments\": {{\"to\": \"bob@example.com\", \"subject\": \"Weather\", \"body\": {{\"$ref\": \"s1.output.summary\"}}}}}}\n</tool_call>"
+    );
+    let (outcome, _) = plan(
+        "What's the weather in Paris? Email it to bob@example.com",
+        &two,
+        &[("get_weather", -1.0), ("send_email", -0.5)],
+        |_| {},
+    );
+    assert_eq!(
+        outcome.status,
+        OutcomeStatus::Ready,
+        "{:?}",
+        outcome.diagnostics.findings
+    );
+    assert_eq!(tools(&outcome), ["get_weather", "send_email"]);
+}
+
+#[test]
+fn an_answer_or_the_option_off_keeps_the_calls() {
+    let answered = |request: &mut PlanRequest| {
+        request.feedback = Some(Feedback {
+            text: Some("Yes, call get_weather anyway.".into()),
+            ..Feedback::default()
+        });
+    };
+    let off = |request: &mut PlanRequest| request.options.check_fit = false;
+    for edit in [&answered as &dyn Fn(&mut PlanRequest), &off] {
+        let (outcome, _) = plan(
+            "What's the mass of an electron?",
+            WEATHER,
+            &[("get_weather", -1.0)],
+            edit,
+        );
+        assert_eq!(tools(&outcome), ["get_weather"]);
+    }
+    // A model that cannot score (no rules) keeps them too.
+    let (outcome, _) = plan("What's the mass of an electron?", WEATHER, &[], |_| {});
+    assert_eq!(tools(&outcome), ["get_weather"]);
+}
+
+const SEARCH: &str = "<tool_call>\n{\"name\": \"search_web\", \"arguments\": {\"query\": \"weather in Paris\"}}\n</tool_call>";
+
+/// With more tools in the catalog than were shown, a plan none of whose calls fit gets a second
+/// retrieval round over the next tools the retriever ranks.
+fn second_round(search_fits: f64) -> Outcome {
+    let model = Arc::new(
+        ScriptedModel::from_script(Script {
+            capabilities: Capabilities {
+                grammar: true,
+                ..Capabilities::default()
+            },
+            turns: vec![
+                ScriptedTurn::Text(WEATHER.to_owned()),
+                ScriptedTurn::Text(SEARCH.to_owned()),
+            ],
+            ..Script::default()
+        })
+        .scoring(vec![
+            ScriptedLikelihood {
+                context_contains: "A function: get_weather(".into(),
+                per_token: -1.0,
+            },
+            ScriptedLikelihood {
+                context_contains: "A function: search_web(".into(),
+                per_token: search_fits,
+            },
+        ]),
+    );
+    let planner = Planner::new(test_catalog(false), model.clone());
+    let mut request = PlanRequest::new("Search the web for the current weather in Paris");
+    request.options.format = PlanFormat::Calls;
+    request.options.top_k = 1;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    assert_eq!(model.remaining(), 0, "both rounds asked the model");
+    assert_eq!(outcome.diagnostics.attempts.len(), 2);
+    // The tools shown over both rounds.
+    let mut shown = outcome.diagnostics.selected_tools.clone();
+    shown.sort();
+    assert_eq!(shown, ["get_weather", "search_web"]);
+    outcome
+}
+
+#[test]
+fn a_second_retrieval_round_finds_a_tool_that_fits() {
+    let outcome = second_round(-0.5);
+    assert_eq!(outcome.status, OutcomeStatus::Ready);
+    assert_eq!(tools(&outcome), ["search_web"]);
+    assert!(outcome.plan.questions.is_empty());
+}
+
+#[test]
+fn when_the_second_round_does_not_fit_either_the_first_question_stands() {
+    let outcome = second_round(-1.0);
+    assert_eq!(outcome.status, OutcomeStatus::NeedsInput);
+    assert!(outcome.plan.steps.is_empty());
+    assert!(
+        outcome.plan.questions[0].text.contains("`get_weather`"),
+        "{}",
+        outcome.plan.questions[0].text
+    );
+    assert_eq!(
+        outcome.plan.metadata["unfitting_calls"][0]["action"]["name"],
+        "get_weather"
+    );
+}
