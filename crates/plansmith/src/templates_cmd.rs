@@ -18,8 +18,10 @@ use plansmith_core::{Plan, PlanOptions, PlanTemplate, Severity, TemplateParamete
 use plansmith_service::Instantiation;
 use plansmith_store::PlanStore;
 
+use crate::args::CatalogArgs;
 use crate::plans_cmd::{StoreArgs, open, runtime, store_error};
 use crate::{CliError, Exit};
+use plansmith_core::Catalog;
 
 /// Arguments of `plansmith templates`.
 #[derive(Debug, Args)]
@@ -101,12 +103,9 @@ struct InstantiateArgs {
     /// A template argument `NAME=VALUE` (repeatable).
     #[arg(long = "arg", value_name = "NAME=VALUE")]
     args: Vec<String>,
-    /// Tool catalog the new plan is validated against.
-    #[arg(long)]
-    tools: Option<PathBuf>,
-    /// Agent cards the new plan is validated against.
-    #[arg(long)]
-    agents: Option<PathBuf>,
+    /// The catalog the new plan is validated against.
+    #[command(flatten)]
+    catalog: CatalogArgs,
     /// The user confirmed recurring schedules.
     #[arg(long)]
     allow_recurring: bool,
@@ -126,10 +125,19 @@ struct InstantiateArgs {
 
 /// Runs `plansmith templates`.
 pub fn run(args: TemplatesArgs) -> Result<Exit, CliError> {
+    // The catalog a new plan is validated against is read, and its MCP servers asked for their
+    // tools (on a runtime of their own), before the store's runtime starts.
+    let catalog = match &args.command {
+        TemplatesCommand::Instantiate(instantiate) => {
+            let files = instantiate.catalog.files()?;
+            Some(instantiate.catalog.with_mcp(files)?)
+        }
+        _ => None,
+    };
     let runtime = runtime()?;
     runtime.block_on(async {
         let store = open(args.store.store.as_deref()).await?;
-        let result = dispatch(&store, args.command, &args.store.actor).await;
+        let result = dispatch(&store, args.command, &args.store.actor, catalog).await;
         store.close().await;
         result
     })
@@ -139,6 +147,7 @@ async fn dispatch(
     store: &PlanStore,
     command: TemplatesCommand,
     actor: &str,
+    catalog: Option<Catalog>,
 ) -> Result<Exit, CliError> {
     match command {
         TemplatesCommand::Save(args) => save(store, args, actor).await,
@@ -201,7 +210,9 @@ async fn dispatch(
             eprintln!("deleted {n} version(s) of template {name}");
             Ok(Exit::Ok)
         }
-        TemplatesCommand::Instantiate(args) => instantiate(store, args, actor).await,
+        TemplatesCommand::Instantiate(args) => {
+            instantiate(store, args, actor, catalog.unwrap_or_default()).await
+        }
     }
 }
 
@@ -262,13 +273,13 @@ async fn instantiate(
     store: &PlanStore,
     args: InstantiateArgs,
     actor: &str,
+    catalog: Catalog,
 ) -> Result<Exit, CliError> {
     let mut arguments = BTreeMap::new();
     for item in &args.args {
         let (name, value) = pair(item, "arg")?;
         arguments.insert(name, value);
     }
-    let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
     let service = crate::plans_cmd::service(store, crate::plans_cmd::modelless(catalog));
     let mut what = Instantiation::new(args.name.clone(), arguments);
     what.version = args.version;

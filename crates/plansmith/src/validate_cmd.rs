@@ -13,6 +13,7 @@ use plansmith_core::validate::validate;
 use plansmith_core::{Plan, PlanOptions, Severity};
 use serde_json::json;
 
+use crate::args::CatalogArgs;
 use crate::{CliError, Exit};
 
 /// `plansmith validate` arguments.
@@ -20,12 +21,9 @@ use crate::{CliError, Exit};
 pub struct ValidateArgs {
     /// Plan file (JSON in any accepted shape), or `-` for standard input.
     file: PathBuf,
-    /// Tool catalog the plan's tool steps are checked against.
-    #[arg(long)]
-    tools: Option<PathBuf>,
-    /// Agent cards the plan's agent tasks are checked against.
-    #[arg(long)]
-    agents: Option<PathBuf>,
+    /// The catalog the plan's tool steps and agent tasks are checked against.
+    #[command(flatten)]
+    catalog: CatalogArgs,
     /// Most steps (longer plans are cut, keeping a closing reply).
     #[arg(long, default_value_t = PlanOptions::default().max_steps)]
     max_steps: usize,
@@ -44,7 +42,7 @@ pub struct ValidateArgs {
 /// Runs `plansmith validate`: exit 0 when the plan has no errors, 1 when it has.
 pub fn run(args: ValidateArgs) -> Result<Exit, CliError> {
     let text = read_input(&args.file).map_err(CliError::input)?;
-    let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), args.agents.as_deref())?;
+    let catalog = args.catalog.with_mcp(args.catalog.files()?)?;
     let plan_id = plansmith_core::Plan::new_id();
     let defaults = ParseDefaults {
         plan_id: &plan_id,

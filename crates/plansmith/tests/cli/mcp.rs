@@ -428,4 +428,17 @@ fn tools_list_and_plan_with_mcp_servers() {
         "{}",
         text(&planned.stderr)
     );
+
+    // `validate` checks a plan against the same servers' tools; without them the tools are
+    // unknown.
+    let plan_file = write(dir.path(), "plan.json", &reply);
+    let checked = plansmith(&["validate", &plan_file, "--mcp", &servers]);
+    assert_exit(&checked, 0);
+    let unchecked = plansmith(&["validate", &plan_file, "--json"]);
+    assert_exit(&unchecked, 1);
+    assert!(
+        text(&unchecked.stdout).contains("unknown_tool"),
+        "{}",
+        text(&unchecked.stdout)
+    );
 }
