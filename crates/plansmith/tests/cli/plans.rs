@@ -672,3 +672,68 @@ fn plans_list_pages_by_cursor() {
         text(&bad.stderr)
     );
 }
+
+/// A model that scores text and calls a tool that does not fit the request gets a question
+/// instead of the call; the person's answer replans without the check, and the call comes back.
+#[test]
+fn a_call_that_does_not_fit_is_asked_about_and_an_answer_plans_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let model = |name: &str| {
+        let path = dir.path().join(name);
+        let script = serde_json::json!({
+            "capabilities": {"grammar": true},
+            "turns": [call],
+            // The request is no likelier after get_weather's description than after a
+            // content-free function's (-1 nat a word when no rule matches).
+            "likelihoods": [{"context_contains": "A function: get_weather(", "per_token": -1.0}],
+        });
+        std::fs::write(&path, script.to_string()).unwrap();
+        format!("scripted:{}", path.display())
+    };
+    let asked = run(
+        &store,
+        &[
+            "plan",
+            "What's the mass of an electron?",
+            "--tools",
+            "examples/tools.json",
+            "--model",
+            &model("first.json"),
+            "--save",
+        ],
+        "",
+    );
+    assert_exit(&asked, 10);
+    let stdout = text(&asked.stdout);
+    assert!(stdout.contains("the closest is `get_weather`"), "{stdout}");
+    assert!(stdout.contains("warning[no_tool_fits]"), "{stdout}");
+    let id = saved_id(&asked);
+    let shown = run(&store, &["plans", "show", &id, "--json"], "");
+    let stored: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(
+        stored["plan"]["metadata"]["unfitting_calls"][0]["action"]["name"],
+        "get_weather"
+    );
+
+    let answered = run(
+        &store,
+        &[
+            "plans",
+            "answer",
+            &id,
+            "Yes, call get_weather anyway.",
+            "--tools",
+            "examples/tools.json",
+            "--model",
+            &model("second.json"),
+        ],
+        "",
+    );
+    assert_exit(&answered, 0);
+    let shown = run(&store, &["plans", "show", &id, "--json"], "");
+    let stored: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(stored["plan"]["version"], 2);
+    assert_eq!(stored["plan"]["steps"][0]["action"]["name"], "get_weather");
+}
