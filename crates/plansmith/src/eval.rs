@@ -253,6 +253,9 @@ struct CaseFlags {
     parsed_first: bool,
     valid_first: bool,
     attempts: usize,
+    /// How many tools the model was shown (over both rounds, when the fit check asked for a
+    /// second retrieval round).
+    tools_shown: usize,
 }
 
 /// Figures of one plan-evaluation run (the official scores come from `score.py plan`).
@@ -346,7 +349,7 @@ pub struct PlanRun {
 /// `{"id", "plan": [steps]}` lines for `score.py plan`: tool steps as
 /// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`. Each line also
 /// records `status` (ready, needs_input, fallback, error), `parsed_first`, `valid_first`,
-/// `attempts` and `seconds`, which `score.py` ignores.
+/// `attempts`, `tools_shown` and `seconds`, which `score.py` ignores.
 pub fn plan(
     cases_path: &Path,
     out_path: &Path,
@@ -504,6 +507,7 @@ pub fn plan(
                             .any(|d| d.severity == plansmith_core::Severity::Error)
                 });
                 flags.attempts = outcome.diagnostics.attempts.len();
+                flags.tools_shown = outcome.diagnostics.selected_tools.len();
                 flags.status = outcome.status.name();
                 outcome
                     .plan
@@ -541,6 +545,7 @@ pub fn plan(
             "parsed_first": flags.parsed_first,
             "valid_first": flags.valid_first,
             "attempts": flags.attempts,
+            "tools_shown": flags.tools_shown,
             "seconds": (case_started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         });
         writeln!(out, "{line}")

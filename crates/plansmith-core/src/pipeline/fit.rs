@@ -8,15 +8,18 @@
 //! likelihood after the same sentence about a content-free function (`run(input)`: "Runs a
 //! task."). The difference, per token of the request, is the tool's fit, in nats: the words
 //! of a request a tool does become likelier once the model has read the tool (a tool of a plan
-//! that calls several is also scored on each part of the request, and keeps its best). A plan whose
-//! every called tool fits less than [`FIT_MIN`] is not returned as calls: the person is asked
+//! that calls several is also scored on each part of the request, and keeps its best). A plan
+//! whose every called tool fits less than [`FIT_MIN`] is not returned as calls: the person is asked
 //! instead, with the closest tool named, and the calls the model wrote are kept in the plan's
 //! metadata (`unfitting_calls`). An answer (a replan with feedback) is planned without the
 //! check, so "yes, use it" is heard.
 //!
 //! The check needs a model that scores text ([`crate::LanguageModel::likelihood`]: the
-//! embedded model does, remote providers do not) and costs one short evaluation per called
-//! tool, plus one for the baseline; it stops at the first tool that fits.
+//! embedded model does, remote providers do not) and costs two short evaluations per scored
+//! text (the request, and its parts for a plan of several tools): one after the tool's
+//! sentence, one after the content-free one, shared by the tools; it stops at the first tool
+//! that fits. When none fits and the catalog has tools the prompt did not show, the planner
+//! first tries a second retrieval round (`Planner::plan`).
 
 use serde_json::{Value, json};
 

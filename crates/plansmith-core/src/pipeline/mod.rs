@@ -1,7 +1,7 @@
 //! The planning pipeline: triage → select → render → generate → parse → ground → validate →
-//! repair → follow up → fit check → outcome (see ARCHITECTURE.md). [`Planner::plan`] never ends silently and never
-//! panics: it returns an [`Outcome`] (ready, needs input, incomplete, or a fallback with its
-//! reason) or a [`PlanError`], and both carry [`Diagnostics`].
+//! repair → follow up → fit check → outcome (see ARCHITECTURE.md). [`Planner::plan`] never
+//! ends silently and never panics: it returns an [`Outcome`] (ready, needs input, incomplete,
+//! or a fallback with its reason) or a [`PlanError`], and both carry [`Diagnostics`].
 //!
 //! Each stage is a function over one `Call`, the context of a planning call: the request, the
 //! catalog and the tools selected from it, the model, the diagnostics so far, the event
