@@ -253,8 +253,7 @@ struct CaseFlags {
     parsed_first: bool,
     valid_first: bool,
     attempts: usize,
-    /// How many tools the model was shown (over both rounds, when the fit check asked for a
-    /// second retrieval round).
+    /// How many tools the model was shown.
     tools_shown: usize,
 }
 

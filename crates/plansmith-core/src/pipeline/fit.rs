@@ -18,8 +18,7 @@
 //! embedded model does, remote providers do not) and costs two short evaluations per scored
 //! text (the request, and its parts for a plan of several tools): one after the tool's
 //! sentence, one after the content-free one, shared by the tools; it stops at the first tool
-//! that fits. When none fits and the catalog has tools the prompt did not show, the planner
-//! first tries a second retrieval round (`Planner::plan`).
+//! that fits.
 
 use serde_json::{Value, json};
 
@@ -64,17 +63,6 @@ fn sentence(tool: &Tool) -> String {
         tool.name,
         parameters.join(", ")
     )
-}
-
-/// What the fit check found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
-    /// Not checked: nothing to check, the check is off, or the model cannot score.
-    Unchecked,
-    /// A called tool fits the request.
-    Fits,
-    /// No called tool fits: the calls became a question.
-    NoneFits,
 }
 
 /// A fit measured: the tool and its nats per token over the baseline.
@@ -162,13 +150,13 @@ async fn measure(
 /// Checks that some tool the candidate calls fits the request; when none does, the calls are
 /// replaced by a question. A model that cannot score, a failed scoring (a warning), a replan
 /// with feedback, a plan without tool calls or with errors: the candidate is returned as is.
-pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> (Candidate, Verdict) {
+pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> Candidate {
     let request = call.request;
     if !request.options.check_fit
         || request.feedback.is_some()
         || candidate.diagnostics.iter().any(Diagnostic::is_error)
     {
-        return (candidate, Verdict::Unchecked);
+        return candidate;
     }
     let mut tools: Vec<&str> = Vec::new();
     for step in &candidate.plan.steps {
@@ -179,26 +167,26 @@ pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> (Can
         }
     }
     if tools.is_empty() {
-        return (candidate, Verdict::Unchecked);
+        return candidate;
     }
     let started = std::time::Instant::now();
     let measured = measure(call.model, call.catalog, &request.query, &tools).await;
     call.diagnostics.timings.fit_us += micros(started);
     let fits = match measured {
         Ok(Some(Measured::NoneFits(fits))) => fits,
-        Ok(Some(Measured::Fits)) => return (candidate, Verdict::Fits),
-        Ok(None) => return (candidate, Verdict::Unchecked),
+        Ok(Some(Measured::Fits)) => return candidate,
+        Ok(None) => return candidate,
         Err(err) => {
             call.diagnostics.findings.push(Diagnostic::warning(
                 Code::ModelError,
                 "",
                 format!("the fit check could not score the request, so it was skipped: {err}"),
             ));
-            return (candidate, Verdict::Unchecked);
+            return candidate;
         }
     };
     let Some(closest) = fits.iter().max_by(|a, b| a.nats.total_cmp(&b.nats)) else {
-        return (candidate, Verdict::Unchecked);
+        return candidate;
     };
     let plan = &mut candidate.plan;
     let calls: Vec<Value> = plan
@@ -246,5 +234,5 @@ pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> (Can
         )
         .with_value(json!(fits.iter().map(|f| &f.tool).collect::<Vec<_>>())),
     );
-    (candidate, Verdict::NoneFits)
+    candidate
 }

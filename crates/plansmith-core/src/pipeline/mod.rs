@@ -35,7 +35,6 @@ use std::time::Instant;
 use chrono::Utc;
 
 use crate::catalog::Catalog;
-use crate::diagnostic::{Code, Diagnostic};
 use crate::investigate::Investigator;
 use crate::llm::LanguageModel;
 use crate::plan::Plan;
@@ -204,13 +203,22 @@ impl Planner {
                 .map(|f| format!("[{}] {}", f.source, f.text))
                 .collect();
         }
-        let prompt = prompt::render(&mut call, &context, history.clone())?;
-        let verdict = round(&mut call, &prompt).await?;
-        // None of the calls fit: a second retrieval round shows the model the next tools the
-        // retriever ranks, and its plan is kept when one of its calls fits; otherwise the
-        // first round's question stands.
-        if verdict == fit::Verdict::NoneFits && prompt::select_next(&mut call, &mut context) {
-            second_round(&mut call, &context, history).await;
+        let prompt = prompt::render(&mut call, &context, history)?;
+        generate::attempts(&mut call, &prompt).await?;
+
+        // A clean answer in the tool-call format that leaves a part of the request without a
+        // call gets one follow-up question per such part.
+        if prompt.calls
+            && call.model_failure.is_none()
+            && let Some(candidate) = call.best.take()
+        {
+            call.best = Some(follow_up::follow_up(&mut call, &prompt, candidate).await);
+        }
+        // A plan whose every call goes to a tool that does not fit the request asks instead.
+        if call.model_failure.is_none()
+            && let Some(candidate) = call.best.take()
+        {
+            call.best = Some(fit::check(&mut call, candidate).await);
         }
 
         let mut outcome = outcome::finish(call);
@@ -218,69 +226,5 @@ impl Planner {
             outcome.diagnostics.timings.total_us = micros(started);
         }
         outcome
-    }
-}
-
-/// One round of planning over the selected tools: the attempts, then, for a clean answer in
-/// the tool-call format that leaves a part of the request without a call, the follow-ups, then
-/// the fit check of the best candidate.
-async fn round(call: &mut Call<'_>, prompt: &prompt::Prompt) -> Result<fit::Verdict, PlanError> {
-    generate::attempts(call, prompt).await?;
-    if prompt.calls
-        && call.model_failure.is_none()
-        && let Some(candidate) = call.best.take()
-    {
-        call.best = Some(follow_up::follow_up(call, prompt, candidate).await);
-    }
-    let mut verdict = fit::Verdict::Unchecked;
-    if call.model_failure.is_none()
-        && let Some(candidate) = call.best.take()
-    {
-        let (checked, found) = fit::check(call, candidate).await;
-        call.best = Some(checked);
-        verdict = found;
-    }
-    Ok(verdict)
-}
-
-/// The second round over the newly selected tools. Its plan replaces the first round's question
-/// only when one of its calls fits; a failed round (a model error, no usable plan, no fit)
-/// leaves the question, with what the round did in the diagnostics.
-async fn second_round(
-    call: &mut Call<'_>,
-    context: &crate::prompts::PromptContext,
-    history: Vec<crate::llm::Message>,
-) {
-    let asked = call.best.take();
-    let (last_failure, diagnostics) = (call.last_failure.take(), call.diagnostics.clone());
-    let rendered = prompt::render(call, context, history);
-    let verdict = match rendered {
-        Ok(prompt) => round(call, &prompt).await,
-        Err(err) => Err(err),
-    };
-    match verdict {
-        Ok(fit::Verdict::Fits) if call.model_failure.is_none() => {}
-        Ok(_) => {
-            call.model_failure = None;
-            call.best = asked;
-            call.last_failure = last_failure;
-        }
-        Err(err) => {
-            let message =
-                format!("the second retrieval round failed, so the question stands: {err}");
-            // A failed model call took the diagnostics (both rounds') with its error.
-            call.diagnostics = match err {
-                PlanError::Model { diagnostics, .. } | PlanError::Failed { diagnostics, .. } => {
-                    *diagnostics
-                }
-                _ => diagnostics,
-            };
-            call.diagnostics
-                .findings
-                .push(Diagnostic::warning(Code::ModelError, "", message));
-            call.model_failure = None;
-            call.best = asked;
-            call.last_failure = last_failure;
-        }
     }
 }

@@ -53,61 +53,6 @@ pub(super) fn select_tools(call: &mut Call<'_>) {
     call.diagnostics.timings.select_us = micros(stage);
 }
 
-/// A second retrieval round, for a plan none of whose calls fit the request: the retriever's
-/// next top-K tools after the ones already shown (pinned tools stay), listed in catalog order,
-/// and the prompt context's tools with them. Only tools the ranking matches come in (no filler
-/// in catalog order); false, with the selection unchanged, when there are none.
-pub(super) fn select_next(call: &mut Call<'_>, context: &mut PromptContext) -> bool {
-    let request = call.request;
-    let stage = Instant::now();
-    let top_k = request.options.top_k;
-    let catalog = call.catalog;
-    let shown: std::collections::HashSet<usize> = call
-        .selected
-        .iter()
-        .filter_map(|t| catalog.tool_position(&t.tool.name))
-        .collect();
-    if top_k == 0 || shown.len() >= catalog.len() {
-        return false;
-    }
-    let next: Vec<usize> = call
-        .retriever
-        .rank(&request.query, shown.len() + top_k)
-        .into_iter()
-        .map(|scored| scored.index)
-        .filter(|idx| *idx < catalog.len() && !shown.contains(idx))
-        .take(top_k)
-        .collect();
-    if next.is_empty() {
-        return false;
-    }
-    let mut chosen: Vec<usize> = request
-        .options
-        .pinned_tools
-        .iter()
-        .filter_map(|name| catalog.tool_position(name))
-        .chain(next)
-        .collect();
-    chosen.sort_unstable();
-    chosen.dedup();
-    call.selected = chosen
-        .into_iter()
-        .filter_map(|idx| catalog.tool_at(idx))
-        .collect();
-    for tool in &call.selected {
-        if !call.diagnostics.selected_tools.contains(&tool.tool.name) {
-            call.diagnostics.selected_tools.push(tool.tool.name.clone());
-        }
-    }
-    context.tools = call
-        .selected
-        .iter()
-        .map(|entry| entry.prompt_view().clone())
-        .collect();
-    call.diagnostics.timings.select_us += micros(stage);
-    true
-}
-
 /// The history shown to the model: earlier turns of the conversation within the request's
 /// memory bounds, then the request's own history messages.
 pub(super) fn history(call: &mut Call<'_>) -> Vec<Message> {

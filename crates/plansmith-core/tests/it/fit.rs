@@ -89,7 +89,6 @@ fn a_call_to_a_tool_that_does_not_fit_becomes_a_question() {
         "{}",
         finding.message
     );
-    // The retriever matches no other tool to this request: no second round was tried.
     assert_eq!(outcome.diagnostics.attempts.len(), 1);
     assert!(
         outcome
@@ -161,70 +160,4 @@ fn an_answer_or_the_option_off_keeps_the_calls() {
     // A model that cannot score (no rules) keeps them too.
     let (outcome, _) = plan("What's the mass of an electron?", WEATHER, &[], |_| {});
     assert_eq!(tools(&outcome), ["get_weather"]);
-}
-
-const SEARCH: &str = "<tool_call>\n{\"name\": \"search_web\", \"arguments\": {\"query\": \"weather in Paris\"}}\n</tool_call>";
-
-/// With more tools in the catalog than were shown, a plan none of whose calls fit gets a second
-/// retrieval round over the next tools the retriever ranks.
-fn second_round(search_fits: f64) -> Outcome {
-    let model = Arc::new(
-        ScriptedModel::from_script(Script {
-            capabilities: Capabilities {
-                grammar: true,
-                ..Capabilities::default()
-            },
-            turns: vec![
-                ScriptedTurn::Text(WEATHER.to_owned()),
-                ScriptedTurn::Text(SEARCH.to_owned()),
-            ],
-            ..Script::default()
-        })
-        .scoring(vec![
-            ScriptedLikelihood {
-                context_contains: "A function: get_weather(".into(),
-                per_token: -1.0,
-            },
-            ScriptedLikelihood {
-                context_contains: "A function: search_web(".into(),
-                per_token: search_fits,
-            },
-        ]),
-    );
-    let planner = Planner::new(test_catalog(false), model.clone());
-    let mut request = PlanRequest::new("Search the web for the current weather in Paris");
-    request.options.format = PlanFormat::Calls;
-    request.options.top_k = 1;
-    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
-    assert_eq!(model.remaining(), 0, "both rounds asked the model");
-    assert_eq!(outcome.diagnostics.attempts.len(), 2);
-    // The tools shown over both rounds.
-    let mut shown = outcome.diagnostics.selected_tools.clone();
-    shown.sort();
-    assert_eq!(shown, ["get_weather", "search_web"]);
-    outcome
-}
-
-#[test]
-fn a_second_retrieval_round_finds_a_tool_that_fits() {
-    let outcome = second_round(-0.5);
-    assert_eq!(outcome.status, OutcomeStatus::Ready);
-    assert_eq!(tools(&outcome), ["search_web"]);
-    assert!(outcome.plan.questions.is_empty());
-}
-
-#[test]
-fn when_the_second_round_does_not_fit_either_the_first_question_stands() {
-    let outcome = second_round(-1.0);
-    assert_eq!(outcome.status, OutcomeStatus::NeedsInput);
-    assert!(outcome.plan.steps.is_empty());
-    assert!(
-        outcome.plan.questions[0].text.contains("`get_weather`"),
-        "{}",
-        outcome.plan.questions[0].text
-    );
-    assert_eq!(
-        outcome.plan.metadata["unfitting_calls"][0]["action"]["name"],
-        "get_weather"
-    );
 }
