@@ -433,12 +433,16 @@ pub enum ScriptedTurn {
 }
 
 /// One rule of a scripted model's [`LanguageModel::likelihood`]: a context that contains
-/// `context_contains` gives each whitespace-separated word of the text `per_token` nats. The
-/// first rule that matches is used; a context no rule matches gives -1 nat a word.
+/// `context_contains` (and a text that contains `text_contains`, when given) gives each
+/// whitespace-separated word of the text `per_token` nats. The first rule that matches is used;
+/// when none does, -1 nat a word.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScriptedLikelihood {
     /// A substring of the context.
     pub context_contains: String,
+    /// A substring of the text, when the rule is for some texts only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_contains: Option<String>,
     /// The log-probability of each word of the text, in nats.
     pub per_token: f64,
 }
@@ -661,7 +665,13 @@ impl LanguageModel for ScriptedModel {
             let per_token = self
                 .likelihoods
                 .iter()
-                .find(|rule| context.contains(&rule.context_contains))
+                .find(|rule| {
+                    context.contains(&rule.context_contains)
+                        && rule
+                            .text_contains
+                            .as_ref()
+                            .is_none_or(|part| text.contains(part.as_str()))
+                })
                 .map_or(-1.0, |rule| rule.per_token);
             let tokens = u32::try_from(text.split_whitespace().count()).unwrap_or(u32::MAX);
             Likelihood {

@@ -33,4 +33,10 @@ impl CatalogArgs {
     pub fn with_mcp(&self, catalog: Catalog) -> Result<Catalog, CliError> {
         crate::mcp_cmd::extend(catalog, self.mcp.as_deref())
     }
+
+    /// The whole catalog: the files, then the MCP servers' tools (which start their own
+    /// runtime: call this outside one).
+    pub fn load(&self) -> Result<Catalog, CliError> {
+        self.with_mcp(self.files()?)
+    }
 }

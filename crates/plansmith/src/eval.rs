@@ -55,11 +55,7 @@ pub fn retrieval(
     top: usize,
     kind: crate::retrieval::RetrieverKind,
 ) -> anyhow::Result<RetrievalSummary> {
-    let text = crate::input::read_text_as(catalog_path, "the catalog ")?;
-    let document: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("catalog {} is not valid JSON", catalog_path.display()))?;
-    let (catalog, problems) = Catalog::from_json_lenient(&document)
-        .with_context(|| format!("failed to load catalog {}", catalog_path.display()))?;
+    let (catalog, problems) = read_catalog(catalog_path)?;
 
     let text = fs::read_to_string(cases_path)
         .with_context(|| format!("failed to read cases {}", cases_path.display()))?;
@@ -344,6 +340,16 @@ pub struct PlanRun {
     pub check_fit: bool,
 }
 
+/// A catalog file read leniently (a tool that does not load is a problem, not an error), with
+/// its problems.
+fn read_catalog(path: &Path) -> anyhow::Result<(Catalog, Vec<plansmith_core::CatalogProblem>)> {
+    let text = crate::input::read_text_as(path, "the catalog ")?;
+    let document: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("catalog {} is not valid JSON", path.display()))?;
+    Catalog::from_json_lenient(&document)
+        .with_context(|| format!("failed to load catalog {}", path.display()))
+}
+
 /// Runs every case (its messages and tools) through the pipeline with `model` at time `now` and writes
 /// `{"id", "plan": [steps]}` lines for `score.py plan`: tool steps as
 /// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`. Each line also
@@ -368,31 +374,27 @@ pub fn plan(
         check_fit,
     } = run;
     let retriever_kind = crate::retrieval::kind(None)?;
-    // A shared catalog is read and indexed once; every case is planned against it.
-    let shared = match shared_catalog {
-        Some(path) => {
-            let text = fs::read_to_string(path)
-                .with_context(|| format!("failed to read catalog {}", path.display()))?;
-            let document: serde_json::Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not JSON", path.display()))?;
-            let (catalog, _) = Catalog::from_json_lenient(&document)
-                .with_context(|| format!("{} is not a catalog", path.display()))?;
-            let retriever = crate::retrieval::build(&catalog, retriever_kind);
-            let mut planner = Planner::with_retrieval(catalog, retriever, model.clone());
-            if let Some(dir) = templates {
-                planner = planner.with_prompts(
-                    plansmith_core::Prompts::with_overrides(dir)
-                        .context("cannot load the templates")?,
-                );
-            }
-            Some(planner)
-        }
-        None => None,
+    // A planner over a catalog, with its index and the overriding templates.
+    let planner_for = |catalog: Catalog| -> anyhow::Result<Planner> {
+        let retriever = crate::retrieval::build(&catalog, retriever_kind);
+        let planner = Planner::with_retrieval(catalog, retriever, model.clone());
+        Ok(match templates {
+            Some(dir) => planner.with_prompts(
+                plansmith_core::Prompts::with_overrides(dir)
+                    .context("cannot load the templates")?,
+            ),
+            None => planner,
+        })
     };
     // Read once here, so a bad directory fails before the first case.
     if let Some(dir) = templates {
         plansmith_core::Prompts::with_overrides(dir).context("cannot load the templates")?;
     }
+    // A shared catalog is read and indexed once; every case is planned against it.
+    let shared = match shared_catalog {
+        Some(path) => Some(planner_for(read_catalog(path)?.0)?),
+        None => None,
+    };
     let (limit_per_category, resume, now) = (*limit_per_category, *resume, *now);
 
     // With `resume`, the cases already in `out_path` are kept and not run again (an evaluation
@@ -465,14 +467,7 @@ pub fn plan(
             None => {
                 let (catalog, _) = Catalog::from_json_lenient(&case.tools).unwrap_or_default();
                 let n_tools = catalog.len();
-                let retriever = crate::retrieval::build(&catalog, retriever_kind);
-                let mut planner = Planner::with_retrieval(catalog, retriever, model.clone());
-                if let Some(dir) = templates {
-                    let templates = plansmith_core::Prompts::with_overrides(dir)
-                        .context("cannot load the templates")?;
-                    planner = planner.with_prompts(templates);
-                }
-                own = planner;
+                own = planner_for(catalog)?;
                 (&own, n_tools)
             }
         };

@@ -235,8 +235,7 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
 /// `plansmith mcp`: serve the `plan`, `planning` and `feedback` tools over stdio until the
 /// client disconnects.
 pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
-    let catalog = args.catalog.files()?;
-    let catalog = args.catalog.with_mcp(catalog)?;
+    let catalog = args.catalog.load()?;
     let model = crate::model::load(args.model.as_deref())?;
     let planner = Arc::new(crate::retrieval::planner(catalog, model)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()

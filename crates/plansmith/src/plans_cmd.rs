@@ -203,8 +203,7 @@ struct PlannerArgs {
 
 impl PlannerArgs {
     fn planner(&self) -> Result<Planner, CliError> {
-        let catalog = self.catalog.files()?;
-        let catalog = self.catalog.with_mcp(catalog)?;
+        let catalog = self.catalog.load()?;
         let model = crate::model::load(self.model.as_deref())?;
         let mut planner = crate::retrieval::planner(catalog, model)?;
         if let Some(dir) = &self.prompts {

@@ -128,10 +128,7 @@ pub fn run(args: TemplatesArgs) -> Result<Exit, CliError> {
     // The catalog a new plan is validated against is read, and its MCP servers asked for their
     // tools (on a runtime of their own), before the store's runtime starts.
     let catalog = match &args.command {
-        TemplatesCommand::Instantiate(instantiate) => {
-            let files = instantiate.catalog.files()?;
-            Some(instantiate.catalog.with_mcp(files)?)
-        }
+        TemplatesCommand::Instantiate(instantiate) => Some(instantiate.catalog.load()?),
         _ => None,
     };
     let runtime = runtime()?;

@@ -42,7 +42,7 @@ pub struct ValidateArgs {
 /// Runs `plansmith validate`: exit 0 when the plan has no errors, 1 when it has.
 pub fn run(args: ValidateArgs) -> Result<Exit, CliError> {
     let text = read_input(&args.file).map_err(CliError::input)?;
-    let catalog = args.catalog.with_mcp(args.catalog.files()?)?;
+    let catalog = args.catalog.load()?;
     let plan_id = plansmith_core::Plan::new_id();
     let defaults = ParseDefaults {
         plan_id: &plan_id,

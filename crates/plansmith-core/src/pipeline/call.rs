@@ -126,6 +126,12 @@ fn apply_request_fields(plan: &mut Plan, request: &PlanRequest) {
     }
 }
 
+/// Whether questions and messages for `locale` are written in Chinese (the planner's other
+/// language; everything else gets English).
+pub(super) fn chinese(locale: &str) -> bool {
+    locale.to_ascii_lowercase().starts_with("zh")
+}
+
 /// Microseconds since `since`.
 pub(super) fn micros(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)

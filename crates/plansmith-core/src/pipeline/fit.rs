@@ -22,7 +22,7 @@
 
 use serde_json::{Value, json};
 
-use super::call::{Call, Candidate, micros};
+use super::call::{Call, Candidate, chinese, micros};
 use crate::catalog::Tool;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::llm::{LanguageModel, LlmError};
@@ -194,7 +194,7 @@ pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> Cand
         .iter()
         .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
         .collect();
-    let zh = plan.locale.to_ascii_lowercase().starts_with("zh");
+    let zh = chinese(&plan.locale);
     let text = if zh {
         format!(
             "现有的工具似乎都做不了这件事：最接近的是 `{}`。要照样调用它，还是换一个工具？",

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::call::{Call, Candidate, cut};
+use super::call::{Call, Candidate, chinese, cut};
 use super::report::{Outcome, OutcomeStatus, PlanError};
 use crate::catalog::Tool;
 use crate::diagnostic::{Code, Diagnostic, Severity};
@@ -37,8 +37,7 @@ pub(super) fn finish(mut call: Call<'_>) -> Result<Outcome, PlanError> {
         let reason = format!("no plan could be read from the model output: {message}");
         return fallback(call, reason, Some(&raw));
     };
-    let locale = plan.locale.clone();
-    let zh = locale.to_ascii_lowercase().starts_with("zh");
+    let zh = chinese(&plan.locale);
 
     // Plan-level errors (no step to blame) make the whole candidate unusable.
     // A step that parsing had to leave out (unreadable, cut off) is reported without a step
@@ -376,7 +375,7 @@ fn enum_options(tool: &Tool, argument: &str) -> Vec<String> {
 /// Applies the fallback policy.
 fn fallback(call: Call<'_>, reason: String, raw: Option<&str>) -> Result<Outcome, PlanError> {
     let request = call.request;
-    let zh = request.locale().to_ascii_lowercase().starts_with("zh");
+    let zh = chinese(request.locale());
     let mut plan = call.new_plan();
     plan.metadata
         .insert("fallback_reason".into(), json!(reason));

@@ -16,7 +16,7 @@ const WEATHER: &str =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 
 /// Plans `query` with a grammar model that answers `turn` and scores a context that mentions
-/// a tool by `likelihoods` (a content-free one gets -1 nat a word).
+/// a tool by `likelihoods`, the first that matches (a content-free one gets -1 nat a word).
 fn plan(
     query: &str,
     turn: &str,
@@ -35,9 +35,16 @@ fn plan(
         .scoring(
             likelihoods
                 .iter()
-                .map(|(tool, per_token)| ScriptedLikelihood {
-                    context_contains: format!("A function: {tool}("),
-                    per_token: *per_token,
+                .map(|(rule, per_token)| {
+                    // `tool` for every text, `tool|words` for texts with those words.
+                    let (tool, text) = rule
+                        .split_once('|')
+                        .map_or((*rule, None), |(t, w)| (t, Some(w.to_owned())));
+                    ScriptedLikelihood {
+                        context_contains: format!("A function: {tool}("),
+                        text_contains: text,
+                        per_token: *per_token,
+                    }
                 })
                 .collect(),
         ),
@@ -48,6 +55,24 @@ fn plan(
     edit(&mut request);
     let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
     (outcome, model)
+}
+
+/// The weather call, then an email of its summary to `to`.
+fn weather_then_email(to: &str) -> String {
+    format!(
+        "{WEATHER}\n<tool_call>\n{{\"name\": \"send_email\", \"arguments\": {{\"to\": \"{to}\", \"subject\": \"Weather\", \"body\": {{\"$ref\": \"s1.output.summary\"}}}}}}\n</tool_call>"
+    )
+}
+
+/// The outcome is the two-step plan as the model wrote it.
+fn kept_both(outcome: &Outcome) {
+    assert_eq!(
+        outcome.status,
+        OutcomeStatus::Ready,
+        "{:?}",
+        outcome.diagnostics.findings
+    );
+    assert_eq!(tools(outcome), ["get_weather", "send_email"]);
 }
 
 fn tools(outcome: &Outcome) -> Vec<&str> {
@@ -121,22 +146,14 @@ fn a_tool_that_fits_keeps_the_plan() {
 
 #[test]
 fn one_fitting_tool_is_enough() {
-    let two = format!(
-        "{WEATHER}\n<tool_call>\n{{\"name\": \"send_email\", \"arguments\": {{\"to\": \"bob@example.com\", \"subject\": \"Weather\", \"body\": {{\"$ref\": \"s1.output.summary\"}}}}}}\n</tool_call>"
-    );
+    let two = weather_then_email("bob@example.com");
     let (outcome, _) = plan(
         "What's the weather in Paris? Email it to bob@example.com",
         &two,
         &[("get_weather", -1.0), ("send_email", -0.5)],
         |_| {},
     );
-    assert_eq!(
-        outcome.status,
-        OutcomeStatus::Ready,
-        "{:?}",
-        outcome.diagnostics.findings
-    );
-    assert_eq!(tools(&outcome), ["get_weather", "send_email"]);
+    kept_both(&outcome);
 }
 
 #[test]
@@ -160,4 +177,26 @@ fn an_answer_or_the_option_off_keeps_the_calls() {
     // A model that cannot score (no rules) keeps them too.
     let (outcome, _) = plan("What's the mass of an electron?", WEATHER, &[], |_| {});
     assert_eq!(tools(&outcome), ["get_weather"]);
+}
+
+/// A plan of several tools answers a request of several parts: each tool is also scored on each
+/// part, so a tool that fits only its own part keeps the plan.
+#[test]
+fn a_tool_that_fits_its_part_of_the_request_keeps_the_plan() {
+    let two = weather_then_email("eve@example.com");
+    let query = "Check the weather in Berlin, then email it to eve@example.com";
+    // get_weather fits the part that does not mention the address, and nothing else fits.
+    let rules = [("get_weather|eve@example.com", -1.0), ("get_weather", -0.5)];
+    let (outcome, _) = plan(query, &two, &rules, |_| {});
+    kept_both(&outcome);
+    // A plan of one tool is scored on the whole request only: the same rules ask.
+    let (outcome, _) = plan(query, WEATHER, &rules, |_| {});
+    assert_eq!(outcome.status, OutcomeStatus::NeedsInput);
+    assert!(
+        outcome
+            .diagnostics
+            .findings
+            .iter()
+            .any(|d| d.code == Code::NoToolFits)
+    );
 }
