@@ -176,6 +176,13 @@ impl From<plansmith_service::ServiceError> for ApiError {
                 ApiError::new("invalid_plan", message)
                     .with_details(serde_json::to_value(diagnostics).unwrap_or(Value::Null))
             }
+            ServiceError::Exec(plansmith_exec::ExecError::Store(err)) => err.into(),
+            // Not accepted, no steps, nothing to resume, deleted under the run.
+            ServiceError::Exec(_) => ApiError::new("conflict", message),
+            ServiceError::NoExecutor => ApiError::new(
+                "bad_request",
+                "this server has no executor: start it with --commands FILE or --mcp SERVERS",
+            ),
             _ => ApiError::new("internal", message),
         }
     }

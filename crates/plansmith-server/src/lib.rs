@@ -37,8 +37,9 @@ use plansmith_store::PlanStore;
 pub use error::{ApiError, ERROR_TABLE, ErrorBody};
 pub use events::{EventBus, PlanBusEvent, RelayStats};
 pub use metrics::Metrics;
+pub use plansmith_service::Runner;
 pub use routes::{CreatePlan, Feedback, StepUpdate};
-pub use run::{RunRequest, RunStarted, Runner};
+pub use run::{RunRequest, RunStarted};
 
 /// Server settings (the CLI layers defaults → file → `PLANSMITH_*` env → flags into this).
 #[derive(Debug, Clone, PartialEq)]
@@ -202,8 +203,6 @@ pub struct Shared {
     /// Rate-limit buckets by owner (bounded: the configured owners, plus one for requests
     /// without a valid token).
     limiter: Arc<Mutex<HashMap<String, Bucket>>>,
-    /// The executor (`POST /v1/plans/{id}/run`), when the server runs plans.
-    pub runner: Option<Runner>,
     /// The MCP endpoint mounted at `/mcp` ([`AppState::with_mcp`]), if any.
     mcp: Option<Router>,
     /// Set to `true` when [`serve`] begins to shut down: the plans' event streams end then.
@@ -239,7 +238,6 @@ impl AppState {
             bus: EventBus::new(),
             metrics: Arc::new(Metrics::new()),
             limiter: Arc::new(Mutex::new(HashMap::new())),
-            runner: None,
             mcp: None,
             closing: Arc::new(tokio::sync::watch::Sender::new(false)),
         }))
@@ -287,24 +285,21 @@ impl AppState {
         let every = executor.config().poll_interval;
         // Plans made with their caller's catalog run against it.
         let planners: Arc<Planners> = Arc::clone(&self.planners);
-        let executor = executor.with_planners(planners);
-        let runner = Runner::new(executor, self.bus.clone());
+        let executor = run::observed(executor.with_planners(planners), self.bus.clone());
+        let runner = Runner::new(executor);
         if worker {
-            run::spawn_worker(runner.clone(), every);
+            runner.spawn_worker(every);
         }
         // A decision or a stop that a paused run waits for wakes the run here at once (the
         // worker would also find it, one poll later), whichever front end it came through.
-        let resumer = runner.clone();
         let shared = Arc::make_mut(&mut self.0);
-        shared.service = shared
-            .service
-            .clone()
-            .with_run_waker(Arc::new(move |plan_id: &str| {
-                let (runner, plan_id) = (resumer.clone(), plan_id.to_owned());
-                tokio::spawn(async move { runner.resume_if_waiting(&plan_id).await });
-            }));
-        shared.runner = Some(runner);
+        shared.service = shared.service.clone().with_runner(runner);
         self
+    }
+
+    /// The runner of this server's executor, when it runs plans.
+    pub fn runner(&self) -> Option<&Runner> {
+        self.service.runner()
     }
 
     /// Takes one request from `key`'s rate-limit bucket (a full bucket for a new key). When

@@ -10,9 +10,11 @@
 //!   [`Service::submit`] stores the outcome for review, with the catalog it was made with;
 //! - [`Service::decide`] applies one [`Decision`] — accept, reject, a free-text edit or answers
 //!   (both replanned with the plan's own catalog), a JSON Patch (re-validated), a verdict on a
-//!   step of a running plan (a run waiting for it is woken at once, through
-//!   [`Service::with_run_waker`]);
+//!   step of a running plan (a run waiting for it is woken at once on the service's
+//!   [`Runner`]);
 //! - [`Service::check`] says what a JSON Patch would make of a plan, storing nothing;
+//! - [`Service::run`] starts a plan's run (or resumes it) on the service's [`Runner`], in the
+//!   background, and [`Service::run_here`] runs it in the caller's task;
 //! - [`Service::stop`] asks a plan's run to stop, wherever it runs;
 //! - [`Service::instantiate`] makes a plan of a stored template, validated against the
 //!   service's catalog, and [`Service::submit_instance`] stores it for review when it is valid.
@@ -56,6 +58,7 @@
 
 mod planners;
 mod review;
+mod runs;
 mod templates;
 
 use std::sync::Arc;
@@ -67,6 +70,7 @@ use serde_json::Value;
 
 pub use planners::Planners;
 pub use review::{Decided, Decision};
+pub use runs::Runner;
 pub use templates::{Instance, Instantiation};
 
 /// What an operation could not do.
@@ -80,6 +84,13 @@ pub enum ServiceError {
     /// Planning a new request failed.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// A run could not start or go on (a plan not accepted, without steps, with a run in
+    /// progress, with nothing to resume; the store failing under the run).
+    #[error(transparent)]
+    Exec(#[from] plansmith_exec::ExecError),
+    /// This service runs no plans: it was made without a [`Runner`].
+    #[error("this service has no executor, so it runs no plans")]
+    NoExecutor,
     /// A template's arguments do not fit it (missing or unknown parameters).
     #[error(transparent)]
     Template(plansmith_core::PlanTemplateError),
@@ -101,11 +112,6 @@ pub enum ServiceError {
 /// The result of a service operation.
 pub type Result<T> = std::result::Result<T, ServiceError>;
 
-/// Called with a plan's id when its run, paused for people, has something to act on (a verdict
-/// on the step it waits for, or a request to stop), so that whoever runs plans in this process
-/// picks it up at once instead of at its next poll.
-pub type RunWaker = Arc<dyn Fn(&str) + Send + Sync>;
-
 /// A request planned, not stored yet: the planning outcome and the content id of the catalog the
 /// caller sent (`None`: the service's own catalog).
 #[derive(Debug)]
@@ -122,7 +128,7 @@ pub struct Planned {
 pub struct Service {
     store: PlanStore,
     planners: Arc<Planners>,
-    run_waker: Option<RunWaker>,
+    runner: Option<Runner>,
 }
 
 impl std::fmt::Debug for Service {
@@ -140,14 +146,8 @@ impl Service {
         Service {
             store,
             planners,
-            run_waker: None,
+            runner: None,
         }
-    }
-
-    /// Wakes a run paused for people through `waker` when a decision or a stop reaches it.
-    pub fn with_run_waker(mut self, waker: RunWaker) -> Service {
-        self.run_waker = Some(waker);
-        self
     }
 
     /// The store.
@@ -255,12 +255,6 @@ impl Service {
     fn decided(&self, id: &str, decided: &StepDecided) {
         if decided.applies == plansmith_store::Applies::Now {
             self.wake(id);
-        }
-    }
-
-    fn wake(&self, id: &str) {
-        if let Some(waker) = &self.run_waker {
-            waker(id);
         }
     }
 }

@@ -247,7 +247,7 @@ pub fn service_error(err: ServiceError) -> CliError {
 }
 
 /// The operations on `store`'s plans that plan nothing (accept, reject, step decisions, stop).
-fn plain_service(store: &PlanStore) -> Service {
+pub(crate) fn plain_service(store: &PlanStore) -> Service {
     service(store, modelless(Catalog::default()))
 }
 

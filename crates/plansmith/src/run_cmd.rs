@@ -27,6 +27,7 @@ use plansmith_exec::{
     CommandInvoker, CommandMap, ExecConfig, ExecError, ExecEvent, Executor, Invokers, OnFailure,
     RunReport, TaskInvoker,
 };
+use plansmith_service::{Runner, ServiceError};
 use plansmith_store::{ExecRun, ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
 
 use crate::plans_cmd::{open, store_error};
@@ -187,14 +188,10 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
     if let (Some(model), Some(replanner)) = (model, replanner) {
         executor = executor.with_planner(replanner).with_summary_model(model);
     }
+    // Runs in this task, through the same service operation as every front end's runs.
+    let service = crate::plans_cmd::plain_service(&store).with_runner(Runner::new(executor));
     let mut signals = Interrupts::install().map_err(CliError::failed)?;
-    let run = async {
-        if args.resume {
-            executor.resume(&plan_id).await
-        } else {
-            executor.run(&plan_id).await
-        }
-    };
+    let run = service.run_here(&plan_id, args.resume);
     // Boxed so that a second signal can drop it (and its running steps) before the leases go.
     let mut run = Box::pin(run);
     let mut interrupted = None;
@@ -262,7 +259,7 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
     if let Some(servers) = servers {
         servers.close().await;
     }
-    let report = result.map_err(exec_error)?;
+    let report = result.map_err(run_error)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(CliError::failed)?;
         println!("{text}");
@@ -353,6 +350,13 @@ async fn quit_at_once(store: &PlanStore, plan_id: &str, node: &str, signal: Inte
         signal.name()
     );
     signal.exit_code()
+}
+
+fn run_error(err: ServiceError) -> CliError {
+    match err {
+        ServiceError::Exec(err) => exec_error(err),
+        other => crate::plans_cmd::service_error(other),
+    }
 }
 
 fn exec_error(err: ExecError) -> CliError {

@@ -386,7 +386,7 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
         let state = state.with_mcp(mcp);
         let signals = stop_signals().map_err(CliError::failed)?;
         let store = state.store.clone();
-        let runner = state.runner.clone();
+        let runner = state.runner().cloned();
         let mut first = signals.clone();
         let mut second = signals;
         let stopped = plansmith_server::serve(listener, state, async move {

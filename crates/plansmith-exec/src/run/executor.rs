@@ -157,6 +157,18 @@ impl Executor {
     /// are not run again; an attempt that was running when its node died is re-run with the
     /// same idempotency key once its lease expired.
     pub async fn resume(&self, plan_id: &str) -> Result<RunReport, ExecError> {
+        let run = self.unfinished_run(plan_id).await?;
+        if run.state == RunState::Waiting {
+            self.store
+                .exec_set_run_state(plan_id, RunState::Running, None)
+                .await?;
+        }
+        self.drive(plan_id, Entry::Resume).await
+    }
+
+    /// The plan's unfinished run, the one [`Executor::resume`] continues;
+    /// [`ExecError::NothingToResume`] when it never ran or its last run ended.
+    pub async fn unfinished_run(&self, plan_id: &str) -> Result<ExecRun, ExecError> {
         match self.store.exec_run(plan_id).await? {
             None => Err(ExecError::NothingToResume {
                 id: plan_id.to_owned(),
@@ -166,14 +178,7 @@ impl Executor {
                 id: plan_id.to_owned(),
                 why: format!("its last run is {}", run.state),
             }),
-            Some(run) => {
-                if run.state == RunState::Waiting {
-                    self.store
-                        .exec_set_run_state(plan_id, RunState::Running, None)
-                        .await?;
-                }
-                self.drive(plan_id, Entry::Resume).await
-            }
+            Some(run) => Ok(run),
         }
     }
 

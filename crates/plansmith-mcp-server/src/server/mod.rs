@@ -66,7 +66,7 @@ impl std::fmt::Debug for PlansmithMcp {
 impl PlansmithMcp {
     /// A server over `service` (shared with an HTTP API in the same process, so that the
     /// catalogs callers send are built once and a step decision resumes its waiting run at
-    /// once: [`Service::with_run_waker`]); `actor` is recorded in the plans' history.
+    /// once, on the service's runner); `actor` is recorded in the plans' history.
     pub fn new(service: Service, actor: impl Into<String>) -> PlansmithMcp {
         PlansmithMcp {
             service,

@@ -9,3 +9,6 @@ mod support;
 
 /// Lifecycle (OpenManus PlanningTool) and human-in-the-loop scenario tables, `tests/data/*.json`.
 mod scenarios;
+
+/// Runs started, resumed and refused through the service.
+mod runs;

@@ -1,0 +1,219 @@
+//! Running plans: the [`Runner`] of a process (the executor, the runs it takes part in, the
+//! worker that joins the store's running runs) and the service's run operations.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use plansmith_exec::{Executor, RunReport};
+use plansmith_store::{ExecRun, RunState};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::{Result, Service, ServiceError};
+
+/// The executor of a process and the runs it takes part in on background tasks. Cheap to
+/// clone: clones share the runs.
+#[derive(Clone)]
+pub struct Runner {
+    executor: Executor,
+    /// The plans whose runs this process takes part in; after [`Runner::shut_down`], those it
+    /// left in progress.
+    active: Arc<Mutex<HashSet<String>>>,
+    /// The runs' tasks and the worker, waited for by [`Runner::shut_down`].
+    tasks: TaskTracker,
+    /// Cancelled by [`Runner::shut_down`]: the runs and the worker stop, no run starts.
+    stopping: CancellationToken,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("executor", &self.executor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runner {
+    /// A runner over `executor` (with its observers, catalog and planners already set).
+    pub fn new(executor: Executor) -> Runner {
+        Runner {
+            executor,
+            active: Arc::default(),
+            tasks: TaskTracker::new(),
+            stopping: CancellationToken::new(),
+        }
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// Takes part in the plan's run on a background task, unless this process already does
+    /// or is shutting down.
+    pub fn spawn_join(&self, plan_id: &str, resume: bool) {
+        if self.stopping.is_cancelled() {
+            return;
+        }
+        let Ok(mut active) = self.active.lock() else {
+            return;
+        };
+        if !active.insert(plan_id.to_owned()) {
+            return;
+        }
+        let runner = self.clone();
+        let plan_id = plan_id.to_owned();
+        self.tasks.spawn(async move {
+            let run = async {
+                if resume {
+                    runner.executor.resume(&plan_id).await.map(Some)
+                } else {
+                    runner.executor.join(&plan_id).await
+                }
+            };
+            let result = tokio::select! {
+                result = run => result,
+                // Left in progress: it stays in `active` for `shut_down` to report.
+                () = runner.stopping.cancelled() => return,
+            };
+            if let Err(err) = result {
+                tracing::warn!("run of plan {plan_id}: {err}");
+            }
+            if let Ok(mut active) = runner.active.lock() {
+                active.remove(&plan_id);
+            }
+        });
+    }
+
+    /// Resumes the plan's run on this process if it waits for people (after a step decision
+    /// that applies now); a run in any other state is left to whoever drives it.
+    pub async fn resume_if_waiting(&self, plan_id: &str) {
+        if let Ok(Some(run)) = self.executor.store().exec_run(plan_id).await
+            && run.state == RunState::Waiting
+        {
+            self.spawn_join(plan_id, true);
+        }
+    }
+
+    /// Every `every` (bounded pages of 100 per round): joins the store's running runs, so a
+    /// run started on another process, or left by a process that died, is carried on here;
+    /// and resumes the runs paused for people once someone decided (through this process,
+    /// another one, or `plansmith plans decide`), so nobody has to ask for the resume. It ends
+    /// with [`Runner::shut_down`].
+    pub fn spawn_worker(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let runner = self.clone();
+        let stopping = self.stopping.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = runner.work(every) => {}
+                () = stopping.cancelled() => {}
+            }
+        })
+    }
+
+    /// The worker's rounds (see [`Runner::spawn_worker`]).
+    async fn work(&self, every: Duration) {
+        loop {
+            match self.executor.store().exec_active_runs(100).await {
+                Ok(runs) => {
+                    for run in runs {
+                        self.spawn_join(&run.plan_id, false);
+                    }
+                }
+                Err(err) => tracing::warn!("worker: listing runs: {err}"),
+            }
+            match self.executor.store().exec_decided_runs(100).await {
+                Ok(runs) => {
+                    for run in runs {
+                        self.spawn_join(&run.plan_id, true);
+                    }
+                }
+                Err(err) => tracing::warn!("worker: listing paused runs: {err}"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Stops taking part in runs, for a process that shuts down: the worker stops, no run
+    /// starts here any more, and each run this process takes part in is left where it
+    /// stands. Its running steps here are dropped (a command tool's processes are killed),
+    /// their leases given up ([`PlanStore::exec_release`]), and the run stays in progress in
+    /// the store: another process on the store carries it on at once, re-running those steps
+    /// with the same idempotency keys (this one, when it starts again: its worker joins the
+    /// running runs). Returns the plans whose runs were left, once every task has ended, so
+    /// that the store can close.
+    ///
+    /// [`PlanStore::exec_release`]: plansmith_store::PlanStore::exec_release
+    pub async fn shut_down(&self) -> Vec<String> {
+        self.stopping.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        let mut left: Vec<String> = self
+            .active
+            .lock()
+            .map(|active| active.iter().cloned().collect())
+            .unwrap_or_default();
+        left.sort();
+        let node = &self.executor.config().node;
+        for plan_id in &left {
+            // Not fatal: the leases then run out by themselves.
+            if let Err(err) = self.executor.store().exec_release(plan_id, node).await {
+                tracing::warn!("run of plan {plan_id}: cannot give its leases up: {err}");
+            }
+        }
+        left
+    }
+}
+
+impl Service {
+    /// Runs plans with `runner`: [`Service::run`] starts runs on it, and a decision or a stop
+    /// that a run paused for people waits for wakes the run on it at once, whichever front end
+    /// it came through.
+    pub fn with_runner(mut self, runner: Runner) -> Service {
+        self.runner = Some(runner);
+        self
+    }
+
+    /// The runner, when this service runs plans.
+    pub fn runner(&self) -> Option<&Runner> {
+        self.runner.as_ref()
+    }
+
+    /// Starts a run of plan `id` (or, with `resume`, continues its unfinished run) on the
+    /// runner's background tasks, and answers the run as it stands once it is recorded.
+    /// Refused before anything runs: [`ServiceError::NoExecutor`] without a runner,
+    /// [`ExecError::NotRunnable`](plansmith_exec::ExecError::NotRunnable) for a plan not accepted or without steps, a run already in
+    /// progress ([`plansmith_store::StoreError::RunActive`]), or nothing to resume
+    /// ([`ExecError::NothingToResume`](plansmith_exec::ExecError::NothingToResume)).
+    pub async fn run(&self, id: &str, resume: bool) -> Result<ExecRun> {
+        let runner = self.runner.as_ref().ok_or(ServiceError::NoExecutor)?;
+        let run = if resume {
+            runner.executor.unfinished_run(id).await?
+        } else {
+            runner.executor.start(id).await?
+        };
+        runner.spawn_join(id, resume);
+        Ok(run)
+    }
+
+    /// Runs plan `id` (or, with `resume`, its unfinished run) in the caller's task, to its end
+    /// or until it waits for people: for a front end that shows the run as it goes (the
+    /// command line). Refused as [`Service::run`] is.
+    pub async fn run_here(&self, id: &str, resume: bool) -> Result<RunReport> {
+        let runner = self.runner.as_ref().ok_or(ServiceError::NoExecutor)?;
+        Ok(if resume {
+            runner.executor.resume(id).await?
+        } else {
+            runner.executor.run(id).await?
+        })
+    }
+
+    /// Wakes the run of plan `id`, paused for people, on this service's runner.
+    pub(crate) fn wake(&self, id: &str) {
+        if let Some(runner) = self.runner.clone() {
+            let id = id.to_owned();
+            tokio::spawn(async move { runner.resume_if_waiting(&id).await });
+        }
+    }
+}
