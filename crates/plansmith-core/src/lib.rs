@@ -96,6 +96,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod plan_template;
 pub mod prompts;
+pub mod replan;
 pub mod request;
 pub mod retrieve;
 pub mod schema;

@@ -18,9 +18,10 @@
 //! - **Approval gates**: steps flagged by validation (destructive tools) or listed wait for a
 //!   person's decision, recorded in the store (`PlanStore::decide_step`, which every front end
 //!   reaches through `plansmith-service`).
-//! - **Replanning** ([`replan`]): a failure under `replan`, or results that contradict the
-//!   plan, call the planner with the observations; completed steps are kept, the rest is a new
-//!   version with trigger `replan`; bounded, with stall detection.
+//! - **Replanning** ([`Planner::replan`](plansmith_core::Planner::replan), the one replan of
+//!   every front end): a failure under `replan`, or results that contradict the plan, call the
+//!   planner with the observations; completed steps are kept, the rest is a new version with
+//!   trigger `replan`; bounded, with stall detection.
 //! - **Durable log and leases**: attempts with idempotency keys, claims under leases in the
 //!   store (PostgreSQL `SKIP LOCKED`), so a run resumes after a crash without repeating
 //!   completed steps, and several nodes share one run.
@@ -64,12 +65,12 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod events;
+mod fingerprint;
 pub mod invoke;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod policy;
 pub mod refs;
-pub mod replan;
 pub mod run;
 pub mod summary;
 

@@ -1,5 +1,7 @@
 //! The review decision, one type for every front end, and the replans it makes.
 
+use std::collections::HashMap;
+
 use plansmith_core::pipeline::OnEvent;
 use plansmith_core::{Diagnostic, Feedback, OutcomeStatus, Planner};
 use plansmith_store::review::initial_state;
@@ -194,12 +196,13 @@ impl Service {
         review.schedule_confirmed |= replan.confirm_schedule;
         let mut request = request;
         request.options.allow_recurring |= replan.confirm_schedule;
-        let planned = match on_event {
-            Some(on_event) => planner.plan_with_events(&request, on_event).await,
-            None => planner.plan(&request).await,
-        };
+        // Nothing of the previous plan is kept: a person's replan is a new plan of the request.
         // A replan's failure reads "replanning failed: …", as it always has.
-        let outcome = planned.map_err(StoreError::from)?;
+        let outcome = planner
+            .replan(&request, &HashMap::new(), on_event)
+            .await
+            .map_err(StoreError::from)?
+            .outcome;
         let state = initial_state(&outcome, &review);
         review.note = match &outcome.status {
             OutcomeStatus::Fallback { reason } if outcome.plan.steps == current.plan.steps => {
@@ -214,9 +217,7 @@ impl Service {
             )),
             _ => None,
         };
-        let mut plan = outcome.plan;
-        plan.id = current.plan.id.clone();
-        plan.created_at = current.plan.created_at;
+        let plan = outcome.plan;
         Ok(self
             .store
             .write(Change {

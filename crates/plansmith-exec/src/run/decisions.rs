@@ -8,8 +8,8 @@ use plansmith_store::{Claim, ExecStatus, StepEnd, StepVerdict};
 use super::report::ExecError;
 use super::state::{Ctx, Failure};
 use crate::events::ExecEvent;
+use crate::fingerprint::{call_fingerprint, failure_fingerprint};
 use crate::policy::{OnFailure, policy_for};
-use crate::replan::{call_fingerprint, failure_fingerprint};
 
 impl Ctx<'_> {
     /// Applies people's decisions about blocked steps.

@@ -1,16 +1,19 @@
-//! Replanning during a run: the planner is asked again with the observations, completed steps
-//! are kept, and the rest becomes a new version of the plan the run goes on with.
+//! Replanning during a run: the planner is asked again with the observations
+//! ([`Planner::replan`](plansmith_core::Planner::replan), the replan of every front end),
+//! completed steps are kept, and the rest becomes a new version of the plan the run goes on
+//! with.
 
-use plansmith_core::validate::validate;
-use plansmith_core::{Feedback, Outcome, OutcomeStatus};
+use plansmith_core::Feedback;
+use plansmith_core::OutcomeStatus;
+use plansmith_core::replan::Replanned;
 use plansmith_store::{Change, ExecStatus, StepSeed, Trigger};
 use serde_json::Value;
 
 use super::report::ExecError;
 use super::state::Ctx;
 use crate::events::ExecEvent;
+use crate::fingerprint::call_fingerprint;
 use crate::refs::preview;
-use crate::replan::{call_fingerprint, merge};
 
 impl Ctx<'_> {
     /// Replans the rest of the plan from the observations. False when it could not (the run
@@ -55,10 +58,15 @@ impl Ctx<'_> {
         });
         let reason_prefix = self.replan_wanted.join("; ");
         self.replan_wanted.clear();
-        let outcome = match planner.plan(&request).await {
+        let results = self.results();
+        let replanned = match planner.replan(&request, &results, None).await {
             // A replan that lost steps would run less than the request asks, unreviewed.
-            Ok(Outcome {
-                status: OutcomeStatus::Incomplete { reason, .. },
+            Ok(Replanned {
+                outcome:
+                    plansmith_core::Outcome {
+                        status: OutcomeStatus::Incomplete { reason, .. },
+                        ..
+                    },
                 ..
             }) => {
                 self.abort = Some(format!(
@@ -67,7 +75,7 @@ impl Ctx<'_> {
                 self.release_run().await?;
                 return Ok(false);
             }
-            Ok(outcome) if !outcome.plan.steps.is_empty() => outcome,
+            Ok(replanned) if replanned.planned > 0 => replanned,
             Ok(_) => {
                 self.abort = Some(format!("{reason_prefix}; the replan produced no steps"));
                 self.release_run().await?;
@@ -79,20 +87,18 @@ impl Ctx<'_> {
                 return Ok(false);
             }
         };
-        let results = self.results();
-        let merged = merge(&self.plan, &results, outcome.plan);
-        let (checked, diagnostics) =
-            validate(merged.plan.clone(), planner.catalog(), &request.options);
-        if let Some(error) = diagnostics.iter().find(|d| d.is_error()) {
+        if let Some(error) = replanned.diagnostics.iter().find(|d| d.is_error()) {
             self.abort = Some(format!(
                 "{reason_prefix}; the replanned plan is invalid: {error}"
             ));
             self.release_run().await?;
             return Ok(false);
         }
+        let checked = replanned.outcome.plan;
         // Stall: the new plan repeats a call that already failed.
         if let Some(step) = checked.steps.iter().find(|s| {
-            merged.added.contains(&s.id) && self.failed_calls.contains(&call_fingerprint(&s.action))
+            replanned.added.contains(&s.id)
+                && self.failed_calls.contains(&call_fingerprint(&s.action))
         }) {
             self.stall = Some(format!(
                 "stalled: the replanned plan repeats the failed call of step {} ({})",
@@ -142,8 +148,8 @@ impl Ctx<'_> {
         self.restrict_to_view();
         self.emit(ExecEvent::Replanned {
             version: self.base_version,
-            kept: merged.kept,
-            added: merged.added,
+            kept: replanned.kept,
+            added: replanned.added,
             steps: self
                 .plan
                 .steps

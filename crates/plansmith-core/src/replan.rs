@@ -1,11 +1,79 @@
-//! Replanning from observations: the merge of a new plan into the completed part of the old
-//! one, and the fingerprints that detect a stall (the same failure, or the same failing call,
-//! coming back after a replan).
+//! Replanning: the next version of a plan from a new plan of the same request, one
+//! implementation for every replan — after a person's edit or answers (nothing is kept) and
+//! after a run's failure (the completed steps are kept with their results).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
-use plansmith_core::{Action, Plan, StepRef, StepStatus};
 use serde_json::Value;
+
+use crate::pipeline::{OnEvent, Outcome, PlanError, Planner};
+use crate::request::PlanRequest;
+use crate::validate::validate;
+use crate::{Action, Diagnostic, Plan, StepRef, StepStatus};
+
+/// A replan's result: the planner's outcome, whose plan is the next version, and what happened
+/// to the steps.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Replanned {
+    /// How planning ended; its plan is the next version ([`next_version`]).
+    pub outcome: Outcome,
+    /// How many steps the planner's new plan had, before the kept steps joined it.
+    pub planned: usize,
+    /// Completed steps kept from the previous plan.
+    pub kept: Vec<String>,
+    /// Steps still to run.
+    pub added: Vec<String>,
+    /// The next version's findings against the planner's catalog, when steps were kept (the
+    /// planner's own plan was checked by the pipeline; the joined one is checked here).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Planner {
+    /// Replans `request`, whose feedback holds the previous plan: plans it, then makes the next
+    /// version of the previous plan ([`next_version`]) keeping the `completed` steps (step id →
+    /// result; empty after a person's edit) in front of the new ones, checked against this
+    /// planner's catalog when any were kept. Planning's events go to `on_event`.
+    pub async fn replan(
+        &self,
+        request: &PlanRequest,
+        completed: &HashMap<String, Value>,
+        on_event: Option<OnEvent<'_>>,
+    ) -> Result<Replanned, PlanError> {
+        let mut outcome = match on_event {
+            Some(on_event) => self.plan_with_events(request, on_event).await?,
+            None => self.plan(request).await?,
+        };
+        let planned = outcome.plan.steps.len();
+        let Some(previous) = request.feedback.as_ref().and_then(|f| f.previous.as_ref()) else {
+            let added = outcome.plan.steps.iter().map(|s| s.id.clone()).collect();
+            return Ok(Replanned {
+                outcome,
+                planned,
+                kept: Vec::new(),
+                added,
+                diagnostics: Vec::new(),
+            });
+        };
+        let new = std::mem::replace(&mut outcome.plan, Plan::new("", ""));
+        let merged = next_version(previous, completed, new);
+        let mut diagnostics = Vec::new();
+        outcome.plan = if merged.kept.is_empty() {
+            merged.plan
+        } else {
+            let (checked, found) = validate(merged.plan, self.catalog(), &request.options);
+            diagnostics = found;
+            checked
+        };
+        Ok(Replanned {
+            outcome,
+            planned,
+            kept: merged.kept,
+            added: merged.added,
+            diagnostics,
+        })
+    }
+}
 
 /// The merged plan and what happened to its steps.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,12 +86,14 @@ pub struct Merged {
     pub added: Vec<String>,
 }
 
-/// Keeps the old plan's completed steps (`completed`: id → result) and appends the new plan's
+/// The next version of `old` from `new`, a new plan of the same request: `new`'s content (title,
+/// thought, questions, …) under `old`'s identity (id, creation time, owner when `new` names
+/// none), with `old`'s completed steps (`completed`: id → result) kept in front of `new`'s
 /// other steps. A new step that makes the same tool call as a completed one (tool and
 /// arguments; models retitle steps when they replan), or that equals it (title, description,
 /// action), is that step: the call is not made again; a new step whose id is taken gets the next free `sN`; dependencies and `$ref`s follow
 /// the renames.
-pub fn merge(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -> Merged {
+pub fn next_version(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -> Merged {
     let mut steps = Vec::new();
     let mut kept = Vec::new();
     for step in &old.steps {
@@ -47,7 +117,8 @@ pub fn merge(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -> Merge
         + 1;
     let mut renamed: HashMap<String, String> = HashMap::new();
     let mut fresh = Vec::new();
-    for step in new.steps {
+    let mut new = new;
+    for step in std::mem::take(&mut new.steps) {
         let same = steps.iter().find(|k| {
             k.action == step.action
                 && (matches!(k.action, Action::Tool { .. })
@@ -88,12 +159,13 @@ pub fn merge(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -> Merge
         added.push(step.id.clone());
         steps.push(step);
     }
-    let mut plan = old.clone();
-    plan.steps = steps;
-    if !new.thought.is_empty() {
-        plan.thought = new.thought;
+    let mut plan = new;
+    plan.id = old.id.clone();
+    plan.created_at = old.created_at;
+    if plan.owner.is_none() {
+        plan.owner = old.owner.clone();
     }
-    plan.questions = new.questions;
+    plan.steps = steps;
     Merged { plan, kept, added }
 }
 
@@ -121,55 +193,10 @@ fn rename_refs(value: &mut Value, renamed: &HashMap<String, String>, depth: usiz
     }
 }
 
-/// What a step calls, independent of its id: the action type, name and canonical arguments.
-pub fn call_fingerprint(action: &Action) -> String {
-    match action {
-        Action::Tool { name, arguments } => {
-            let sorted: BTreeMap<&String, String> =
-                arguments.iter().map(|(k, v)| (k, canonical(v))).collect();
-            format!("tool:{name}:{sorted:?}")
-        }
-        Action::Agent { agent, query } => format!("agent:{agent}:{query}"),
-        Action::Task { kind, .. } => format!("task:{kind}"),
-        Action::Reply { text } => format!("reply:{text}"),
-    }
-}
-
-fn canonical(value: &Value) -> String {
-    match value {
-        Value::Object(map) => {
-            let sorted: BTreeMap<&String, String> =
-                map.iter().map(|(k, v)| (k, canonical(v))).collect();
-            format!("{sorted:?}")
-        }
-        Value::Array(items) => format!("{:?}", items.iter().map(canonical).collect::<Vec<_>>()),
-        other => other.to_string(),
-    }
-}
-
-/// What failed and how, independent of ids, attempt numbers and timings: the action's name
-/// and the error with digits removed.
-pub fn failure_fingerprint(action: &Action, error: &str) -> String {
-    let name = match action {
-        Action::Tool { name, .. } => format!("tool:{name}"),
-        Action::Agent { agent, .. } => format!("agent:{agent}"),
-        Action::Task { kind, .. } => format!("task:{kind}"),
-        Action::Reply { .. } => "reply".to_owned(),
-    };
-    let error: String = error
-        .chars()
-        .filter(|c| !c.is_ascii_digit())
-        .collect::<String>()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    format!("{name}|{error}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plansmith_core::Step;
+    use crate::Step;
     use serde_json::json;
 
     fn tool(id: &str, name: &str, args: Value) -> Step {
@@ -198,7 +225,7 @@ mod tests {
         s1_new.depends_on = vec![];
         // The model re-listed the completed fetch as s1, and put a new step under the taken id s1.
         new.steps = vec![tool("s1", "fetch", json!({})), s2];
-        let merged = merge(&old, &completed, new);
+        let merged = next_version(&old, &completed, new);
         assert_eq!(merged.kept, ["s1"]);
         assert_eq!(merged.added, ["s2"]);
         assert_eq!(merged.plan.steps[0].status, StepStatus::Completed);
@@ -208,7 +235,7 @@ mod tests {
         let mut dep = tool("s2", "use", json!({"a": {"$ref": "s1.output"}}));
         dep.depends_on = vec!["s1".into()];
         other.steps = vec![s1_new, dep];
-        let merged = merge(&old, &completed, other);
+        let merged = next_version(&old, &completed, other);
         // New s1 collides with the kept s1: renamed to s3; its dependent follows.
         assert_eq!(merged.added, ["s3", "s2"]);
         let dep = merged.plan.step("s2").unwrap();
@@ -238,37 +265,29 @@ mod tests {
         );
         reply.depends_on = vec!["s1".into(), "s2".into()];
         new.steps = vec![again, other_args, reply];
-        let merged = merge(&old, &completed, new);
+        let merged = next_version(&old, &completed, new);
         assert_eq!(merged.kept, ["s1"]);
         // The same call under a new title is the completed step; other arguments are a new call.
         assert_eq!(merged.added, ["s2", "s3"]);
         assert_eq!(merged.plan.step("s3").unwrap().depends_on, ["s1", "s2"]);
     }
 
+    /// With nothing completed (a person's edit), the next version is the new plan under the
+    /// old identity.
     #[test]
-    fn fingerprints_ignore_ids_digits_and_key_order() {
-        let a = Action::Tool {
-            name: "t".into(),
-            arguments: json!({"a": 1, "b": {"y": 2, "x": 1}})
-                .as_object()
-                .cloned()
-                .unwrap(),
-        };
-        let b = Action::Tool {
-            name: "t".into(),
-            arguments: json!({"b": {"x": 1, "y": 2}, "a": 1})
-                .as_object()
-                .cloned()
-                .unwrap(),
-        };
-        assert_eq!(call_fingerprint(&a), call_fingerprint(&b));
-        assert_eq!(
-            failure_fingerprint(&a, "exit 3 after 120 ms"),
-            failure_fingerprint(&b, "exit 4 after  7 ms")
-        );
-        assert_ne!(
-            failure_fingerprint(&a, "timeout"),
-            failure_fingerprint(&a, "refused")
-        );
+    fn with_nothing_kept_the_new_plan_takes_the_old_identity() {
+        let mut old = Plan::new("p-1", "g");
+        old.owner = Some("alice".into());
+        old.steps = vec![tool("s1", "fetch", json!({}))];
+        let mut new = Plan::new("other", "g");
+        new.title = "Shorter".into();
+        new.steps = vec![tool("s1", "fetch", json!({"q": 1}))];
+        let merged = next_version(&old, &HashMap::new(), new);
+        assert_eq!(merged.plan.id, "p-1");
+        assert_eq!(merged.plan.created_at, old.created_at);
+        assert_eq!(merged.plan.owner.as_deref(), Some("alice"));
+        assert_eq!(merged.plan.title, "Shorter");
+        assert!(merged.kept.is_empty());
+        assert_eq!(merged.added, ["s1"]);
     }
 }
