@@ -1,4 +1,4 @@
-//! The config file, the layer between the built-in defaults and the environment.
+//! The config file, and the one path every command's settings take ([`settings`]).
 //!
 //! Precedence, lowest first: built-in defaults → the config file → environment variables
 //! (`PLANSMITH_MODEL`, `PLANSMITH_STORE`, `OPENAI_BASE_URL`, the API key variables, …) → flags.
@@ -28,6 +28,7 @@
 //! tokens = { "tok-alice" = "alice" }   # API token -> owner
 //! ```
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -37,6 +38,7 @@ use plansmith_llm::ProviderTable;
 use serde::Deserialize;
 
 use crate::CliError;
+use crate::retrieval::RetrieverKind;
 
 /// The settings a config file may hold.
 #[derive(Debug, Default, Deserialize)]
@@ -47,7 +49,7 @@ pub struct FileConfig {
     /// Default plan store (see `--store`).
     pub store: Option<String>,
     /// Default tool retriever: `bm25`, `dense` or `hybrid` (see `PLANSMITH_RETRIEVER`).
-    pub retriever: Option<crate::retrieval::RetrieverKind>,
+    pub retriever: Option<RetrieverKind>,
     /// Provider client settings.
     #[serde(default)]
     pub providers: ProviderTable,
@@ -143,6 +145,180 @@ pub fn parse(text: &str) -> anyhow::Result<FileConfig> {
     Ok(config)
 }
 
+/// One layer of the settings that the defaults, the file, the environment and the flags may
+/// each set: every field optional, the upper layer winning field by field.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The model spec (`--model`, `PLANSMITH_MODEL`, `model`).
+    pub model: Option<String>,
+    /// The plan store (`--store`, `PLANSMITH_STORE`, `store`).
+    pub store: Option<String>,
+    /// The tool retriever (`--retriever`, `PLANSMITH_RETRIEVER`, `retriever`); not in `[server]`.
+    #[serde(skip)]
+    pub retriever: Option<RetrieverKind>,
+    /// `serve`: the address to listen on.
+    pub addr: Option<String>,
+    /// `serve`: the tool catalog.
+    pub tools: Option<PathBuf>,
+    /// `serve`: the agent cards.
+    pub agents: Option<PathBuf>,
+    /// `serve`: the MCP servers.
+    pub mcp: Option<PathBuf>,
+    /// `serve`: API token → owner.
+    pub tokens: Option<HashMap<String, String>>,
+    /// `serve`: requests per second per owner.
+    pub rate_limit: Option<u32>,
+    /// `serve`: the largest request body.
+    pub max_body_bytes: Option<usize>,
+    /// `serve`: the request timeout.
+    pub timeout_secs: Option<u64>,
+    /// `serve`: the header-read timeout.
+    pub header_timeout_secs: Option<u64>,
+    /// `serve`: most connections at once.
+    pub max_connections: Option<usize>,
+    /// `serve`: origins whose pages may call the API (CORS).
+    pub cors_origins: Option<Vec<String>>,
+}
+
+impl Settings {
+    /// `self` with `over`'s values where it has them.
+    fn then(self, over: Settings) -> Settings {
+        Settings {
+            addr: over.addr.or(self.addr),
+            store: over.store.or(self.store),
+            model: over.model.or(self.model),
+            retriever: over.retriever.or(self.retriever),
+            tools: over.tools.or(self.tools),
+            agents: over.agents.or(self.agents),
+            mcp: over.mcp.or(self.mcp),
+            tokens: over.tokens.or(self.tokens),
+            rate_limit: over.rate_limit.or(self.rate_limit),
+            max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
+            timeout_secs: over.timeout_secs.or(self.timeout_secs),
+            header_timeout_secs: over.header_timeout_secs.or(self.header_timeout_secs),
+            max_connections: over.max_connections.or(self.max_connections),
+            cors_origins: over.cors_origins.or(self.cors_origins),
+        }
+    }
+
+    /// The `PLANSMITH_*` variables; `PLANSMITH_TOKENS` is `token:owner,token:owner`.
+    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, CliError> {
+        let tokens = match env("PLANSMITH_TOKENS") {
+            None => None,
+            Some(text) => {
+                let mut map = HashMap::new();
+                for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    let (token, owner) = pair.split_once(':').ok_or_else(|| {
+                        CliError::input(anyhow!("PLANSMITH_TOKENS: `{pair}` is not token:owner"))
+                    })?;
+                    map.insert(token.to_owned(), owner.to_owned());
+                }
+                Some(map)
+            }
+        };
+        let retriever = match env("PLANSMITH_RETRIEVER") {
+            None => None,
+            Some(value) => Some(
+                <RetrieverKind as clap::ValueEnum>::from_str(value.trim(), true).map_err(|_| {
+                    CliError::input(anyhow!(
+                        "PLANSMITH_RETRIEVER=`{value}`: the retriever is bm25, dense or hybrid"
+                    ))
+                })?,
+            ),
+        };
+        Ok(Settings {
+            addr: env("PLANSMITH_ADDR"),
+            store: env("PLANSMITH_STORE"),
+            model: env("PLANSMITH_MODEL"),
+            retriever,
+            tools: env("PLANSMITH_TOOLS").map(PathBuf::from),
+            agents: env("PLANSMITH_AGENTS").map(PathBuf::from),
+            mcp: env("PLANSMITH_MCP").map(PathBuf::from),
+            tokens,
+            rate_limit: env_number("PLANSMITH_RATE_LIMIT", env("PLANSMITH_RATE_LIMIT"))?,
+            max_body_bytes: env_number(
+                "PLANSMITH_MAX_BODY_BYTES",
+                env("PLANSMITH_MAX_BODY_BYTES"),
+            )?,
+            timeout_secs: env_number("PLANSMITH_TIMEOUT_SECS", env("PLANSMITH_TIMEOUT_SECS"))?,
+            header_timeout_secs: env_number(
+                "PLANSMITH_HEADER_TIMEOUT_SECS",
+                env("PLANSMITH_HEADER_TIMEOUT_SECS"),
+            )?,
+            max_connections: env_number(
+                "PLANSMITH_MAX_CONNECTIONS",
+                env("PLANSMITH_MAX_CONNECTIONS"),
+            )?,
+            cors_origins: env("PLANSMITH_CORS_ORIGINS").map(|text| {
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|o| !o.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }),
+        })
+    }
+}
+
+/// Which settings of the file a command reads: every command its top-level ones, `serve` its
+/// `[server]` table over them too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Any command but `serve`.
+    Command,
+    /// `plansmith serve`.
+    Serve,
+}
+
+/// The settings of every command, layered in one order: built-in defaults → the config file →
+/// `PLANSMITH_*` environment variables → `flags` (what the command line gave; clap's own
+/// `env =` values count as flags, being the same variables).
+pub fn settings(flags: Settings, scope: Scope) -> Result<Settings, CliError> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    layered(file_settings(current(), scope)?, &env, flags)
+}
+
+/// [`settings`] over a given file layer and environment.
+fn layered(
+    file: Settings,
+    env: &dyn Fn(&str) -> Option<String>,
+    flags: Settings,
+) -> Result<Settings, CliError> {
+    let defaults = Settings {
+        addr: Some("127.0.0.1:8080".into()),
+        retriever: Some(RetrieverKind::Hybrid),
+        ..Settings::default()
+    };
+    Ok(defaults
+        .then(file)
+        .then(Settings::from_env(env)?)
+        .then(flags))
+}
+
+/// The config file's layer: its top-level `model`, `store` and `retriever`, and for `serve` its
+/// `[server]` table over them.
+fn file_settings(file: &FileConfig, scope: Scope) -> Result<Settings, CliError> {
+    let mut layer: Settings = match (&file.server, scope) {
+        (Some(table), Scope::Serve) => toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|err| {
+                let source = file
+                    .source
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                anyhow!("invalid [server] table in the config file {source}: {err}")
+            })
+            .map_err(CliError::input)?,
+        _ => Settings::default(),
+    };
+    layer.model = layer.model.or_else(|| file.model.clone());
+    layer.store = layer.store.or_else(|| file.store.clone());
+    layer.retriever = file.retriever;
+    Ok(layer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +365,86 @@ request_timeout_secs = 90
             let err = format!("{:#}", parse(text).unwrap_err());
             assert!(err.contains(needle), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn defaults_then_file_then_env_then_flags() {
+        let file = parse(
+            "store = \"sqlite:/top.db\"\nretriever = \"dense\"\n[server]\n\
+             addr = \"127.0.0.1:9000\"\nstore = \"sqlite:/f.db\"\nrate_limit = 5\n\
+             timeout_secs = 7\ncors_origins = [\"http://file:3000\"]\n",
+        )
+        .unwrap();
+        let serving = file_settings(&file, Scope::Serve).unwrap();
+        let env = move |name: &str| match name {
+            "PLANSMITH_STORE" => Some("sqlite:/env.db".into()),
+            "PLANSMITH_RATE_LIMIT" => Some("9".into()),
+            "PLANSMITH_TOKENS" => Some("t1:alice, t2:bob".into()),
+            "PLANSMITH_CORS_ORIGINS" => Some("http://a:1, https://b".into()),
+            _ => None,
+        };
+        let flags = Settings {
+            rate_limit: Some(11),
+            ..Settings::default()
+        };
+        let layer = layered(serving.clone(), &env, flags).unwrap();
+        assert_eq!(
+            layer.addr.as_deref(),
+            Some("127.0.0.1:9000"),
+            "file over default"
+        );
+        assert_eq!(
+            layer.store.as_deref(),
+            Some("sqlite:/env.db"),
+            "env over file"
+        );
+        assert_eq!(layer.rate_limit, Some(11), "flag over env");
+        assert_eq!(layer.timeout_secs, Some(7));
+        assert_eq!(
+            layer.retriever,
+            Some(RetrieverKind::Dense),
+            "file over default"
+        );
+        assert_eq!(
+            layer.cors_origins.as_deref(),
+            Some(&["http://a:1".to_owned(), "https://b".to_owned()][..]),
+            "env over file"
+        );
+        let cors_flag = Settings {
+            cors_origins: Some(vec!["http://flag".into()]),
+            ..Settings::default()
+        };
+        let layer = layered(serving.clone(), &env, cors_flag).unwrap();
+        assert_eq!(layer.cors_origins, Some(vec!["http://flag".to_owned()]));
+        let none = |_: &str| None;
+        assert_eq!(
+            layered(serving.clone(), &none, Settings::default())
+                .unwrap()
+                .cors_origins,
+            Some(vec!["http://file:3000".to_owned()])
+        );
+        let tokens = layer.tokens.unwrap();
+        assert_eq!(tokens.get("t2").map(String::as_str), Some("bob"));
+        let defaults = layered(Settings::default(), &none, Settings::default()).unwrap();
+        assert_eq!(defaults.addr.as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(defaults.retriever, Some(RetrieverKind::Hybrid));
+        let bad = |name: &str| (name == "PLANSMITH_TOKENS").then(|| "nocolon".to_owned());
+        assert!(layered(Settings::default(), &bad, Settings::default()).is_err());
+        let bad = |name: &str| (name == "PLANSMITH_RETRIEVER").then(|| "grep".to_owned());
+        assert!(layered(Settings::default(), &bad, Settings::default()).is_err());
+        // Other commands read the top level only; `serve` reads [server] over it.
+        let command = file_settings(&file, Scope::Command).unwrap();
+        assert_eq!(command.store.as_deref(), Some("sqlite:/top.db"));
+        assert_eq!(command.addr, None);
+        let top = parse("store = \"sqlite:/top.db\"\n[server]\n").unwrap();
+        assert_eq!(
+            file_settings(&top, Scope::Serve).unwrap().store.as_deref(),
+            Some("sqlite:/top.db")
+        );
+        let wrong = parse("[server]\nadr = \"x\"\n").unwrap();
+        assert!(
+            file_settings(&wrong, Scope::Serve).is_err(),
+            "unknown [server] keys are named"
+        );
     }
 }

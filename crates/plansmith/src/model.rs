@@ -53,7 +53,6 @@ pub fn load_with(
     spec: Option<&str>,
     options: LocalOptions,
 ) -> Result<Arc<dyn LanguageModel>, CliError> {
-    let file = crate::config::current();
     // An empty spec is a mistake (an unset shell variable, say), not a request for the
     // default: that would start a 469 MiB download the user did not ask for.
     if spec.is_some_and(|s| s.trim().is_empty()) {
@@ -62,10 +61,13 @@ pub fn load_with(
              PLANSMITH_MODEL) out for the embedded model"
         )));
     }
-    let spec = spec
-        .map(str::trim)
-        .or(file.model.as_deref().map(str::trim))
-        .unwrap_or("local");
+    let flags = crate::config::Settings {
+        model: spec.map(str::to_owned),
+        ..crate::config::Settings::default()
+    };
+    let resolved = crate::config::settings(flags, crate::config::Scope::Command)?.model;
+    let spec = resolved.as_deref().map(str::trim).unwrap_or("local");
+    let file = crate::config::current();
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     match kind {
         "scripted" => {

@@ -299,11 +299,15 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 fn location(store: Option<&str>) -> Result<Location, CliError> {
-    let store = store
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .or(crate::config::current().store.as_deref());
-    match store.map(str::trim).filter(|s| !s.is_empty()) {
+    let flags = crate::config::Settings {
+        store: store
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+        ..crate::config::Settings::default()
+    };
+    let store = crate::config::settings(flags, crate::config::Scope::Command)?.store;
+    match store.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         Some(text) => text.parse().map_err(store_error),
         None => Location::default_sqlite().map_err(store_error),
     }

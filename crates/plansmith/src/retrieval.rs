@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use anyhow::anyhow;
 use plansmith_core::retrieve::{Bm25Index, Fusion, Retriever};
 use plansmith_core::{Catalog, LanguageModel, Planner};
 use serde::Deserialize;
@@ -38,22 +37,19 @@ impl RetrieverKind {
     }
 }
 
-/// The retriever to use: `flag`, else `PLANSMITH_RETRIEVER`, else the config file, else hybrid.
+/// The retriever to use: `flag`, else `PLANSMITH_RETRIEVER`, else the config file, else hybrid
+/// (the one layering of every setting, [`crate::config::settings`]).
 pub fn kind(flag: Option<RetrieverKind>) -> anyhow::Result<RetrieverKind> {
-    if let Some(kind) = flag {
-        return Ok(kind);
-    }
-    if let Some(value) = std::env::var("PLANSMITH_RETRIEVER")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
-        return <RetrieverKind as clap::ValueEnum>::from_str(value.trim(), true).map_err(|_| {
-            anyhow!("PLANSMITH_RETRIEVER=`{value}`: the retriever is bm25, dense or hybrid")
-        });
-    }
-    Ok(crate::config::current()
-        .retriever
-        .unwrap_or(RetrieverKind::Hybrid))
+    let flags = crate::config::Settings {
+        retriever: flag,
+        ..crate::config::Settings::default()
+    };
+    Ok(
+        crate::config::settings(flags, crate::config::Scope::Command)
+            .map_err(|err| err.error)?
+            .retriever
+            .unwrap_or(RetrieverKind::Hybrid),
+    )
 }
 
 /// A retriever of this kind over the catalog.

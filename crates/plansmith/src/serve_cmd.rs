@@ -1,23 +1,22 @@
 //! `plansmith serve`: the HTTP service (see `plansmith-server`).
 //!
-//! Settings are layered: defaults → the config file (the global `--config` /
-//! `PLANSMITH_CONFIG`: its `[server]` table, and its top-level `model` and `store`) →
-//! `PLANSMITH_*` environment → flags.
+//! Settings are layered as every command's are ([`crate::config::settings`]): defaults → the
+//! config file (the global `--config` / `PLANSMITH_CONFIG`: its `[server]` table over its
+//! top-level `model` and `store`) → `PLANSMITH_*` environment → flags.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use clap::Args;
 use plansmith_core::Planner;
 use plansmith_mcp_server::PlansmithMcp;
 use plansmith_server::{AppState, ServerConfig};
-use serde::Deserialize;
 use tracing::Level;
 
+use crate::config::{Scope, Settings};
 use crate::{CliError, Exit};
 
 /// Most new plans written in one transaction by the server's store.
@@ -92,150 +91,28 @@ pub struct ExecServeArgs {
     wait_secs: u64,
 }
 
-/// One layer of settings: every field optional.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Layer {
-    addr: Option<String>,
-    store: Option<String>,
-    model: Option<String>,
-    tools: Option<PathBuf>,
-    agents: Option<PathBuf>,
-    mcp: Option<PathBuf>,
-    /// API token → owner.
-    tokens: Option<HashMap<String, String>>,
-    rate_limit: Option<u32>,
-    max_body_bytes: Option<usize>,
-    timeout_secs: Option<u64>,
-    header_timeout_secs: Option<u64>,
-    max_connections: Option<usize>,
-    /// Origins whose pages may call the API (CORS).
-    cors_origins: Option<Vec<String>>,
-}
-
-impl Layer {
-    /// `self` with `over`'s values where it has them.
-    fn then(self, over: Layer) -> Layer {
-        Layer {
-            addr: over.addr.or(self.addr),
-            store: over.store.or(self.store),
-            model: over.model.or(self.model),
-            tools: over.tools.or(self.tools),
-            agents: over.agents.or(self.agents),
-            mcp: over.mcp.or(self.mcp),
-            tokens: over.tokens.or(self.tokens),
-            rate_limit: over.rate_limit.or(self.rate_limit),
-            max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
-            timeout_secs: over.timeout_secs.or(self.timeout_secs),
-            header_timeout_secs: over.header_timeout_secs.or(self.header_timeout_secs),
-            max_connections: over.max_connections.or(self.max_connections),
-            cors_origins: over.cors_origins.or(self.cors_origins),
-        }
-    }
-
-    /// The `PLANSMITH_*` variables; `PLANSMITH_TOKENS` is `token:owner,token:owner`.
-    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Layer, CliError> {
-        use crate::config::env_number;
-        let tokens = match env("PLANSMITH_TOKENS") {
-            None => None,
-            Some(text) => {
-                let mut map = HashMap::new();
-                for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                    let (token, owner) = pair.split_once(':').ok_or_else(|| {
-                        CliError::input(anyhow!("PLANSMITH_TOKENS: `{pair}` is not token:owner"))
-                    })?;
-                    map.insert(token.to_owned(), owner.to_owned());
-                }
-                Some(map)
-            }
-        };
-        Ok(Layer {
-            addr: env("PLANSMITH_ADDR"),
-            store: env("PLANSMITH_STORE"),
-            model: env("PLANSMITH_MODEL"),
-            tools: env("PLANSMITH_TOOLS").map(PathBuf::from),
-            agents: env("PLANSMITH_AGENTS").map(PathBuf::from),
-            mcp: env("PLANSMITH_MCP").map(PathBuf::from),
-            tokens,
-            rate_limit: env_number("PLANSMITH_RATE_LIMIT", env("PLANSMITH_RATE_LIMIT"))?,
-            max_body_bytes: env_number(
-                "PLANSMITH_MAX_BODY_BYTES",
-                env("PLANSMITH_MAX_BODY_BYTES"),
-            )?,
-            timeout_secs: env_number("PLANSMITH_TIMEOUT_SECS", env("PLANSMITH_TIMEOUT_SECS"))?,
-            header_timeout_secs: env_number(
-                "PLANSMITH_HEADER_TIMEOUT_SECS",
-                env("PLANSMITH_HEADER_TIMEOUT_SECS"),
-            )?,
-            max_connections: env_number(
-                "PLANSMITH_MAX_CONNECTIONS",
-                env("PLANSMITH_MAX_CONNECTIONS"),
-            )?,
-            cors_origins: env("PLANSMITH_CORS_ORIGINS").map(|text| {
-                text.split(',')
-                    .map(str::trim)
-                    .filter(|o| !o.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            }),
-        })
-    }
-}
-
-/// Layers defaults → file → env → flags.
-fn settings(
-    args: &ServeArgs,
-    file: Layer,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Layer, CliError> {
-    let defaults = Layer {
-        addr: Some("127.0.0.1:8080".into()),
-        ..Layer::default()
-    };
-    let flags = Layer {
+/// The flags' layer of `serve`.
+fn flags(args: &ServeArgs) -> Settings {
+    Settings {
         addr: args.addr.clone(),
         store: args.store.clone(),
         model: args.model.clone(),
         tools: args.tools.clone(),
         agents: args.agents.clone(),
         mcp: args.mcp.clone(),
-        tokens: None,
         rate_limit: args.rate_limit,
         max_body_bytes: args.max_body_bytes,
         timeout_secs: args.timeout_secs,
         header_timeout_secs: args.header_timeout_secs,
         max_connections: args.max_connections,
         cors_origins: (!args.cors_origins.is_empty()).then(|| args.cors_origins.clone()),
-    };
-    Ok(defaults.then(file).then(Layer::from_env(env)?).then(flags))
-}
-
-/// The config file's layer: its `[server]` table, with the file's top-level `model` and `store`
-/// where the table does not set them.
-fn file_layer(file: &crate::config::FileConfig) -> Result<Layer, CliError> {
-    let mut layer: Layer = match &file.server {
-        Some(table) => toml::Value::Table(table.clone())
-            .try_into()
-            .map_err(|err| {
-                let source = file
-                    .source
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default();
-                anyhow!("invalid [server] table in the config file {source}: {err}")
-            })
-            .map_err(CliError::input)?,
-        None => Layer::default(),
-    };
-    layer.model = layer.model.or_else(|| file.model.clone());
-    layer.store = layer.store.or_else(|| file.store.clone());
-    Ok(layer)
+        ..Settings::default()
+    }
 }
 
 /// Runs `plansmith serve` until Ctrl-C.
 pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let layer = settings(&args, file_layer(crate::config::current())?, &env)?;
+    let layer = crate::config::settings(flags(&args), Scope::Serve)?;
     let addr: SocketAddr = layer
         .addr
         .as_deref()
@@ -463,98 +340,4 @@ fn stop_signals() -> anyhow::Result<tokio::sync::watch::Receiver<u32>> {
         }
     });
     Ok(counted)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args() -> ServeArgs {
-        ServeArgs {
-            addr: None,
-            store: None,
-            model: None,
-            tools: None,
-            agents: None,
-            mcp: None,
-            rate_limit: None,
-            max_body_bytes: None,
-            timeout_secs: None,
-            header_timeout_secs: None,
-            max_connections: None,
-            cors_origins: Vec::new(),
-            exec: ExecServeArgs::default(),
-        }
-    }
-
-    #[test]
-    fn defaults_then_file_then_env_then_flags() {
-        let file = crate::config::parse(
-            "store = \"sqlite:/top.db\"\n[server]\naddr = \"127.0.0.1:9000\"\n\
-             store = \"sqlite:/f.db\"\nrate_limit = 5\ntimeout_secs = 7\n\
-             cors_origins = [\"http://file:3000\"]\n",
-        )
-        .unwrap();
-        let file = file_layer(&file).unwrap();
-        let env = move |name: &str| match name {
-            "PLANSMITH_STORE" => Some("sqlite:/env.db".into()),
-            "PLANSMITH_RATE_LIMIT" => Some("9".into()),
-            "PLANSMITH_TOKENS" => Some("t1:alice, t2:bob".into()),
-            "PLANSMITH_CORS_ORIGINS" => Some("http://a:1, https://b".into()),
-            _ => None,
-        };
-        let mut flags = args();
-        flags.rate_limit = Some(11);
-        let layer = settings(&flags, file.clone(), &env).unwrap();
-        assert_eq!(
-            layer.addr.as_deref(),
-            Some("127.0.0.1:9000"),
-            "file over default"
-        );
-        assert_eq!(
-            layer.store.as_deref(),
-            Some("sqlite:/env.db"),
-            "env over file"
-        );
-        assert_eq!(layer.rate_limit, Some(11), "flag over env");
-        assert_eq!(layer.timeout_secs, Some(7));
-        assert_eq!(
-            layer.cors_origins.as_deref(),
-            Some(&["http://a:1".to_owned(), "https://b".to_owned()][..]),
-            "env over file"
-        );
-        let mut cors_flag = args();
-        cors_flag.cors_origins = vec!["http://flag".into()];
-        let layer = settings(&cors_flag, file.clone(), &env).unwrap();
-        assert_eq!(layer.cors_origins, Some(vec!["http://flag".to_owned()]));
-        assert_eq!(
-            settings(&args(), file.clone(), &|_: &str| None)
-                .unwrap()
-                .cors_origins,
-            Some(vec!["http://file:3000".to_owned()])
-        );
-        let tokens = layer.tokens.unwrap();
-        assert_eq!(tokens.get("t2").map(String::as_str), Some("bob"));
-        let none = |_: &str| None;
-        assert_eq!(
-            settings(&args(), Layer::default(), &none)
-                .unwrap()
-                .addr
-                .as_deref(),
-            Some("127.0.0.1:8080")
-        );
-        let bad = |name: &str| (name == "PLANSMITH_TOKENS").then(|| "nocolon".to_owned());
-        assert!(settings(&args(), Layer::default(), &bad).is_err());
-        // The top-level store is used when [server] does not name one.
-        let top = crate::config::parse("store = \"sqlite:/top.db\"\n[server]\n").unwrap();
-        assert_eq!(
-            file_layer(&top).unwrap().store.as_deref(),
-            Some("sqlite:/top.db")
-        );
-        let wrong = crate::config::parse("[server]\nadr = \"x\"\n").unwrap();
-        assert!(
-            file_layer(&wrong).is_err(),
-            "unknown [server] keys are named"
-        );
-    }
 }
