@@ -223,8 +223,3 @@ impl fmt::Display for Diagnostic {
         Ok(())
     }
 }
-
-/// True when any diagnostic in the list is an error.
-pub fn has_errors(diagnostics: &[Diagnostic]) -> bool {
-    diagnostics.iter().any(Diagnostic::is_error)
-}

@@ -85,7 +85,7 @@
 pub mod calls;
 pub mod catalog;
 mod cover;
-pub mod diagnostic;
+mod diagnostic;
 pub mod export;
 mod ground;
 pub mod investigate;
@@ -97,11 +97,11 @@ pub mod plan;
 pub mod plan_template;
 pub mod prompts;
 pub mod replan;
-pub mod request;
+mod request;
 pub mod retrieve;
 pub mod schema;
 pub mod secrets;
-pub mod stream;
+mod stream;
 pub mod validate;
 
 pub use catalog::{

@@ -4,15 +4,15 @@
 //!
 //! An [`Executor`] runs a stored plan as a DAG: every step whose dependencies completed
 //! starts at once, up to a concurrency limit; `$ref` arguments are filled from earlier results
-//! ([`refs`]) and results are checked against the tool's `output_schema` when it declares one;
+//! and results are checked against the tool's `output_schema` when it declares one;
 //! every step's status and result go to the plan store as they happen.
 //!
-//! - **Invokers** ([`invoke`]): one trait, [`Invoker`]; commands and HTTP callbacks for tools
+//! - **Invokers**: one trait, [`Invoker`]; commands and HTTP callbacks for tools
 //!   and agent tasks ([`CommandInvoker`]), a language model for research / processing tasks
 //!   ([`TaskInvoker`]), in-process functions ([`FnInvoker`]); MCP `tools/call` is one more
 //!   implementation. Reply steps need none. The final answer is composed from the actual
-//!   results ([`summary`]: the model's summary, else a plain rendering).
-//! - **Failure policies** ([`policy`]): bounded retries with backoff, then fail, skip, abort,
+//!   results (the model's summary, else a plain rendering).
+//! - **Failure policies** ([`FailurePolicy`], [`OnFailure`]): bounded retries with backoff, then fail, skip, abort,
 //!   ask a person, or replan; per plan and per step in `metadata.execution`. Descendants of a
 //!   failed or skipped step are skipped with the reason.
 //! - **Approval gates**: steps flagged by validation (destructive tools) or listed wait for a
@@ -64,15 +64,15 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod events;
+mod events;
 mod fingerprint;
-pub mod invoke;
+mod invoke;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-pub mod policy;
-pub mod refs;
-pub mod run;
-pub mod summary;
+mod policy;
+mod refs;
+mod run;
+mod summary;
 
 pub use events::{DocumentObserver, ExecEvent, Observer};
 pub use invoke::{
@@ -81,6 +81,6 @@ pub use invoke::{
 };
 pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure};
 pub use run::{
-    ExecConfig, ExecError, Executor, PROGRESS_EVERY, PlannerSource, RunReport, StepReport,
-    node_name,
+    ExecConfig, ExecError, Executor, MAX_TURNS, PROGRESS_EVERY, PlannerSource, RunReport,
+    StepReport, node_name,
 };

@@ -11,7 +11,7 @@
 //! [`strict::to_strict`] — an OpenAI-compatible server keeps the length and item bounds,
 //! [`strict::to_strict_keeping`] — the reply mapped back by [`strict::drop_absent_nulls`]) → a forced
 //! `planning` tool call → JSON mode → prompt only. A refusal is a 400/422/501 whose body names
-//! the feature ([`negotiate`]); each client remembers what was refused, so later calls (and
+//! the feature; each client remembers what was refused, so later calls (and
 //! [`LanguageModel::capabilities`]) skip it, and every `Completion` says in `strategy` which
 //! one was used — the pipeline records it in its diagnostics. Anthropic's structured path is
 //! forced tool use.
@@ -40,12 +40,12 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod anthropic;
+mod anthropic;
 pub mod config;
 mod http;
-pub mod negotiate;
-pub mod openai;
-pub mod refs;
+mod negotiate;
+mod openai;
+mod refs;
 mod sse;
 pub mod strict;
 

@@ -31,7 +31,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod server;
+mod server;
 mod stdio;
 
 pub use server::{McpHttpService, PlansmithMcp, http_service, serve_stdio};

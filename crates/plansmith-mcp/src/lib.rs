@@ -8,7 +8,7 @@
 //! stdio (a spawned command) or streamable HTTP, and imports their `tools/list` (every page;
 //! `outputSchema` and annotations such as `destructiveHint` kept) into a
 //! [`plansmith_core::Catalog`]. Names that clash across servers become `server__tool`
-//! ([`names`]). Every step is bounded by a timeout; a server that fails, and a tool whose schema
+//! ([`Route`]). Every step is bounded by a timeout; a server that fails, and a tool whose schema
 //! is invalid, become [`ServerProblem`]s naming them while the rest loads. [`McpTools::call`]
 //! runs `tools/call` on the right server under the tool's own name, reconnecting a server whose
 //! connection died.
@@ -42,12 +42,13 @@
 
 use std::time::Duration;
 
-pub mod client;
-pub mod config;
-pub mod names;
+mod client;
+mod config;
+mod names;
 
 pub use client::{
-    CallExtras, ClientOptions, Imported, McpTools, ServerProblem, ToolOutput, ToolProgress,
+    CLOSE_TIMEOUT, CallExtras, ClientOptions, Imported, McpTools, ServerProblem, ToolOutput,
+    ToolProgress,
 };
 pub use config::{ServerSpec, ServersConfig, Transport};
 pub use names::Route;

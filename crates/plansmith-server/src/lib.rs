@@ -16,12 +16,12 @@
 //!   into it through [`Shared::bus`] (an [`AppState`] derefs to it).
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod error;
-pub mod events;
-pub mod metrics;
+mod error;
+mod events;
+mod metrics;
 pub mod openapi;
 mod routes;
-pub mod run;
+mod run;
 mod templates;
 
 use std::collections::HashMap;

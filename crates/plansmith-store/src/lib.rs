@@ -23,12 +23,12 @@
 //!   (the replans of a free-text edit or an answer are `plansmith-service`'s; the store writes
 //!   their plans);
 //!
-//! - plan templates in [`templates`]: named, versioned plans with `{{param}}` placeholders
+//! - plan templates ([`PlanStore::save_template`]): named, versioned plans with `{{param}}` placeholders
 //!   ([`plansmith_core::PlanTemplate`]), saved, listed, fetched and deleted; instantiation
 //!   (substitution and re-validation) is core's;
 //! - conversation memory: [`PlanStore::conversation_plans`] gives a conversation's earlier
 //!   plans, oldest first;
-//! - messages between the processes sharing a PostgreSQL store in [`notify`]
+//! - messages between the processes sharing a PostgreSQL store
 //!   ([`PlanStore::broadcast`]: `LISTEN`/`NOTIFY`, messages of any size).
 //!
 //! This is the only crate of the workspace that speaks SQL.
@@ -66,14 +66,14 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod catalogs;
-pub mod error;
-pub mod exec;
+mod error;
+mod exec;
 mod group;
-pub mod notify;
-pub mod patch;
+mod notify;
+mod patch;
 pub mod review;
 pub mod store;
-pub mod templates;
+mod templates;
 
 pub use catalogs::catalog_id;
 pub use error::{DatabaseError, Result, StoreError};

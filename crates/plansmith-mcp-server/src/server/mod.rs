@@ -41,11 +41,7 @@ use rmcp::handler::server::router::tool::ToolRouter;
 
 use crate::ServeError;
 
-pub use http::{HttpResponse, McpHttpService, http_service};
-pub use params::{
-    FeedbackAction, FeedbackParams, PlanParams, PlanningCommand, PlanningParams, TemplateParamSpec,
-    TemplatesCommand, TemplatesParams,
-};
+pub use http::{McpHttpService, http_service};
 
 /// The plansmith MCP server: the tools over a [`Service`]. Cheap to clone.
 #[derive(Clone)]
