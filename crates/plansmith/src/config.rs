@@ -38,7 +38,6 @@ use plansmith_llm::ProviderTable;
 use serde::Deserialize;
 
 use crate::CliError;
-use crate::retrieval::RetrieverKind;
 
 /// The settings a config file may hold.
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +59,29 @@ pub struct FileConfig {
     /// Where the settings came from (`None`: no file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// A tool retrieval method (see `crate::retrieval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RetrieverKind {
+    /// BM25F keyword search over names, descriptions and parameters.
+    Bm25,
+    /// The sentence-embedding model alone (cosine similarity).
+    Dense,
+    /// Both, by reciprocal-rank fusion (the default).
+    Hybrid,
+}
+
+impl RetrieverKind {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            RetrieverKind::Bm25 => "bm25",
+            RetrieverKind::Dense => "dense",
+            RetrieverKind::Hybrid => "hybrid",
+        }
+    }
 }
 
 static CONFIG: OnceLock<FileConfig> = OnceLock::new();

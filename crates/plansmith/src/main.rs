@@ -44,7 +44,7 @@ use clap::{Args, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod args;
+mod catalog;
 mod config;
 mod eval;
 mod exit;

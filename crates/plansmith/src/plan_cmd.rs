@@ -2,11 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use clap::Args;
 use plansmith_core::{
-    Catalog, FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest, Prompts,
-    Severity, Shape,
+    FallbackPolicy, Outcome, OutcomeStatus, PlanError, PlanOptions, PlanRequest, Prompts, Severity,
+    Shape,
 };
 
 use crate::plan_progress::{PlanProgress, ProgressMode};
@@ -18,7 +18,7 @@ pub struct PlanArgs {
     /// The request to plan.
     query: String,
     #[command(flatten)]
-    catalog: crate::args::CatalogArgs,
+    catalog: crate::catalog::CatalogArgs,
     /// System prompt / persona / constraints: text, or @FILE.
     #[arg(long)]
     profile: Option<String>,
@@ -175,37 +175,6 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
             })
         }
     }
-}
-
-/// Loads the tool catalog and agent cards (strict: any invalid tool is an error naming it).
-pub fn load_catalog(tools: Option<&Path>, agents: Option<&Path>) -> Result<Catalog, CliError> {
-    let catalog = match tools {
-        Some(path) => {
-            let document = read_json(path)?;
-            Catalog::from_json(&document)
-                .with_context(|| format!("invalid tool catalog {}", path.display()))
-                .map_err(CliError::input)?
-        }
-        None => Catalog::empty(),
-    };
-    match agents {
-        Some(path) => {
-            let document = read_json(path)?;
-            let cards = Catalog::agents_from_json(&document)
-                .with_context(|| format!("invalid agent cards {}", path.display()))
-                .map_err(CliError::input)?;
-            catalog.with_agents(cards).map_err(CliError::input)
-        }
-        None => Ok(catalog),
-    }
-}
-
-/// Reads and parses a JSON file.
-pub fn read_json(path: &Path) -> Result<serde_json::Value, CliError> {
-    let text = crate::input::read_text(path).map_err(CliError::input)?;
-    serde_json::from_str(&text)
-        .with_context(|| format!("{} is not valid JSON", path.display()))
-        .map_err(CliError::input)
 }
 
 /// `text` or `@FILE`.

@@ -191,7 +191,7 @@ struct PlannerArgs {
     /// The catalog of plans made without one of their own (a plan made with its caller's
     /// catalog, over HTTP or MCP, replans with that one).
     #[command(flatten)]
-    catalog: crate::args::CatalogArgs,
+    catalog: crate::catalog::CatalogArgs,
     /// Directory of prompts overriding the built-in ones, by file name (`--templates` is an
     /// older name of this flag).
     #[arg(long = "prompts", alias = "templates", value_name = "DIR")]

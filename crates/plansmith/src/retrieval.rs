@@ -10,32 +10,10 @@ use std::sync::Arc;
 
 use plansmith_core::retrieve::{Bm25Index, Fusion, Retriever};
 use plansmith_core::{Catalog, LanguageModel, Planner};
-use serde::Deserialize;
 
 use crate::CliError;
 
-/// A retrieval method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RetrieverKind {
-    /// BM25F keyword search over names, descriptions and parameters.
-    Bm25,
-    /// The sentence-embedding model alone (cosine similarity).
-    Dense,
-    /// Both, by reciprocal-rank fusion (the default).
-    Hybrid,
-}
-
-impl RetrieverKind {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            RetrieverKind::Bm25 => "bm25",
-            RetrieverKind::Dense => "dense",
-            RetrieverKind::Hybrid => "hybrid",
-        }
-    }
-}
+pub use crate::config::RetrieverKind;
 
 /// The retriever to use: `flag`, else `PLANSMITH_RETRIEVER`, else the config file, else hybrid
 /// (the one layering of every setting, [`crate::config::settings`]).

@@ -106,10 +106,10 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
         .on_failure
         .parse()
         .map_err(|e: String| CliError::input(anyhow!(e)))?;
-    let catalog = crate::plan_cmd::load_catalog(args.tools.as_deref(), None)?;
+    let catalog = crate::catalog::load_catalog(args.tools.as_deref(), None)?;
     let (catalog, mcp) = match &args.mcp {
         Some(path) => {
-            let (catalog, tools) = crate::mcp_cmd::connect(catalog, path).await?;
+            let (catalog, tools) = crate::catalog::connect(catalog, path).await?;
             (catalog, Some(Arc::new(tools)))
         }
         None => (catalog, None),

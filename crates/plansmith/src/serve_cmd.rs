@@ -136,7 +136,7 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
         .unwrap_or(defaults.header_timeout);
     config.max_connections = layer.max_connections.unwrap_or(defaults.max_connections);
     config.check(addr).map_err(CliError::input)?;
-    let catalog = crate::plan_cmd::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
+    let catalog = crate::catalog::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
     let model = crate::model::load(layer.model.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -147,7 +147,7 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
         // The MCP servers stay connected: the executor calls their tools.
         let (catalog, mcp_tools) = match layer.mcp.as_deref() {
             Some(path) => {
-                let (catalog, tools) = crate::mcp_cmd::connect(catalog, path).await?;
+                let (catalog, tools) = crate::catalog::connect(catalog, path).await?;
                 (catalog, Some(Arc::new(tools)))
             }
             None => (catalog, None),

@@ -18,7 +18,7 @@ use plansmith_core::{Plan, PlanOptions, PlanTemplate, Severity, TemplateParamete
 use plansmith_service::Instantiation;
 use plansmith_store::PlanStore;
 
-use crate::args::CatalogArgs;
+use crate::catalog::CatalogArgs;
 use crate::plans_cmd::{StoreArgs, open, runtime, store_error};
 use crate::{CliError, Exit};
 use plansmith_core::Catalog;

@@ -6,7 +6,7 @@ use anyhow::anyhow;
 use clap::Args;
 use plansmith_core::{Catalog, CatalogError};
 
-use crate::plan_cmd::{load_catalog, read_json};
+use crate::catalog::{load_catalog, read_json};
 use crate::{CliError, Exit};
 
 /// Arguments of `plansmith tools search`.

@@ -13,7 +13,7 @@ use plansmith_core::validate::validate;
 use plansmith_core::{Plan, PlanOptions, Severity};
 use serde_json::json;
 
-use crate::args::CatalogArgs;
+use crate::catalog::CatalogArgs;
 use crate::{CliError, Exit};
 
 /// `plansmith validate` arguments.
