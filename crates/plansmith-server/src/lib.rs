@@ -19,10 +19,7 @@
 mod error;
 mod events;
 mod metrics;
-pub mod openapi;
 mod routes;
-mod run;
-mod templates;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -38,8 +35,8 @@ pub use error::{ApiError, ERROR_TABLE, ErrorBody};
 pub use events::{EventBus, PlanBusEvent, RelayStats};
 pub use metrics::Metrics;
 pub use plansmith_service::Runner;
-pub use routes::{CreatePlan, Feedback, StepUpdate};
-pub use run::{RunRequest, RunStarted};
+pub use routes::openapi;
+pub use routes::{CreatePlan, Feedback, RunRequest, RunStarted, StepUpdate};
 
 /// Server settings (the CLI layers defaults → file → `PLANSMITH_*` env → flags into this).
 #[derive(Debug, Clone, PartialEq)]
@@ -285,7 +282,7 @@ impl AppState {
         let every = executor.config().poll_interval;
         // Plans made with their caller's catalog run against it.
         let planners: Arc<Planners> = Arc::clone(&self.planners);
-        let executor = run::observed(executor.with_planners(planners), self.bus.clone());
+        let executor = events::observed(executor.with_planners(planners), self.bus.clone());
         let runner = Runner::new(executor);
         if worker {
             runner.spawn_worker(every);

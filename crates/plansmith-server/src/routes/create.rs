@@ -14,10 +14,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use utoipa::{IntoParams, ToSchema};
 
-use super::events::{SseEvent, event_kind, publish_stored, sse, sse_json};
+use super::events::{SseEvent, event_kind, sse, sse_json};
 use super::extract::{ApiJson, ApiQuery, Caller};
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::events::publish_stored;
 
 /// Body of `POST /v1/plans`: a plan request plus review settings.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

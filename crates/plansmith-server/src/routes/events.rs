@@ -10,9 +10,9 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use plansmith_core::PlanEvent;
-use plansmith_store::{ReviewState, StoredPlan};
+use plansmith_store::StoredPlan;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::broadcast;
 use utoipa::ToSchema;
 
@@ -21,32 +21,6 @@ use super::plans::load;
 use crate::AppState;
 use crate::error::ApiError;
 use crate::events::PlanBusEvent;
-
-/// Publishes a stored plan as a `kind` event (`plan_created`, `plan_updated`), and
-/// `review_requested` when it waits for people; nothing when nobody listens.
-pub(crate) fn publish_stored(bus: &crate::EventBus, kind: &str, stored: &StoredPlan) {
-    // Encoding the whole plan for nobody cost ~4 % of a create under load (perf).
-    if !bus.has_subscribers(&stored.plan.id, kind) {
-        return;
-    }
-    bus.publish(PlanBusEvent {
-        kind: kind.to_owned(),
-        plan_id: stored.plan.id.clone(),
-        version: Some(stored.version()),
-        data: serde_json::to_value(stored).unwrap_or(Value::Null),
-    });
-    if matches!(
-        stored.state,
-        ReviewState::AwaitingReview | ReviewState::NeedsInput
-    ) {
-        bus.publish(PlanBusEvent {
-            kind: "review_requested".to_owned(),
-            plan_id: stored.plan.id.clone(),
-            version: Some(stored.version()),
-            data: json!({"state": stored.state, "questions": stored.plan.questions}),
-        });
-    }
-}
 
 /// One Server-Sent Event as a client reads it (documentation only: the stream is written by
 /// axum's `Sse`): `event` names the kind, `data` is a JSON document.

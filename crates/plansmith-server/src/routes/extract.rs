@@ -40,7 +40,7 @@ fn read_body<T: DeserializeOwned + ToSchema>(value: Value) -> Result<T, ApiError
     }
     // The body must match the schema the clients were given, also where serde is laxer
     // (a nested struct read out of an array).
-    if let Some(validator) = crate::openapi::body_validators().get(T::name().as_ref()) {
+    if let Some(validator) = crate::routes::openapi::body_validators().get(T::name().as_ref()) {
         let problems: Vec<(String, String)> = validator
             .iter_errors(&value)
             .take(MAX_BODY_PROBLEMS)

@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::events::{publish_stored, replan_events};
+use super::events::replan_events;
 use super::extract::{ApiJson, ApiPath, Caller};
 use super::plans::load;
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::events::publish_stored;
 
 /// Body of `POST /v1/plans/{id}/feedback`. (Its schema is `ReviewFeedback`: core's replanning
 /// `Feedback` already has the name `Feedback` in the document.)

@@ -278,7 +278,7 @@ async fn body_read(req: Request, limit: usize, pause: Duration) -> Result<Reques
 }
 
 /// The error for query parameters an API route does not take (the names it takes are in the
-/// OpenAPI document, [`crate::openapi::query_parameters`]); `None` when there are none.
+/// OpenAPI document, [`crate::routes::openapi::query_parameters`]); `None` when there are none.
 fn unknown_query(
     route: Option<&MatchedPath>,
     method: &axum::http::Method,
@@ -289,8 +289,8 @@ fn unknown_query(
     if !route.starts_with("/v1/") {
         return None;
     }
-    let taken =
-        crate::openapi::query_parameters().get(&(method.as_str().to_owned(), route.to_owned()))?;
+    let taken = crate::routes::openapi::query_parameters()
+        .get(&(method.as_str().to_owned(), route.to_owned()))?;
     // (A query string that does not decode is left to the route's own reading.)
     let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).ok()?;
     let version = pairs
@@ -325,7 +325,7 @@ fn unknown_query(
     let hint = match version {
         Some(version)
             if method == axum::http::Method::DELETE
-                && crate::openapi::query_parameters()
+                && crate::routes::openapi::query_parameters()
                     .contains_key(&(method.as_str().to_owned(), versions.clone())) =>
         {
             let one = versions.replace("{version}", &version);

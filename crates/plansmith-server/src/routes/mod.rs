@@ -6,10 +6,12 @@ mod events;
 mod extract;
 mod feedback;
 mod guard;
+pub mod openapi;
 mod plans;
 mod runs;
 mod service;
 mod steps;
+mod templates;
 
 use std::time::Duration;
 
@@ -24,17 +26,17 @@ use crate::error::ApiError;
 use guard::{X_REQUEST_ID, guard};
 
 pub use create::CreatePlan;
-pub(crate) use events::publish_stored;
 pub(crate) use extract::{ApiJson, ApiPath, ApiQuery, Caller};
 pub use feedback::Feedback;
 pub(crate) use plans::load;
+pub use runs::{RunRequest, RunStarted};
 pub use steps::StepUpdate;
 
 /// Every route, registered once through utoipa-axum so the OpenAPI document and the router
 /// cannot disagree: a handler is only reachable through `routes!`, which also adds its
 /// `#[utoipa::path]` to the document. No route is added with a plain `.route(…)`.
 pub(crate) fn api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(crate::openapi::base())
+    OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(service::index))
         .routes(routes!(service::healthz))
         .routes(routes!(service::readyz))
@@ -49,7 +51,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(events::events))
         .routes(routes!(runs::run_plan))
         .routes(routes!(runs::stop_run))
-        .merge(crate::templates::api())
+        .merge(templates::api())
 }
 
 pub(crate) fn router(state: AppState) -> Router {

@@ -1,7 +1,16 @@
-//! Running a plan through the server's executor, and stopping its run.
+//! Running a plan through the server's executor, and stopping its run: `POST
+//! /v1/plans/{id}/run` starts (or, with `{"resume": true}`, continues) a run through the
+//! service's runner ([`plansmith_service::Service::run`]); its events reach the plan's event
+//! stream ([`crate::events::observed`]).
 
+use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use plansmith_exec::ExecError;
+use plansmith_service::ServiceError;
+use plansmith_store::{RunState, StoreError};
+use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiPath, Caller, optional_body};
 use super::plans::load;
@@ -12,9 +21,9 @@ use crate::error::{ApiError, ErrorBody};
 /// `exec_*` and `step_status` events on the plan's event stream.
 #[utoipa::path(post, path = "/v1/plans/{id}/run", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
-    request_body(content = crate::run::RunRequest, description = "Optional: `{\"resume\": true}` continues the plan's unfinished run; an empty body starts a run"),
+    request_body(content = RunRequest, description = "Optional: `{\"resume\": true}` continues the plan's unfinished run; an empty body starts a run"),
     responses(
-        (status = 202, description = "The run is under way; follow it on `GET /v1/plans/{id}/events`", body = crate::run::RunStarted),
+        (status = 202, description = "The run is under way; follow it on `GET /v1/plans/{id}/events`", body = RunStarted),
         (status = 400, description = "`bad_request`: invalid body, or this server has no executor", body = ErrorBody),
         (status = 404, description = "`not_found`: no such plan", body = ErrorBody),
         (status = 409, description = "`conflict`: a run is in progress, or nothing to resume", body = ErrorBody),
@@ -26,10 +35,24 @@ pub(super) async fn run_plan(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     load(&state, &caller, &id).await?;
-    let request = optional_body::<crate::run::RunRequest>(&body, "run request")?;
-    Ok(crate::run::run_plan(State(state), id, request)
-        .await?
-        .into_response())
+    let request = optional_body::<RunRequest>(&body, "run request")?;
+    let run = state
+        .service
+        .run(&id, request.resume)
+        .await
+        .map_err(|err| match err {
+            ServiceError::Exec(ExecError::Store(StoreError::RunActive(_))) => ApiError::new(
+                "conflict",
+                format!("plan `{id}` has a run in progress: resume it with {{\"resume\": true}}"),
+            ),
+            other => ApiError::from(other),
+        })?;
+    let started = RunStarted {
+        plan_id: id,
+        state: RunState::Running,
+        base_version: run.base_version,
+    };
+    Ok((StatusCode::ACCEPTED, Json(started)).into_response())
 }
 
 /// Stop the plan's run: each process running it stops its running steps at its next turn
@@ -39,9 +62,9 @@ pub(super) async fn run_plan(
 /// without an executor.
 #[utoipa::path(post, path = "/v1/plans/{id}/run/stop", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
-    request_body(content = crate::run::StopRequest, description = "Optional: `{\"note\": \"why\"}`; an empty body stops without a note"),
+    request_body(content = StopRequest, description = "Optional: `{\"note\": \"why\"}`; an empty body stops without a note"),
     responses(
-        (status = 202, description = "The stop is recorded; the run ends `aborted` at its next turn (within about the executor's poll interval, 200 ms by default)", body = crate::run::StopRequested),
+        (status = 202, description = "The stop is recorded; the run ends `aborted` at its next turn (within about the executor's poll interval, 200 ms by default)", body = StopRequested),
         (status = 400, description = "`bad_request`: invalid body", body = ErrorBody),
         (status = 404, description = "`not_found`: no such plan", body = ErrorBody),
         (status = 409, description = "`conflict`: the plan has no run in progress (it never ran, or its last run is over)", body = ErrorBody),
@@ -53,10 +76,56 @@ pub(super) async fn stop_run(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     load(&state, &caller, &id).await?;
-    let request = optional_body::<crate::run::StopRequest>(&body, "stop request")?;
-    Ok(
-        crate::run::stop_run(&state, id, &request.note, &caller.actor())
-            .await?
-            .into_response(),
-    )
+    let request = optional_body::<StopRequest>(&body, "stop request")?;
+    // A run paused for people is woken here so that it stops now (every server's worker
+    // would also find it, one poll later).
+    let run = state
+        .service
+        .stop(&id, &request.note, &caller.actor())
+        .await?;
+    let stopped = StopRequested {
+        plan_id: id,
+        state: run.state,
+    };
+    Ok((StatusCode::ACCEPTED, Json(stopped)).into_response())
+}
+
+/// Body of `POST /v1/plans/{id}/run`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// Continue the plan's unfinished run instead of starting one.
+    #[serde(default)]
+    pub resume: bool,
+}
+
+/// Body of `POST /v1/plans/{id}/run/stop`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StopRequest {
+    /// Why; the run's reason becomes "stopped by WHO: NOTE".
+    #[serde(default)]
+    pub note: String,
+}
+
+/// Answer of `POST /v1/plans/{id}/run/stop` (202): the stop is recorded; the run ends
+/// `aborted` at its next turn (follow it on `GET /v1/plans/{id}/events`).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StopRequested {
+    /// The plan.
+    pub plan_id: String,
+    /// The run's state when the stop was asked for (`running` or `waiting`).
+    pub state: RunState,
+}
+
+/// Answer of `POST /v1/plans/{id}/run` (202): the run is under way; follow it on
+/// `GET /v1/plans/{id}/events`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunStarted {
+    /// The plan.
+    pub plan_id: String,
+    /// `running`.
+    pub state: RunState,
+    /// The plan version the run's steps come from.
+    pub base_version: u32,
 }

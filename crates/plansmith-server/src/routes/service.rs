@@ -92,7 +92,7 @@ pub(super) async fn metrics(State(state): State<AppState>, _caller: Caller) -> R
 pub(super) async fn openapi_json() -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        crate::openapi::document_json(),
+        crate::routes::openapi::document_json(),
     )
         .into_response()
 }

@@ -273,7 +273,7 @@ async fn instantiate(
         .service
         .submit_instance(instance, &caller.actor())
         .await?;
-    crate::routes::publish_stored(&state.bus, "plan_created", &stored);
+    crate::events::publish_stored(&state.bus, "plan_created", &stored);
     Ok((
         StatusCode::CREATED,
         Json(Instantiated {
