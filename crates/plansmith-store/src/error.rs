@@ -2,7 +2,7 @@
 
 use plansmith_core::{CatalogError, Diagnostic, PlanError};
 
-use crate::review::ReviewState;
+use crate::state::ReviewState;
 
 /// A store operation that did not happen.
 #[derive(Debug, thiserror::Error)]

@@ -68,10 +68,10 @@
 mod catalogs;
 mod error;
 mod exec;
-mod group;
 mod notify;
 mod patch;
 pub mod review;
+mod state;
 pub mod store;
 mod templates;
 

@@ -7,7 +7,8 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::{ExecRun, ExecStatus, ExecStep, RunState, now, to_text};
 use crate::error::{Result, StoreError};
-use crate::store::{PlanStore, from_json, parse_time, timestamp, to_u32};
+use crate::state::ReviewAction;
+use crate::store::{PlanStore, StoredPlan, from_json, parse_time, timestamp, to_u32};
 
 /// A step of a new run or a replan: its id, and its result when it is already completed.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +23,19 @@ const STEP_COLUMNS: &str = "step_id, status, attempt, reruns, result, error, not
                             lease_until, not_before";
 
 impl PlanStore {
+    /// `stored` with [`StoredPlan::run_active`] filled in from the plan's last run: what a
+    /// reader that offers the plan's actions calls. The run is looked up only when the review
+    /// state allows `run` (no other action depends on it).
+    pub async fn with_run(&self, mut stored: StoredPlan) -> Result<StoredPlan> {
+        if stored.state.allows(ReviewAction::Run) {
+            stored.run_active = self
+                .exec_run(&stored.plan.id)
+                .await?
+                .is_some_and(|run| matches!(run.state, RunState::Running | RunState::Waiting));
+        }
+        Ok(stored)
+    }
+
     /// Starts a run of `plan_id` from `base_version` with these steps (completed ones keep
     /// their result and are never run). Fails with [`StoreError::RunActive`] when a run of
     /// the plan is still running or waiting; an old finished run's log is replaced.

@@ -11,9 +11,10 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 
 use crate::error::{Result, StoreError};
-use crate::group::GroupWriter;
+use group::GroupWriter;
 use location::sqlite_url;
 
+mod group;
 mod lifecycle;
 mod location;
 mod migrations;

@@ -11,7 +11,7 @@ use sqlx::{AssertSqlSafe, Row};
 use super::sql::{from_json, parse_time, timestamp, to_u32};
 use super::{PlanStore, StoredPlan, VersionRecord};
 use crate::error::{Result, StoreError};
-use crate::review::{Review, ReviewAction, ReviewState};
+use crate::state::{Review, ReviewState};
 
 /// The cap on counted plans that the service, the MCP server and the CLI use for list totals
 /// ([`ListFilter::total_cap`]) unless asked for an exact count.
@@ -88,21 +88,6 @@ impl PlanStore {
             .await?
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
         decode_plan(&row)
-    }
-
-    /// `stored` with [`StoredPlan::run_active`] filled in from the plan's last run: what a
-    /// reader that offers the plan's actions calls. The run is looked up only when the review
-    /// state allows `run` (no other action depends on it).
-    pub async fn with_run(&self, mut stored: StoredPlan) -> Result<StoredPlan> {
-        if stored.state.allows(ReviewAction::Run) {
-            stored.run_active = self.exec_run(&stored.plan.id).await?.is_some_and(|run| {
-                matches!(
-                    run.state,
-                    crate::exec::RunState::Running | crate::exec::RunState::Waiting
-                )
-            });
-        }
-        Ok(stored)
     }
 
     /// One version of a plan's document.

@@ -10,7 +10,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::error::{Result, StoreError};
-use crate::review::{Review, ReviewAction, ReviewState};
+use crate::state::{Review, ReviewAction, ReviewState};
 
 /// Why a version was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -343,7 +343,7 @@ mod tests {
     use plansmith_core::{Feedback, Plan, PlanRequest};
 
     use super::StoredPlan;
-    use crate::review::{Review, ReviewState};
+    use crate::state::{Review, ReviewState};
 
     /// A replan, whoever asks for it, starts from the request the plan was made with and
     /// carries what the review has settled since: the round, a confirmed schedule, and the

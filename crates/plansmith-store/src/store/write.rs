@@ -9,7 +9,7 @@ use sqlx::Row;
 use super::sql::{bad_json, from_json, parse_time, timestamp, to_json};
 use super::{PlanStore, StoredPlan, Submitted, Trigger};
 use crate::error::{Result, StoreError};
-use crate::review::{Review, ReviewState};
+use crate::state::{Review, ReviewState};
 
 /// A change to write as the next version (see [`PlanStore::write`]).
 #[derive(Debug, Clone)]
