@@ -4,7 +4,6 @@
 //! input schema is compiled once on load, so a broken schema is reported with the tool's name
 //! and the JSON pointer of the problem, never discovered at planning time.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -145,6 +144,20 @@ pub enum CatalogError {
     Invalid(Vec<CatalogProblem>),
 }
 
+/// A tool as the prompt shows it: compact ([`crate::prompts::tool_view`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolView {
+    /// Tool name.
+    pub name: String,
+    /// Description, cut to a sentence or two.
+    pub description: String,
+    /// `name(city*: string, unit: "c"|"f")`.
+    pub signature: String,
+    /// The tool as chat templates list it for tool calling: a one-line JSON function object
+    /// (see [`crate::calls::function_line`]).
+    pub function: String,
+}
+
 /// A tool with its compiled input validator.
 #[derive(Debug)]
 pub struct CatalogTool {
@@ -155,32 +168,14 @@ pub struct CatalogTool {
     /// first use.
     model_schema: OnceLock<Value>,
     /// How the prompt shows the tool, built on first use.
-    prompt_view: OnceLock<std::sync::Arc<crate::prompts::ToolView>>,
+    prompt_view: OnceLock<Arc<ToolView>>,
 }
 
 impl CatalogTool {
-    /// How the prompt shows the tool (name, short description, compact signature); built once,
-    /// since a service renders it for every request that selects the tool.
-    pub fn prompt_view(&self) -> &std::sync::Arc<crate::prompts::ToolView> {
-        self.prompt_view.get_or_init(|| {
-            std::sync::Arc::new(crate::prompts::ToolView {
-                name: self.tool.name.clone(),
-                description: crate::prompts::short_description(
-                    &self.tool.description,
-                    crate::prompts::DESCRIPTION_MAX,
-                ),
-                signature: crate::prompts::signature(&self.tool.name, &self.tool.input_schema),
-                function: crate::calls::function_line(
-                    &self.tool.name,
-                    &crate::prompts::short_description(
-                        &self.tool.description,
-                        crate::prompts::DESCRIPTION_MAX,
-                    ),
-                    &crate::prompts::short_parameter_descriptions(&self.tool.input_schema),
-                    self.tool.output_schema.as_ref(),
-                ),
-            })
-        })
+    /// The prompt's view of the tool, built by `build` on first use and kept
+    /// ([`crate::prompts::tool_view`]).
+    pub(crate) fn prompt_view_or(&self, build: impl FnOnce() -> ToolView) -> &Arc<ToolView> {
+        self.prompt_view.get_or_init(|| Arc::new(build()))
     }
 
     /// The compiled validator of the tool's input schema (formats are checked).
@@ -199,17 +194,10 @@ impl CatalogTool {
             .collect()
     }
 
-    /// The tool's member of the plan schema's step union ([`crate::schema::tool_step_schema`]);
-    /// cached for the default string bound, since building it is most of the cost of a
-    /// request's schema.
-    pub fn model_step_schema(&self, text_max: u64) -> Cow<'_, Value> {
-        let build =
-            || crate::schema::tool_step_schema(&self.tool.name, &self.tool.input_schema, text_max);
-        if text_max == u64::from(crate::schema::DEFAULT_TEXT_MAX) {
-            Cow::Borrowed(self.model_schema.get_or_init(build))
-        } else {
-            Cow::Owned(build())
-        }
+    /// The tool's member of the plan schema's step union at the default string bound, built
+    /// by `build` on first use and kept ([`crate::schema::model_step_schema`]).
+    pub(crate) fn model_schema_or(&self, build: impl FnOnce() -> Value) -> &Value {
+        self.model_schema.get_or_init(build)
     }
 }
 

@@ -101,7 +101,8 @@ mod request;
 pub mod retrieve;
 pub mod schema;
 pub mod secrets;
-mod stream;
+pub mod stream;
+mod text;
 pub mod validate;
 
 pub use catalog::{

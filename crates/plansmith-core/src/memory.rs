@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::llm::Message;
 use crate::plan::{Action, Plan};
-use crate::prompts::short_description;
+use crate::text::short_description;
 
 /// One earlier planning turn: what was asked and the plan that answered it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ impl Turn {
     pub fn from_plan(plan: &Plan) -> Turn {
         Turn {
             query: plan.goal.clone(),
-            plan: crate::pipeline::flat_plan_json(plan),
+            plan: crate::plan::flat_plan_json(plan),
             summary: plan_summary(plan),
         }
     }

@@ -67,22 +67,33 @@ pub enum PromptError {
     },
 }
 
+pub use crate::text::short_description;
+
 /// Longest tool, agent and skill description shown in a prompt, in characters.
 pub const DESCRIPTION_MAX: usize = 160;
 
-/// A tool as the prompt shows it: compact.
-#[derive(Debug, Clone, Serialize)]
-pub struct ToolView {
-    /// Tool name.
-    pub name: String,
-    /// Description, cut to a sentence or two.
-    pub description: String,
-    /// `name(city*: string, unit: "c"|"f")`.
-    pub signature: String,
-    /// The tool as chat templates list it for tool calling: a one-line JSON function object
-    /// (see [`crate::calls::function_line`]).
-    pub function: String,
+/// How the prompt shows a catalog tool (name, short description, compact signature, the
+/// function line of chat templates); built once per tool and kept with it, since a service
+/// renders it for every request that selects the tool.
+pub fn tool_view(entry: &crate::catalog::CatalogTool) -> &std::sync::Arc<ToolView> {
+    entry.prompt_view_or(|| {
+        let tool = &entry.tool;
+        let description = short_description(&tool.description, DESCRIPTION_MAX);
+        ToolView {
+            name: tool.name.clone(),
+            signature: signature(&tool.name, &tool.input_schema),
+            function: crate::calls::function_line(
+                &tool.name,
+                &description,
+                &short_parameter_descriptions(&tool.input_schema),
+                tool.output_schema.as_ref(),
+            ),
+            description,
+        }
+    })
 }
+
+pub use crate::catalog::ToolView;
 
 /// A skill of an agent as the prompt shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -510,17 +521,6 @@ pub fn short_parameter_descriptions(input_schema: &serde_json::Value) -> serde_j
     let mut schema = input_schema.clone();
     cut(&mut schema);
     schema
-}
-
-/// Cuts a description to `max` characters at a word boundary.
-pub fn short_description(text: &str, max: usize) -> String {
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if text.chars().count() <= max {
-        return text;
-    }
-    let cut: String = text.chars().take(max).collect();
-    let at = cut.rfind(' ').unwrap_or(cut.len());
-    format!("{}…", cut[..at].trim_end_matches([',', ';', ':']))
 }
 
 #[cfg(test)]

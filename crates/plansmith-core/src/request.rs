@@ -5,8 +5,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Diagnostic;
 use crate::llm::Message;
-use crate::parse::MAX_PLAN_STEPS;
+use crate::plan::MAX_PLAN_STEPS;
 use crate::plan::Plan;
+
+/// The default bound on free strings (`PlanOptions::max_string_length`).
+pub const DEFAULT_TEXT_MAX: u32 = 1000;
 
 /// One planning request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -305,7 +308,7 @@ impl Default for PlanOptions {
             format: PlanFormat::Auto,
             fallback: FallbackPolicy::Guidance,
             allow_recurring: false,
-            max_string_length: crate::schema::DEFAULT_TEXT_MAX,
+            max_string_length: DEFAULT_TEXT_MAX,
             max_tokens: 2048,
             triage: false,
             investigate: false,

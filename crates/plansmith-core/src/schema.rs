@@ -9,6 +9,8 @@
 //! The model writes the *flat* step form that [`crate::parse`] reads:
 //! `{"id": "s1", "type": "tool", "title": …, "name": …, "arguments": {…}, "depends_on": […]}`.
 
+use std::borrow::Cow;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -17,8 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::catalog::{AgentCard, CatalogTool};
 use crate::request::{PlanOptions, Shape};
 
-/// The default bound on free strings (`PlanOptions::max_string_length`).
-pub const DEFAULT_TEXT_MAX: u32 = 1000;
+pub use crate::request::DEFAULT_TEXT_MAX;
 /// Longest title in the schema.
 const TITLE_MAX: u64 = 120;
 /// Bound for arrays inside tool arguments that declare none.
@@ -101,7 +102,7 @@ fn tool_steps_schema(
 ) -> Value {
     let mut branches: Vec<Value> = tools
         .iter()
-        .map(|tool| tool.model_step_schema(text_max).into_owned())
+        .map(|tool| model_step_schema(tool, text_max).into_owned())
         .collect();
     if !agents.is_empty() {
         let names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
@@ -138,6 +139,19 @@ fn tool_steps_schema(
         "required": ["thought", "title", "steps"],
         "additionalProperties": false
     })
+}
+
+/// A catalog tool's member of the plan schema's step union ([`tool_step_schema`]); kept with
+/// the tool for the default string bound, since building it is most of the cost of a request's
+/// schema.
+pub fn model_step_schema(entry: &CatalogTool, text_max: u64) -> Cow<'_, Value> {
+    let tool = &entry.tool;
+    let build = || tool_step_schema(&tool.name, &tool.input_schema, text_max);
+    if text_max == u64::from(DEFAULT_TEXT_MAX) {
+        Cow::Borrowed(entry.model_schema_or(build))
+    } else {
+        Cow::Owned(build())
+    }
 }
 
 /// The member of the step union for one tool: `name` is a const, `arguments` the tool's

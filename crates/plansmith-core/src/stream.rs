@@ -63,6 +63,11 @@ impl StepScanner {
         &self.buffer
     }
 
+    /// How many steps were handed out.
+    pub fn steps_seen(&self) -> usize {
+        self.n_steps
+    }
+
     /// Adds a chunk of text; returns the step objects completed by it, in order.
     pub fn feed(&mut self, chunk: &str) -> Vec<Value> {
         self.buffer.push_str(chunk);

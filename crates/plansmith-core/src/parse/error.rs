@@ -21,10 +21,7 @@ pub enum ParseError {
     TooManySteps(usize),
 }
 
-/// The most steps a plan document may list, whoever wrote it (a model, an edit, a client of
-/// the API or MCP): far above any real plan, and low enough that reading, validating and
-/// storing a hostile one stays cheap.
-pub const MAX_PLAN_STEPS: usize = 500;
+pub use crate::plan::MAX_PLAN_STEPS;
 
 impl ParseError {
     /// The diagnostic code for this error ([`Code::ParseError`] or [`Code::UnknownShape`]).

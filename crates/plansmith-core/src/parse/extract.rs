@@ -6,10 +6,11 @@ use serde_json::Value;
 use super::error::ParseError;
 use super::fields::lookup;
 use super::repair::{parse_candidate, read_as_written};
-use super::text::{fenced_blocks, snippet, strip_think};
+use super::text::{fenced_blocks, strip_think};
 #[cfg(doc)]
 use super::to_plan;
 use crate::diagnostic::{Code, Diagnostic};
+use crate::text::snippet;
 
 /// Finds the JSON value in model output; the flag is true when repair was needed.
 ///

@@ -70,7 +70,6 @@ pub use shape::SourceShape;
 use shape::recognise;
 use step::{apply_statuses_and_notes, convert_step, raw_step_id};
 use text::derive_title;
-pub(crate) use text::snippet;
 
 /// Defaults for the plan fields the model may leave out.
 #[derive(Debug, Clone, Copy)]

@@ -6,10 +6,10 @@ use serde_json::{Map, Value};
 
 use super::error::ParseError;
 use super::fields::{describe, lookup, lookup_in};
-use super::text::snippet;
 #[cfg(doc)]
 use super::to_plan;
 use crate::diagnostic::{Code, Diagnostic};
+use crate::text::snippet;
 
 /// Where the JSON came from: which plan shape [`to_plan`] recognised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

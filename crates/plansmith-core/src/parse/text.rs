@@ -121,20 +121,6 @@ pub(super) fn fenced_blocks(text: &str) -> Vec<&str> {
     blocks
 }
 
-/// The first `max` characters of `text`, on one line.
-pub(crate) fn snippet(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let mut cut: String = flat.chars().take(max).collect();
-    cut.push('…');
-    cut
-}
-
 /// A title from the goal: its first line, at most ~60 characters.
 pub(super) fn derive_title(goal: &str) -> String {
     let title = truncate_title(goal, 60);

@@ -43,8 +43,8 @@ use crate::request::PlanRequest;
 use crate::retrieve::{Bm25Index, Retriever};
 use crate::schema::SchemaCache;
 
+pub use crate::plan::flat_plan_json;
 use call::{Call, micros};
-pub use prompt::flat_plan_json;
 pub use report::{
     Attempt, Diagnostics, OnEvent, Outcome, OutcomeStatus, PlanError, PlanEvent, Timings, Triage,
 };

@@ -5,12 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
-
 use super::call::{Call, micros};
 use super::report::PlanError;
 use crate::llm::{Message, OutputConstraint, Strategy};
-use crate::plan::{Action, Plan};
+use crate::plan::flat_plan_json;
 use crate::prompts::{
     AgentView, DESCRIPTION_MAX, FeedbackView, PromptContext, SkillView, short_description,
 };
@@ -164,7 +162,7 @@ pub(super) fn prompt_context(call: &Call<'_>) -> PromptContext {
         ),
         tools: tools
             .iter()
-            .map(|entry| entry.prompt_view().clone())
+            .map(|entry| crate::prompts::tool_view(entry).clone())
             .collect(),
         agents: agents
             .iter()
@@ -194,52 +192,4 @@ pub(super) fn prompt_context(call: &Call<'_>) -> PromptContext {
             observations: feedback.observations.clone(),
         }),
     }
-}
-
-/// A plan in the flat form the prompts ask for (and [`crate::parse`] reads), as compact JSON.
-pub fn flat_plan_json(plan: &Plan) -> String {
-    let steps: Vec<Value> = plan
-        .steps
-        .iter()
-        .map(|step| {
-            let mut flat = serde_json::Map::new();
-            flat.insert("id".into(), json!(step.id));
-            flat.insert("type".into(), json!(step.action.type_name()));
-            flat.insert("title".into(), json!(step.title));
-            match &step.action {
-                Action::Tool { name, arguments } => {
-                    flat.insert("name".into(), json!(name));
-                    flat.insert("arguments".into(), Value::Object(arguments.clone()));
-                }
-                Action::Agent { agent, query } => {
-                    flat.insert("agent".into(), json!(agent));
-                    flat.insert("query".into(), json!(query));
-                }
-                Action::Task {
-                    kind,
-                    need_web_search,
-                } => {
-                    flat.insert("kind".into(), json!(kind.to_string()));
-                    flat.insert("need_web_search".into(), json!(need_web_search));
-                    if !step.description.is_empty() {
-                        flat.insert("description".into(), json!(step.description));
-                    }
-                }
-                Action::Reply { text } => {
-                    flat.insert("text".into(), json!(text));
-                }
-            }
-            if !step.depends_on.is_empty() {
-                flat.insert("depends_on".into(), json!(step.depends_on));
-            }
-            if let Some(schedule) = &step.schedule {
-                flat.insert(
-                    "schedule".into(),
-                    serde_json::to_value(schedule).unwrap_or(Value::Null),
-                );
-            }
-            Value::Object(flat)
-        })
-        .collect();
-    json!({"title": plan.title, "steps": steps}).to_string()
 }

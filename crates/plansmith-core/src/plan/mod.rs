@@ -17,9 +17,15 @@ use serde_json::{Map, Value};
 
 pub use action::{Action, PLAIN_STEP, TaskKind};
 pub use question::Question;
+pub use render::flat_plan_json;
 pub use schedule::Schedule;
 pub use step::{Step, StepStatus};
 pub use step_ref::{PathSegment, StepRef, collect_refs, escape_pointer};
+
+/// The most steps a plan document may list, whoever wrote it (a model, an edit, a client of
+/// the API or MCP): far above any real plan, and low enough that reading, validating and
+/// storing a hostile one stays cheap.
+pub const MAX_PLAN_STEPS: usize = 500;
 
 /// A typed, validated plan: what to do for one request, as steps with dependencies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! Plain-text renderings for people: a plan with its progress, and what each step does.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{Action, PLAIN_STEP, Plan, Step, StepRef, StepStatus, TaskKind};
 
@@ -64,7 +64,7 @@ impl Plan {
                 };
                 out.push_str(&format!(
                     "   Result: {}\n",
-                    crate::parse::snippet(&result, RESULT_CHARS)
+                    crate::text::snippet(&result, RESULT_CHARS)
                 ));
             }
             if let Some(error) = &step.error {
@@ -130,6 +130,54 @@ fn argument_text(value: &Value) -> String {
         Some(Ok(reference)) => format!("{reference} (from the output of {})", reference.step),
         _ => value.to_string(),
     }
+}
+
+/// A plan in the flat form the prompts ask for (and [`crate::parse`] reads), as compact JSON.
+pub fn flat_plan_json(plan: &Plan) -> String {
+    let steps: Vec<Value> = plan
+        .steps
+        .iter()
+        .map(|step| {
+            let mut flat = serde_json::Map::new();
+            flat.insert("id".into(), json!(step.id));
+            flat.insert("type".into(), json!(step.action.type_name()));
+            flat.insert("title".into(), json!(step.title));
+            match &step.action {
+                Action::Tool { name, arguments } => {
+                    flat.insert("name".into(), json!(name));
+                    flat.insert("arguments".into(), Value::Object(arguments.clone()));
+                }
+                Action::Agent { agent, query } => {
+                    flat.insert("agent".into(), json!(agent));
+                    flat.insert("query".into(), json!(query));
+                }
+                Action::Task {
+                    kind,
+                    need_web_search,
+                } => {
+                    flat.insert("kind".into(), json!(kind.to_string()));
+                    flat.insert("need_web_search".into(), json!(need_web_search));
+                    if !step.description.is_empty() {
+                        flat.insert("description".into(), json!(step.description));
+                    }
+                }
+                Action::Reply { text } => {
+                    flat.insert("text".into(), json!(text));
+                }
+            }
+            if !step.depends_on.is_empty() {
+                flat.insert("depends_on".into(), json!(step.depends_on));
+            }
+            if let Some(schedule) = &step.schedule {
+                flat.insert(
+                    "schedule".into(),
+                    serde_json::to_value(schedule).unwrap_or(Value::Null),
+                );
+            }
+            Value::Object(flat)
+        })
+        .collect();
+    json!({"title": plan.title, "steps": steps}).to_string()
 }
 
 #[cfg(test)]

@@ -612,3 +612,106 @@ fn the_architecture_crate_graph_is_the_manifests() {
         );
     }
 }
+
+/// The top-level modules of a crate's `src` (a file, or a directory with its submodules) and
+/// the files of each.
+fn top_modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
+    fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, into);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                into.push(path);
+            }
+        }
+    }
+    let mut modules = BTreeMap::new();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            let mut files = Vec::new();
+            rust_files(&path, &mut files);
+            modules.insert(name, files);
+        } else if path.extension().is_some_and(|e| e == "rs") && name != "lib" && name != "main" {
+            modules.insert(name, vec![path]);
+        }
+    }
+    modules
+}
+
+/// The sibling modules `text` names through `crate::` paths (`crate::a::…`, `crate::{a, b}`),
+/// leaving out comments and the unit tests at the end of a file.
+fn named_modules(text: &str, modules: &BTreeMap<String, Vec<PathBuf>>) -> Vec<String> {
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+    let mut named = Vec::new();
+    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for (at, _) in line.match_indices("crate::") {
+            let rest = &line[at + "crate::".len()..];
+            let idents: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group
+                    .split('}')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(|item| item.trim().split("::").next().unwrap_or(""))
+                    .collect(),
+                None => vec![
+                    rest.split(|c: char| !c.is_alphanumeric() && c != '_')
+                        .next()
+                        .unwrap_or(""),
+                ],
+            };
+            named.extend(
+                idents
+                    .into_iter()
+                    .filter(|n| modules.contains_key(*n))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    named
+}
+
+/// Inside every crate the top-level modules import each other without cycles, so each can be
+/// read (and changed) knowing only the modules below it. A child module naming its parent
+/// (`routes/openapi.rs` using `crate::routes::…`) is not a cycle: it is part of it.
+#[test]
+fn no_crate_has_an_import_cycle_between_its_modules() {
+    let mut cycles = Vec::new();
+    for dir in std::fs::read_dir(root().join("crates")).unwrap() {
+        let krate = dir.unwrap().path();
+        let modules = top_modules(&krate.join("src"));
+        let mut edges: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+        for (module, files) in &modules {
+            for file in files {
+                let text = std::fs::read_to_string(file).unwrap();
+                for other in named_modules(&text, &modules) {
+                    if &other != module {
+                        edges.entry(module.clone()).or_default().insert(other);
+                    }
+                }
+            }
+        }
+        // A module is on a cycle when it reaches itself.
+        for start in modules.keys() {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut stack: Vec<String> = edges.get(start).into_iter().flatten().cloned().collect();
+            while let Some(next) = stack.pop() {
+                if &next == start {
+                    cycles.push(format!(
+                        "{}: `{start}` imports {:?}, and one of them leads back to it",
+                        krate.file_name().unwrap().to_string_lossy(),
+                        edges[start]
+                    ));
+                    break;
+                }
+                if seen.insert(next.clone()) {
+                    stack.extend(edges.get(&next).into_iter().flatten().cloned());
+                }
+            }
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
