@@ -44,6 +44,7 @@ use clap::{Args, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod args;
 mod catalog;
 mod config;
 mod eval;
@@ -219,9 +220,8 @@ struct EvalPlanArgs {
     /// Only these categories (repeatable).
     #[arg(long = "category")]
     categories: Vec<String>,
-    /// The model (default: the embedded local model).
-    #[arg(long, env = "PLANSMITH_MODEL")]
-    model: Option<String>,
+    #[command(flatten)]
+    model: args::ModelArgs,
     /// Local models: decode without the JSON-Schema grammar.
     #[arg(long)]
     unconstrained: bool,
@@ -369,7 +369,7 @@ fn dispatch(command: Command) -> Result<Exit, CliError> {
         Command::Models(ModelsCommand::Pull { name }) => models_cmd::pull(name.as_deref()),
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
         Command::Eval(EvalCommand::Plan(args)) => model::load_with(
-            args.model.as_deref(),
+            args.model.model.as_deref(),
             model::LocalOptions { unconstrained: args.unconstrained, independent: true },
         )
             .and_then(|model| {

@@ -32,12 +32,11 @@ pub struct ListArgs {
 /// Arguments of `plansmith mcp`.
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The model, as for `plansmith plan` (used by the `plan` tool and by replans).
-    #[arg(long, env = "PLANSMITH_MODEL")]
-    model: Option<String>,
-    /// Plan store: `sqlite:PATH`, `postgres://…` (default: SQLite in the data directory).
-    #[arg(long, env = "PLANSMITH_STORE")]
-    store: Option<String>,
+    /// The model of the `plan` tool and of replans.
+    #[command(flatten)]
+    model: crate::args::ModelArgs,
+    #[command(flatten)]
+    store: crate::args::StoreArgs,
     #[command(flatten)]
     catalog: crate::catalog::CatalogArgs,
     /// Who the plans' history records as the author of changes.
@@ -128,7 +127,7 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
 /// client disconnects.
 pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
     let catalog = args.catalog.load()?;
-    let model = crate::model::load(args.model.as_deref())?;
+    let model = crate::model::load(args.model.model.as_deref())?;
     let planner = Arc::new(crate::retrieval::planner(catalog, model)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -136,7 +135,7 @@ pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
         .context("cannot start the async runtime")
         .map_err(CliError::failed)?;
     runtime.block_on(async {
-        let store = crate::plans_cmd::open(args.store.as_deref()).await?;
+        let store = crate::plans_cmd::open(args.store.store.as_deref()).await?;
         eprintln!(
             "plansmith mcp: serving plan, planning, feedback on stdio (store {})",
             store.location()

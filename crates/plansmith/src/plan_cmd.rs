@@ -84,11 +84,8 @@ pub struct PlanArgs {
     /// older name of this flag).
     #[arg(long = "prompts", alias = "templates", value_name = "DIR")]
     prompts: Option<PathBuf>,
-    /// The model: `local` (default: the embedded model, pulled on first use), `local:NAME`,
-    /// `local:PATH.gguf`, `openai:MODEL`, `openai-compatible:URL#MODEL`, `anthropic:MODEL`, or
-    /// `scripted:FILE` (replays recorded replies).
-    #[arg(long, env = "PLANSMITH_MODEL")]
-    model: Option<String>,
+    #[command(flatten)]
+    model: crate::args::ModelArgs,
     /// Print the plan document as JSON.
     #[arg(long)]
     json: bool,
@@ -125,7 +122,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
         .map_err(CliError::input)?;
     crate::plan_review::check_store(&args.save)?;
     let catalog = args.catalog.with_mcp(catalog)?;
-    let model = crate::model::load(args.model.as_deref())?;
+    let model = crate::model::load(args.model.model.as_deref())?;
     let model_name = model.name();
     let mut planner = crate::retrieval::planner(catalog, model)?;
     if let Some(templates) = templates {
@@ -139,7 +136,7 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     let mut request = build_request(&args)?;
     if let Some(conversation) = &args.conversation {
         request.turns =
-            crate::plan_review::conversation_turns(args.save.store.as_deref(), conversation)?;
+            crate::plan_review::conversation_turns(args.save.store.store.as_deref(), conversation)?;
     }
     let runtime = crate::plans_cmd::runtime()?;
     let planned = match PlanProgress::new(args.progress, model_name) {

@@ -34,9 +34,8 @@ pub struct SaveArgs {
     /// At --max-iterations, stop instead of using the plan as is.
     #[arg(long)]
     pub stop_at_max_iterations: bool,
-    /// Plan store: `sqlite:PATH`, `postgres://…` (default: SQLite in the data directory).
-    #[arg(long = "store", env = "PLANSMITH_STORE")]
-    pub store: Option<String>,
+    #[command(flatten)]
+    pub store: crate::args::StoreArgs,
 }
 
 /// Opens the store `--save` or `--review` will write to, and closes it again: a store that
@@ -46,7 +45,7 @@ pub fn check_store(args: &SaveArgs) -> Result<(), CliError> {
         return Ok(());
     }
     runtime()?.block_on(async {
-        let store = open(args.store.as_deref()).await?;
+        let store = open(args.store.store.as_deref()).await?;
         store.close().await;
         Ok(())
     })
@@ -66,7 +65,7 @@ pub fn after_plan(
     }
     let runtime = runtime()?;
     runtime.block_on(async {
-        let store = open(args.store.as_deref()).await?;
+        let store = open(args.store.store.as_deref()).await?;
         let review = Review {
             auto_accept: args.auto_accept,
             max_iterations: args.max_iterations,

@@ -20,25 +20,16 @@ use plansmith_store::{
     ListFilter, Location, PlanStore, ReviewAction, ReviewState, StepKey, StoreError, StoredPlan,
 };
 
+use crate::args::{ActorArgs, StoreArgs};
 use crate::{CliError, Exit};
-
-/// Where the store is (shared by `plans` and `plan --save`).
-#[derive(Debug, Clone, Args)]
-pub struct StoreArgs {
-    /// Plan store: `sqlite:PATH`, `postgres://…`, or a file path (default: SQLite in the data
-    /// directory).
-    #[arg(long, env = "PLANSMITH_STORE", global = true)]
-    pub store: Option<String>,
-    /// Who makes the change, recorded in the plan's history.
-    #[arg(long, env = "PLANSMITH_ACTOR", global = true, default_value = "cli")]
-    pub actor: String,
-}
 
 /// Arguments of `plansmith plans`.
 #[derive(Debug, Args)]
 pub struct PlansArgs {
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    actor: ActorArgs,
     #[command(subcommand)]
     command: PlansCommand,
 }
@@ -196,15 +187,14 @@ struct PlannerArgs {
     /// older name of this flag).
     #[arg(long = "prompts", alias = "templates", value_name = "DIR")]
     prompts: Option<PathBuf>,
-    /// The model (as for `plan`).
-    #[arg(long, env = "PLANSMITH_MODEL")]
-    model: Option<String>,
+    #[command(flatten)]
+    model: crate::args::ModelArgs,
 }
 
 impl PlannerArgs {
     fn planner(&self) -> Result<Planner, CliError> {
         let catalog = self.catalog.load()?;
-        let model = crate::model::load(self.model.as_deref())?;
+        let model = crate::model::load(self.model.model.as_deref())?;
         let mut planner = crate::retrieval::planner(catalog, model)?;
         if let Some(dir) = &self.prompts {
             planner = planner.with_prompts(Prompts::with_overrides(dir).map_err(CliError::input)?);
@@ -340,7 +330,7 @@ pub fn run(args: PlansArgs) -> Result<Exit, CliError> {
 
 async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
     let store = open(args.store.store.as_deref()).await?;
-    let actor = args.store.actor.as_str();
+    let actor = args.actor.actor.as_str();
     let result = match args.command {
         PlansCommand::List {
             owner,

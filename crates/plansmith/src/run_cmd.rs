@@ -39,9 +39,8 @@ use crate::{CliError, Exit};
 pub struct RunArgs {
     /// A stored plan's id, or a plan file (JSON in any accepted shape; stored as accepted).
     plan: String,
-    /// Plan store: `sqlite:PATH`, `postgres://…` (default: SQLite in the data directory).
-    #[arg(long, env = "PLANSMITH_STORE")]
-    store: Option<String>,
+    #[command(flatten)]
+    store: crate::args::StoreArgs,
     /// Tools and agents: `{"tools": {"name": {"command": [...]} | {"url": "…"}}, "agents": {…}}`
     /// (JSON or TOML).
     #[arg(long)]
@@ -115,7 +114,7 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
         None => (catalog, None),
     };
     let commands = args.commands.as_deref().map(read_commands).transpose()?;
-    let store = open(args.store.as_deref()).await?;
+    let store = open(args.store.store.as_deref()).await?;
     let plan_id = resolve_plan(&store, &args.plan, &catalog, commands.as_ref()).await?;
 
     let mut invokers = Invokers::default();

@@ -18,8 +18,9 @@ use plansmith_core::{Plan, PlanOptions, PlanTemplate, Severity, TemplateParamete
 use plansmith_service::Instantiation;
 use plansmith_store::PlanStore;
 
+use crate::args::{ActorArgs, StoreArgs};
 use crate::catalog::CatalogArgs;
-use crate::plans_cmd::{StoreArgs, open, runtime, store_error};
+use crate::plans_cmd::{open, runtime, store_error};
 use crate::{CliError, Exit};
 use plansmith_core::Catalog;
 
@@ -28,6 +29,8 @@ use plansmith_core::Catalog;
 pub struct TemplatesArgs {
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    actor: ActorArgs,
     #[command(subcommand)]
     command: TemplatesCommand,
 }
@@ -134,7 +137,7 @@ pub fn run(args: TemplatesArgs) -> Result<Exit, CliError> {
     let runtime = runtime()?;
     runtime.block_on(async {
         let store = open(args.store.store.as_deref()).await?;
-        let result = dispatch(&store, args.command, &args.store.actor, catalog).await;
+        let result = dispatch(&store, args.command, &args.actor.actor, catalog).await;
         store.close().await;
         result
     })
