@@ -141,7 +141,29 @@ pub fn extend(catalog: Catalog, mcp: Option<&Path>) -> Result<Catalog, CliError>
         problems,
         ..
     } = import(path)?;
-    for problem in &problems {
+    joined(&catalog, &imported, &problems, path)
+}
+
+/// `catalog` plus the tools of the MCP servers in `path`, with the live connections kept for
+/// running them (`plansmith run --mcp`, `plansmith serve --mcp`). Must be called inside the
+/// runtime that will use the connections. Each problem is a warning on stderr; a name in both
+/// is an error naming it.
+pub async fn connect(catalog: Catalog, path: &Path) -> Result<(Catalog, McpTools), CliError> {
+    let config = read_config(path)?;
+    let imported = McpTools::connect(&config, client_options()).await;
+    let catalog = joined(&catalog, &imported.catalog, &imported.problems, path)?;
+    Ok((catalog, imported.tools))
+}
+
+/// `catalog` with the tools imported from the MCP servers of `path`, each of their problems a
+/// warning on stderr; a name in both is an error naming it.
+fn joined(
+    catalog: &Catalog,
+    imported: &Catalog,
+    problems: &[ServerProblem],
+    path: &Path,
+) -> Result<Catalog, CliError> {
+    for problem in problems {
         crate::notice::say(
             tracing::Level::WARN,
             "plansmith::mcp",
@@ -157,30 +179,4 @@ pub fn extend(catalog: Catalog, mcp: Option<&Path>) -> Result<Catalog, CliError>
     Catalog::new(tools, catalog.agents().to_vec())
         .with_context(|| format!("the tools of {} and the catalog", path.display()))
         .map_err(CliError::input)
-}
-
-/// `catalog` plus the tools of the MCP servers in `path`, with the live connections kept for
-/// running them (`plansmith run --mcp`, `plansmith serve --mcp`). Must be called inside the
-/// runtime that will use the connections. Each problem is a warning on stderr; a name in both
-/// is an error naming it.
-pub async fn connect(catalog: Catalog, path: &Path) -> Result<(Catalog, McpTools), CliError> {
-    let config = read_config(path)?;
-    let imported = McpTools::connect(&config, client_options()).await;
-    for problem in &imported.problems {
-        crate::notice::say(
-            tracing::Level::WARN,
-            "plansmith::mcp",
-            "warning",
-            &problem.to_string(),
-        );
-    }
-    let tools: Vec<Tool> = catalog
-        .tools()
-        .chain(imported.catalog.tools())
-        .map(|t| t.tool.clone())
-        .collect();
-    let catalog = Catalog::new(tools, catalog.agents().to_vec())
-        .with_context(|| format!("the tools of {} and the catalog", path.display()))
-        .map_err(CliError::input)?;
-    Ok((catalog, imported.tools))
 }
