@@ -9,6 +9,10 @@
 //! not do the part (a repeat, a call for something else), the part is asked for by a question
 //! in the same conversation, which works for a later step of a chain ("… and email it to
 //! Bob") better than for the next item of a list, where the model repeats its first call.
+//!
+//! A follow-up is a guess at a part the first answer left out, so a call to a destructive tool
+//! (`destructiveHint`) is added only when the part asks for it by the tool's verb ("delete the
+//! file …" for `delete_file`); otherwise it is dropped with a `step_dropped` warning.
 
 use std::time::Instant;
 
@@ -19,6 +23,7 @@ use crate::cover::Part;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::llm::{CompletionRequest, Message, OutputConstraint};
 use crate::parse;
+use crate::plan::Action;
 use crate::prompts::FollowUpContext;
 
 /// At most this many parts of a request are followed up per plan.
@@ -161,6 +166,31 @@ fn adopt(
         return None;
     }
     let added_steps = plan.steps.get(n_steps..).unwrap_or_default();
+    // A follow-up guesses at a part the first answer left out; a guess that deletes, sends or
+    // overwrites something is not added unless the part asks for that.
+    if let Some(name) = added_steps.iter().find_map(|step| match &step.action {
+        Action::Tool { name, .. }
+            if call
+                .catalog
+                .tool(name)
+                .is_some_and(|t| t.tool.is_destructive())
+                && !asks_for(&part.text, name) =>
+        {
+            Some(name.clone())
+        }
+        _ => None,
+    }) {
+        call.diagnostics.findings.push(Diagnostic::warning(
+            Code::StepDropped,
+            "/steps",
+            format!(
+                "the call for \"{}\" that the model {how} uses `{name}`, a destructive tool \
+                 the request does not ask for; it was not added",
+                part.text
+            ),
+        ));
+        return None;
+    }
     let ids: Vec<&str> = added_steps.iter().map(|s| s.id.as_str()).collect();
     all.push(Diagnostic::info(
         Code::AutoFixed,
@@ -176,4 +206,89 @@ fn adopt(
         diagnostics: all,
         raw,
     })
+}
+
+/// Verbs of tools that delete, stop or overwrite something.
+const DESTRUCTIVE_VERBS: [&str; 22] = [
+    "delete",
+    "remove",
+    "drop",
+    "erase",
+    "wipe",
+    "destroy",
+    "purge",
+    "clear",
+    "reset",
+    "cancel",
+    "revoke",
+    "terminate",
+    "kill",
+    "uninstall",
+    "truncate",
+    "overwrite",
+    "unlink",
+    "rm",
+    "del",
+    "disable",
+    "shutdown",
+    "format",
+];
+
+/// Whether `part` asks for what the tool `name` does: a word of the name that is a verb of
+/// [`DESTRUCTIVE_VERBS`] (else the name's first word) occurs in the part, by its first five
+/// letters ("deleting", "removes").
+fn asks_for(part: &str, name: &str) -> bool {
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    for c in name.chars() {
+        if (!c.is_alphanumeric() || c.is_uppercase()) && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        if c.is_alphanumeric() {
+            word.extend(c.to_lowercase());
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let verbs: Vec<&String> = words
+        .iter()
+        .filter(|w| DESTRUCTIVE_VERBS.contains(&w.as_str()))
+        .collect();
+    let wanted: Vec<&String> = if verbs.is_empty() {
+        words.first().into_iter().collect()
+    } else {
+        verbs
+    };
+    let part = part.to_lowercase();
+    let part_words: Vec<&str> = part
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    wanted.iter().any(|verb| {
+        let stem: String = verb.chars().take(5).collect();
+        part_words.iter().any(|w| {
+            if verb.chars().count() <= 3 {
+                *w == verb.as_str()
+            } else {
+                w.starts_with(&stem)
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asks_for;
+
+    #[test]
+    fn a_destructive_tool_is_asked_for_by_its_verb() {
+        assert!(asks_for("then delete report.txt", "delete_file"));
+        assert!(asks_for("and deleting the old logs", "delete_file"));
+        assert!(asks_for("remove the draft", "fileRemove"));
+        assert!(asks_for("send $5 to Bob", "send_money"));
+        assert!(!asks_for("email it to sales@example.com", "delete_file"));
+        assert!(!asks_for("and tell me the time", "drop_table"));
+        assert!(!asks_for("the format of the date", "rm"));
+    }
 }
