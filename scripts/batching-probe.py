@@ -3,21 +3,26 @@
 llama.cpp's own server (continuous batching over parallel slots), before the embedded model
 builds the same thing.
 
-    M=~/.local/share/plansmith/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-    "$(scripts/llama-server.sh)"/bin/llama-server -m "$M" -c 16384 -np 4 -t 2 -tb 2 \
-        --port 8093 --no-webui &
-    python3 scripts/batching-probe.py --mode prompt 1 4      # a new 1,207-token prompt each time
-    python3 scripts/batching-probe.py --mode cached 1 4      # the same system part, cached
-    python3 scripts/batching-probe.py --mode generation 1 2 4  # a short prompt, 150 tokens out
+    S=target/tools/llama.cpp-0.3.36/bin/llama-server     # built by scripts/llama-server.sh
+    python3 scripts/batching-probe.py --server $S --mode prompt 1 4   # a new 1,207-token prompt
+    python3 scripts/batching-probe.py --server $S --mode cached 1 4   # the system part cached
+    python3 scripts/batching-probe.py --server $S --mode generation 1 4  # 67 tokens in, 150 out
+
+With --server the script starts llama-server (4 slots in one 16k context, 2 threads, the default
+embedded model) and stops it at the end; without, it uses the server at --url.
 
 Each mode runs its requests one at a time and with N at once (the numbers given), and prints
 the plans per minute and the median latency.
 """
 import argparse
 import json
+import os
+import subprocess
 import threading
 import time
 import urllib.request
+
+MODEL = os.path.expanduser("~/.local/share/plansmith/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 
 TOOLS = "\n".join(
     f"- tool_{i}(city: string, date: string, units: string): Returns the forecast number {i} "
@@ -78,11 +83,33 @@ def main():
     parser.add_argument("--url", default="http://127.0.0.1:8093/v1/chat/completions")
     parser.add_argument("--mode", choices=["prompt", "cached", "generation"], required=True)
     parser.add_argument("--requests", type=int, default=12)
+    parser.add_argument("--server", help="llama-server to start (else the one at --url is used)")
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("at_once", type=int, nargs="+")
     args = parser.parse_args()
-    request(args.url, args.mode, 0, 5)  # warm up
-    for at_once in args.at_once:
-        run(args.url, args.mode, args.requests, at_once)
+    server = None
+    if args.server:
+        port = args.url.split(":")[2].split("/")[0]
+        server = subprocess.Popen(
+            [args.server, "-m", args.model, "-c", "16384", "-np", str(max(args.at_once)),
+             "-t", str(args.threads), "-tb", str(args.threads), "--port", port, "--no-webui"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        health = args.url.split("/v1/")[0] + "/health"
+        for _ in range(120):
+            try:
+                if urllib.request.urlopen(health, timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(1)
+    try:
+        request(args.url, args.mode, 0, 5)  # warm up
+        for at_once in args.at_once:
+            run(args.url, args.mode, args.requests, at_once)
+    finally:
+        if server:
+            server.terminate()
+            server.wait()
 
 
 if __name__ == "__main__":
