@@ -251,6 +251,9 @@ struct CaseFlags {
     attempts: usize,
     /// How many tools the model was shown.
     tools_shown: usize,
+    /// The plan's warnings, as `code: message`: what the engine changed or refused (a
+    /// follow-up added or dropped, a value grounded, a fit check), for a per-case diagnosis.
+    warnings: Vec<String>,
 }
 
 /// Figures of one plan-evaluation run (the official scores come from `score.py plan`).
@@ -503,6 +506,13 @@ pub fn plan(
                 flags.attempts = outcome.diagnostics.attempts.len();
                 flags.tools_shown = outcome.diagnostics.selected_tools.len();
                 flags.status = outcome.status.name();
+                flags.warnings = outcome
+                    .diagnostics
+                    .findings
+                    .iter()
+                    .filter(|d| d.severity != plansmith_core::Severity::Error)
+                    .map(|d| format!("{}: {}", d.code.as_str(), d.message))
+                    .collect();
                 outcome
                     .plan
                     .steps
@@ -540,6 +550,7 @@ pub fn plan(
             "valid_first": flags.valid_first,
             "attempts": flags.attempts,
             "tools_shown": flags.tools_shown,
+            "warnings": flags.warnings,
             "seconds": (case_started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         });
         writeln!(out, "{line}")
