@@ -58,6 +58,7 @@ impl AnthropicClient {
         // No response_format and no JSON mode on this API: a schema goes through tool use.
         offered.json_schema = false;
         offered.json_mode = false;
+        offered.prefill |= self.config.prefill;
         offered
     }
 

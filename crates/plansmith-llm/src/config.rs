@@ -114,6 +114,9 @@ pub struct ClientConfig {
     pub strict: bool,
     /// How to force the tool call; `None`: named for OpenAI, `"required"` for compatible servers.
     pub tool_choice: Option<ToolChoice>,
+    /// The server continues a conversation's final assistant message as the start of its reply
+    /// ([`Capabilities::prefill`]): llama.cpp's server and Anthropic's API do, OpenAI's does not.
+    pub prefill: bool,
 }
 
 /// Errors building a configuration.
@@ -167,6 +170,7 @@ impl ClientConfig {
             capabilities: None,
             strict: true,
             tool_choice: None,
+            prefill: false,
         }
     }
 
@@ -316,6 +320,9 @@ pub struct ProviderSettings {
     pub strategies: Option<Vec<plansmith_core::Strategy>>,
     /// How a forced tool call is asked for: `named` or `required` (see [`ToolChoice`]).
     pub tool_choice: Option<ToolChoice>,
+    /// The server continues a final assistant message as the start of its reply (llama.cpp's
+    /// server does): the planner's follow-ups then ask the model to write its answer on.
+    pub prefill: Option<bool>,
 }
 
 /// Provider settings of a config file's `[providers]` table.
@@ -411,6 +418,9 @@ impl ProviderSettings {
         }
         if let Some(choice) = self.tool_choice {
             config.tool_choice = Some(choice);
+        }
+        if let Some(prefill) = self.prefill {
+            config.prefill = prefill;
         }
         if let Some(list) = &self.strategies {
             let mut caps = Capabilities::default();
@@ -510,6 +520,7 @@ mod tests {
                 plansmith_core::Strategy::JsonMode,
             ]),
             tool_choice: Some(ToolChoice::Named),
+            prefill: Some(true),
         };
         let env = |name: &str| (name == "MY_GATEWAY_KEY").then(|| "gw-1".to_owned());
         let config = ClientConfig::openai_with("m", &env, &settings).unwrap();
@@ -521,6 +532,11 @@ mod tests {
         assert_eq!(config.retry.max_retries, 0);
         assert!(!config.strict);
         assert_eq!(config.tool_choice, Some(ToolChoice::Named));
+        assert!(config.prefill);
+        // What the client offers: the listed strategies, and prefill.
+        let client = crate::OpenAiClient::new(config.clone()).unwrap();
+        let offered = plansmith_core::LanguageModel::capabilities(&client);
+        assert!(offered.prefill && offered.tool_calling && !offered.json_schema);
         assert_eq!(
             config.capabilities,
             Some(Capabilities {

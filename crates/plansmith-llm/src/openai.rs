@@ -62,13 +62,15 @@ impl OpenAiClient {
     }
 
     fn offered(&self) -> Capabilities {
-        self.config.capabilities.unwrap_or(Capabilities {
+        let mut offered = self.config.capabilities.unwrap_or(Capabilities {
             json_schema: true,
             grammar: false,
             tool_calling: true,
             json_mode: true,
             prefill: false,
-        })
+        });
+        offered.prefill |= self.config.prefill;
+        offered
     }
 
     fn url(&self) -> String {
@@ -268,8 +270,19 @@ impl LanguageModel for OpenAiClient {
                     })?
                 }
             };
-            let completion = parse_reply(&bytes, strategy, target.as_ref())
+            let mut completion = parse_reply(&bytes, strategy, target.as_ref())
                 .map_err(|err| redact_error(&self.transport, err))?;
+            // A server that continues a final assistant message may send that message's text
+            // back before its continuation (llama.cpp's server does); the reply is the
+            // continuation alone, as every prefilled completion's is.
+            if self.config.prefill
+                && let Some(last) = request.messages.last()
+                && last.role == plansmith_core::Role::Assistant
+                && !last.content.is_empty()
+                && let Some(rest) = completion.text.strip_prefix(last.content.as_str())
+            {
+                completion.text = rest.to_owned();
+            }
             if let Ok(mut total) = self.usage.lock() {
                 *total += completion.usage;
             }

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use plansmith_core::llm::BoxFuture;
 use plansmith_core::parse::read_as_written;
 use plansmith_core::{
-    Capabilities, Catalog, Completion, CompletionRequest, LanguageModel, LlmError, OutcomeStatus,
-    OutputConstraint, PlanRequest, Planner, Strategy,
+    Capabilities, Catalog, Completion, CompletionRequest, LanguageModel, LlmError, Message,
+    OutcomeStatus, OutputConstraint, PlanRequest, Planner, Strategy,
 };
 use plansmith_llm::{ClientConfig, OpenAiClient, Provider, ToolChoice};
 use plansmith_local::acquire::{self, NoProgress, PipFetcher, SMOLLM2_135M};
@@ -360,6 +360,48 @@ async fn llama_cpp_server_plans_via_a_json_schema_response_format() {
     let _one = ONE_SERVER_AT_A_TIME.lock().await;
     let server = start(&binary);
     plan_with(&server, weather_catalog(), None, Strategy::JsonSchema, &[]).await;
+}
+
+/// With `prefill`, llama.cpp's server continues a final assistant message, and the client's
+/// reply is the continuation alone (the server sends the prefilled text back before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_cpp_server_continues_a_prefilled_reply() {
+    let Some(binary) = server_binary() else {
+        let hint = "llama-server is not built: run scripts/llama-server.sh";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{hint}");
+        eprintln!("skipped: {hint}");
+        return;
+    };
+    let _one = ONE_SERVER_AT_A_TIME.lock().await;
+    let server = start(&binary);
+    let mut config = ClientConfig::new(Provider::OpenAiCompatible, &server.base_url, "smollm2");
+    config.request_timeout = Duration::from_secs(120);
+    config.prefill = true;
+    let client = OpenAiClient::new(config).unwrap();
+    assert!(client.capabilities().prefill);
+    let prefilled = "Here are the numbers from one to ten: 1, 2, 3, 4,";
+    let completion = client
+        .complete(CompletionRequest {
+            messages: vec![
+                Message::user("Count from 1 to 10."),
+                Message::assistant(prefilled),
+            ],
+            constraint: None,
+            max_tokens: 12,
+            temperature: 0.0,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
+    assert!(
+        !completion.text.trim_start().starts_with("Here are"),
+        "the prefilled text came back: {:?}",
+        completion.text
+    );
+    assert!(
+        completion.text.trim_start().starts_with('5'),
+        "not a continuation of {prefilled:?}: {:?}",
+        completion.text
+    );
 }
 
 /// The llama-cpp-python server, installed by `scripts/llama-cpp-python.sh`.
