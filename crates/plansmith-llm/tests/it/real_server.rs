@@ -65,6 +65,17 @@ impl LlamaServer {
     }
 }
 
+/// llama-server, or `None` (saying why) when it is not built; under CI its absence fails.
+fn built_server() -> Option<PathBuf> {
+    let binary = server_binary();
+    if binary.is_none() {
+        let hint = "llama-server is not built: run scripts/llama-server.sh";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{hint}");
+        eprintln!("skipped: {hint}");
+    }
+    binary
+}
+
 /// The `llama-server` binary, if built.
 fn server_binary() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("PLANSMITH_LLAMA_SERVER") {
@@ -351,10 +362,7 @@ async fn plan_with(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_cpp_server_plans_via_a_json_schema_response_format() {
-    let Some(binary) = server_binary() else {
-        let hint = "llama-server is not built: run scripts/llama-server.sh";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{hint}");
-        eprintln!("skipped: {hint}");
+    let Some(binary) = built_server() else {
         return;
     };
     let _one = ONE_SERVER_AT_A_TIME.lock().await;
@@ -366,10 +374,7 @@ async fn llama_cpp_server_plans_via_a_json_schema_response_format() {
 /// reply is the continuation alone (the server sends the prefilled text back before it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_cpp_server_continues_a_prefilled_reply() {
-    let Some(binary) = server_binary() else {
-        let hint = "llama-server is not built: run scripts/llama-server.sh";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{hint}");
-        eprintln!("skipped: {hint}");
+    let Some(binary) = built_server() else {
         return;
     };
     let _one = ONE_SERVER_AT_A_TIME.lock().await;
