@@ -272,16 +272,8 @@ impl LanguageModel for OpenAiClient {
             };
             let mut completion = parse_reply(&bytes, strategy, target.as_ref())
                 .map_err(|err| redact_error(&self.transport, err))?;
-            // A server that continues a final assistant message may send that message's text
-            // back before its continuation (llama.cpp's server does); the reply is the
-            // continuation alone, as every prefilled completion's is.
-            if self.config.prefill
-                && let Some(last) = request.messages.last()
-                && last.role == plansmith_core::Role::Assistant
-                && !last.content.is_empty()
-                && let Some(rest) = completion.text.strip_prefix(last.content.as_str())
-            {
-                completion.text = rest.to_owned();
+            if let Some(echo) = self.echo(&request) {
+                strip_echo(&mut completion.text, &echo);
             }
             if let Ok(mut total) = self.usage.lock() {
                 *total += completion.usage;
@@ -291,6 +283,7 @@ impl LanguageModel for OpenAiClient {
     }
 
     fn stream(&self, request: CompletionRequest) -> BoxStream<'_, Result<StreamEvent, LlmError>> {
+        let echo = self.echo(&request);
         let open: BoxFuture<'_, Result<(reqwest::Response, Accumulator), LlmError>> =
             Box::pin(async move {
                 let (reply, strategy, target) = self.open(&request, true).await?;
@@ -299,8 +292,67 @@ impl LanguageModel for OpenAiClient {
                 };
                 Ok((response, Accumulator::new(strategy, target)))
             });
-        sse::drive(open, self.transport.timeout, Arc::clone(&self.usage))
+        let stream = sse::drive(open, self.transport.timeout, Arc::clone(&self.usage));
+        match echo {
+            Some(echo) => without_echo(stream, echo),
+            None => stream,
+        }
     }
+}
+
+impl OpenAiClient {
+    /// The prefilled text a reply may send back before its continuation: the final assistant
+    /// message's, when prefill is on (llama.cpp's server sends it back; a completion is the
+    /// continuation alone, as every prefilled completion's is).
+    fn echo(&self, request: &CompletionRequest) -> Option<String> {
+        let last = request.messages.last()?;
+        (self.config.prefill
+            && last.role == plansmith_core::Role::Assistant
+            && !last.content.is_empty())
+        .then(|| last.content.clone())
+    }
+}
+
+/// `text` without `echo` in front, when it starts with it.
+fn strip_echo(text: &mut String, echo: &str) {
+    if let Some(rest) = text.strip_prefix(echo) {
+        *text = rest.to_owned();
+    }
+}
+
+/// A streamed reply without the prefilled text `echo` in front: its first deltas are held
+/// while they could still be that text, then sent on without it (or whole, once they differ).
+fn without_echo(
+    stream: BoxStream<'_, Result<StreamEvent, LlmError>>,
+    echo: String,
+) -> BoxStream<'_, Result<StreamEvent, LlmError>> {
+    use futures::StreamExt as _;
+    let mut held = String::new();
+    let mut decided = false;
+    Box::pin(stream.filter_map(move |event| {
+        let event = match event {
+            Ok(StreamEvent::Delta(text)) if !decided => {
+                held.push_str(&text);
+                if held.len() >= echo.len() {
+                    decided = true;
+                    let mut out = std::mem::take(&mut held);
+                    strip_echo(&mut out, &echo);
+                    (!out.is_empty()).then_some(Ok(StreamEvent::Delta(out)))
+                } else if echo.starts_with(held.as_str()) {
+                    None
+                } else {
+                    decided = true;
+                    Some(Ok(StreamEvent::Delta(std::mem::take(&mut held))))
+                }
+            }
+            Ok(StreamEvent::Done(mut completion)) => {
+                strip_echo(&mut completion.text, &echo);
+                Some(Ok(StreamEvent::Done(completion)))
+            }
+            other => Some(other),
+        };
+        futures::future::ready(event)
+    }))
 }
 
 fn redact_error(transport: &Transport, err: LlmError) -> LlmError {

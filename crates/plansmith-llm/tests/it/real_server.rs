@@ -407,6 +407,30 @@ async fn llama_cpp_server_continues_a_prefilled_reply() {
         "not a continuation of {prefilled:?}: {:?}",
         completion.text
     );
+    // Streamed, the deltas are the continuation too, and add up to the completion.
+    let mut stream = client.stream(CompletionRequest {
+        messages: vec![
+            Message::user("Count from 1 to 10."),
+            Message::assistant(prefilled),
+        ],
+        constraint: None,
+        max_tokens: 12,
+        temperature: 0.0,
+    });
+    let mut deltas = String::new();
+    let mut done = None;
+    while let Some(event) = futures::StreamExt::next(&mut stream).await {
+        match event.unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail())) {
+            plansmith_core::llm::StreamEvent::Delta(text) => deltas.push_str(&text),
+            plansmith_core::llm::StreamEvent::Done(completion) => done = Some(completion),
+        }
+    }
+    let done = done.expect("a streamed reply ends with its completion");
+    assert_eq!(deltas, done.text);
+    assert!(
+        deltas.trim_start().starts_with('5'),
+        "the streamed reply is not the continuation: {deltas:?}"
+    );
 }
 
 /// The llama-cpp-python server, installed by `scripts/llama-cpp-python.sh`.
