@@ -385,16 +385,17 @@ async fn llama_cpp_server_continues_a_prefilled_reply() {
     let client = OpenAiClient::new(config).unwrap();
     assert!(client.capabilities().prefill);
     let prefilled = "Here are the numbers from one to ten: 1, 2, 3, 4,";
+    let request = || CompletionRequest {
+        messages: vec![
+            Message::user("Count from 1 to 10."),
+            Message::assistant(prefilled),
+        ],
+        constraint: None,
+        max_tokens: 12,
+        temperature: 0.0,
+    };
     let completion = client
-        .complete(CompletionRequest {
-            messages: vec![
-                Message::user("Count from 1 to 10."),
-                Message::assistant(prefilled),
-            ],
-            constraint: None,
-            max_tokens: 12,
-            temperature: 0.0,
-        })
+        .complete(request())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
     assert!(
@@ -408,15 +409,7 @@ async fn llama_cpp_server_continues_a_prefilled_reply() {
         completion.text
     );
     // Streamed, the deltas are the continuation too, and add up to the completion.
-    let mut stream = client.stream(CompletionRequest {
-        messages: vec![
-            Message::user("Count from 1 to 10."),
-            Message::assistant(prefilled),
-        ],
-        constraint: None,
-        max_tokens: 12,
-        temperature: 0.0,
-    });
+    let mut stream = client.stream(request());
     let mut deltas = String::new();
     let mut done = None;
     while let Some(event) = futures::StreamExt::next(&mut stream).await {
