@@ -224,8 +224,29 @@ impl Settings {
         }
     }
 
-    /// The `PLANSMITH_*` variables; `PLANSMITH_TOKENS` is `token:owner,token:owner`.
-    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, CliError> {
+    /// The `PLANSMITH_*` variables `scope` reads: the model, store and retriever for every
+    /// command, and `serve`'s own (`PLANSMITH_TOKENS` is `token:owner,token:owner`) for `serve`
+    /// only, so that a bad `serve` variable is not an error of another command.
+    fn from_env(env: &dyn Fn(&str) -> Option<String>, scope: Scope) -> Result<Settings, CliError> {
+        let retriever = match env("PLANSMITH_RETRIEVER") {
+            None => None,
+            Some(value) => Some(
+                <RetrieverKind as clap::ValueEnum>::from_str(value.trim(), true).map_err(|_| {
+                    CliError::input(anyhow!(
+                        "PLANSMITH_RETRIEVER=`{value}`: the retriever is bm25, dense or hybrid"
+                    ))
+                })?,
+            ),
+        };
+        let common = Settings {
+            store: env("PLANSMITH_STORE"),
+            model: env("PLANSMITH_MODEL"),
+            retriever,
+            ..Settings::default()
+        };
+        if scope == Scope::Command {
+            return Ok(common);
+        }
         let tokens = match env("PLANSMITH_TOKENS") {
             None => None,
             Some(text) => {
@@ -239,21 +260,8 @@ impl Settings {
                 Some(map)
             }
         };
-        let retriever = match env("PLANSMITH_RETRIEVER") {
-            None => None,
-            Some(value) => Some(
-                <RetrieverKind as clap::ValueEnum>::from_str(value.trim(), true).map_err(|_| {
-                    CliError::input(anyhow!(
-                        "PLANSMITH_RETRIEVER=`{value}`: the retriever is bm25, dense or hybrid"
-                    ))
-                })?,
-            ),
-        };
         Ok(Settings {
             addr: env("PLANSMITH_ADDR"),
-            store: env("PLANSMITH_STORE"),
-            model: env("PLANSMITH_MODEL"),
-            retriever,
             tools: env("PLANSMITH_TOOLS").map(PathBuf::from),
             agents: env("PLANSMITH_AGENTS").map(PathBuf::from),
             mcp: env("PLANSMITH_MCP").map(PathBuf::from),
@@ -279,6 +287,7 @@ impl Settings {
                     .map(str::to_owned)
                     .collect()
             }),
+            ..common
         })
     }
 }
@@ -298,7 +307,7 @@ pub enum Scope {
 /// `env =` values count as flags, being the same variables).
 pub fn settings(flags: Settings, scope: Scope) -> Result<Settings, CliError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    layered(file_settings(current(), scope)?, &env, flags)
+    layered(file_settings(current(), scope)?, &env, flags, scope)
 }
 
 /// [`settings`] over a given file layer and environment.
@@ -306,6 +315,7 @@ fn layered(
     file: Settings,
     env: &dyn Fn(&str) -> Option<String>,
     flags: Settings,
+    scope: Scope,
 ) -> Result<Settings, CliError> {
     let defaults = Settings {
         addr: Some("127.0.0.1:8080".into()),
@@ -314,7 +324,7 @@ fn layered(
     };
     Ok(defaults
         .then(file)
-        .then(Settings::from_env(env)?)
+        .then(Settings::from_env(env, scope)?)
         .then(flags))
 }
 
@@ -409,7 +419,7 @@ request_timeout_secs = 90
             rate_limit: Some(11),
             ..Settings::default()
         };
-        let layer = layered(serving.clone(), &env, flags).unwrap();
+        let layer = layered(serving.clone(), &env, flags, Scope::Serve).unwrap();
         assert_eq!(
             layer.addr.as_deref(),
             Some("127.0.0.1:9000"),
@@ -436,24 +446,40 @@ request_timeout_secs = 90
             cors_origins: Some(vec!["http://flag".into()]),
             ..Settings::default()
         };
-        let layer = layered(serving.clone(), &env, cors_flag).unwrap();
+        let layer = layered(serving.clone(), &env, cors_flag, Scope::Serve).unwrap();
         assert_eq!(layer.cors_origins, Some(vec!["http://flag".to_owned()]));
         let none = |_: &str| None;
         assert_eq!(
-            layered(serving.clone(), &none, Settings::default())
+            layered(serving.clone(), &none, Settings::default(), Scope::Serve)
                 .unwrap()
                 .cors_origins,
             Some(vec!["http://file:3000".to_owned()])
         );
         let tokens = layer.tokens.unwrap();
         assert_eq!(tokens.get("t2").map(String::as_str), Some("bob"));
-        let defaults = layered(Settings::default(), &none, Settings::default()).unwrap();
+        let defaults = layered(
+            Settings::default(),
+            &none,
+            Settings::default(),
+            Scope::Serve,
+        )
+        .unwrap();
         assert_eq!(defaults.addr.as_deref(), Some("127.0.0.1:8080"));
         assert_eq!(defaults.retriever, Some(RetrieverKind::Hybrid));
         let bad = |name: &str| (name == "PLANSMITH_TOKENS").then(|| "nocolon".to_owned());
-        assert!(layered(Settings::default(), &bad, Settings::default()).is_err());
+        assert!(layered(Settings::default(), &bad, Settings::default(), Scope::Serve).is_err());
+        // Another command does not read serve's variables, a bad one included.
+        assert!(
+            layered(
+                Settings::default(),
+                &bad,
+                Settings::default(),
+                Scope::Command
+            )
+            .is_ok()
+        );
         let bad = |name: &str| (name == "PLANSMITH_RETRIEVER").then(|| "grep".to_owned());
-        assert!(layered(Settings::default(), &bad, Settings::default()).is_err());
+        assert!(layered(Settings::default(), &bad, Settings::default(), Scope::Serve).is_err());
         // Other commands read the top level only; `serve` reads [server] over it.
         let command = file_settings(&file, Scope::Command).unwrap();
         assert_eq!(command.store.as_deref(), Some("sqlite:/top.db"));

@@ -235,46 +235,27 @@ const DESTRUCTIVE_VERBS: [&str; 22] = [
 ];
 
 /// Whether `part` asks for what the tool `name` does: a word of the name that is a verb of
-/// [`DESTRUCTIVE_VERBS`] (else the name's first word) occurs in the part, by its first five
-/// letters ("deleting", "removes").
+/// [`DESTRUCTIVE_VERBS`] (else the name's first word) is a word of the part, both read as
+/// retrieval reads them ([`crate::retrieve::tokenize`]: identifiers split, words stemmed, so
+/// "deleting" is `delete_file`'s "delete").
 fn asks_for(part: &str, name: &str) -> bool {
-    let mut words: Vec<String> = Vec::new();
-    let mut word = String::new();
-    for c in name.chars() {
-        if (!c.is_alphanumeric() || c.is_uppercase()) && !word.is_empty() {
-            words.push(std::mem::take(&mut word));
-        }
-        if c.is_alphanumeric() {
-            word.extend(c.to_lowercase());
-        }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
+    use crate::retrieve::tokenize;
+    let words = tokenize(name);
     let verbs: Vec<&String> = words
         .iter()
-        .filter(|w| DESTRUCTIVE_VERBS.contains(&w.as_str()))
+        .filter(|w| {
+            DESTRUCTIVE_VERBS
+                .iter()
+                .any(|v| tokenize(v).first() == Some(*w))
+        })
         .collect();
     let wanted: Vec<&String> = if verbs.is_empty() {
         words.first().into_iter().collect()
     } else {
         verbs
     };
-    let part = part.to_lowercase();
-    let part_words: Vec<&str> = part
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect();
-    wanted.iter().any(|verb| {
-        let stem: String = verb.chars().take(5).collect();
-        part_words.iter().any(|w| {
-            if verb.chars().count() <= 3 {
-                *w == verb.as_str()
-            } else {
-                w.starts_with(&stem)
-            }
-        })
-    })
+    let part = tokenize(part);
+    wanted.iter().any(|verb| part.contains(verb))
 }
 
 #[cfg(test)]
