@@ -8,19 +8,30 @@
 //! after the tip was computed) instead of `{"$ref": "s1.output"}`, and the plan then sends the
 //! invented text. This pass finds such values and points them at the earlier step's output.
 //!
-//! A value counts as invented when it is the value of a required, free-form top-level argument
-//! (no `enum`, `const` or `format`; a string, number or integer), it is not a date or a time (a
-//! planner resolves "tomorrow" itself), and either it holds a number that the request does not
-//! hold, or, for text of at least three content words, most of its words occur nowhere in the
-//! request. Optional arguments are left alone: they are knobs (`max_results`, `unit`) that a
-//! planner may set without being told, not data passed along.
+//! Three signs tell such a value:
 //!
-//! The producer is an earlier tool step whose output fits the argument's type: the whole output
-//! when the tool declares no output schema or a schema of a fitting type, else the output field
-//! of a fitting type that shares the most words with the argument (its name and description).
-//! Among several producers the one whose tool shares the most words with the value and the
-//! argument wins, then the nearest. Nothing changes when no earlier step fits: the value stays
-//! as written. Every change is an `auto_fixed` warning that quotes the value it replaced.
+//! - **Invented**: the value of a required, free-form top-level argument (no `enum`, `const` or
+//!   `format`; a string, number or integer) that is not a date or a time (a planner resolves
+//!   "tomorrow" itself), and either holds a number that the request does not hold, or is text
+//!   whose content words are mostly new to the request (at least two of three or more, or both
+//!   of two). Optional arguments are left alone here: they are knobs (`max_results`, `unit`) that
+//!   a planner may set without being told. The producer is an earlier tool step whose output
+//!   fits the argument's type: the whole output when the tool declares no output schema or a
+//!   schema of a fitting type, else the output field of a fitting type that shares the most
+//!   words with the argument (its name and description). Among several producers the one whose
+//!   tool shares the most words with the value and the argument wins, then the nearest.
+//! - **Named result**: a value the request does not state word for word, for an argument (required
+//!   or not) named like a field that an earlier step of another tool declares in its output
+//!   (`business_id` after a search that returns `business_id`, a made-up `hotel_name` after a
+//!   hotel search). The name says the value is that step's result.
+//! - **Copied input**: a number an earlier step of another tool takes under another name, written
+//!   again although the request writes it fewer times than the plan uses it, where that step
+//!   declares an output field sharing a word with the argument's name (`amount: 100` after a tip
+//!   computed from `bill_total: 100` that returns `total_amount`). The model wrote the input it
+//!   knew for the result it could not know.
+//!
+//! Nothing changes when no earlier step fits: the value stays as written. Every change is an
+//! `auto_fixed` warning that quotes the value it replaced.
 
 use std::collections::HashSet;
 
@@ -46,6 +57,8 @@ const STOP_WORDS: &[&str] = &[
 struct Known {
     numbers: Vec<f64>,
     words: HashSet<String>,
+    /// All of it, lower-cased.
+    text: String,
 }
 
 impl Known {
@@ -85,6 +98,30 @@ impl Known {
         Known {
             numbers: numbers_in(&text),
             words: words_in(&text).into_iter().collect(),
+            text: text.to_lowercase(),
+        }
+    }
+
+    /// How many times the request writes `number` (as itself or as a percentage).
+    fn times_written(&self, number: f64) -> usize {
+        let close = |known: f64, n: f64| (known - n).abs() <= 1e-9 * known.max(1.0);
+        let number = number.abs();
+        self.numbers
+            .iter()
+            .filter(|&&known| close(known, number) || close(known, number * 100.0))
+            .count()
+    }
+
+    /// Whether the request states `value` as it is: a number it writes, or text it holds word
+    /// for word (case aside).
+    fn states(&self, value: &Value) -> bool {
+        match value {
+            Value::Number(number) => number.as_f64().is_some_and(|n| self.has_number(n)),
+            Value::String(text) => {
+                let text = text.trim().to_lowercase();
+                !text.is_empty() && self.text.contains(&text)
+            }
+            _ => true,
         }
     }
 
@@ -214,8 +251,10 @@ fn invented(value: &Value, known: &Known) -> Option<&'static str> {
             }
             let words = words_in(text);
             let unknown = words.iter().filter(|word| !known.has_word(word)).count();
-            (words.len() >= 3 && unknown >= 2 && unknown * 2 >= words.len())
-                .then_some("words the request does not have")
+            let mostly_new = words.len() >= 3 && unknown >= 2 && unknown * 2 >= words.len();
+            // Two words, both new: a short result such as a translation ("Bonjour, le monde").
+            let all_new = words.len() == 2 && unknown == 2;
+            (mostly_new || all_new).then_some("words the request does not have")
         }
         _ => None,
     }
@@ -286,8 +325,177 @@ fn output_path(
     fits(&produced, expected).then(String::new)
 }
 
-/// Replaces invented argument values of `plan`'s tool steps by references to the earlier step
-/// that produces them; returns one warning per replaced value.
+/// A field name with case, `_`, `-` and `.` set aside: `hotel_name` and `hotelName` are one.
+fn plain_name(name: &str) -> String {
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// The output fields of a tool's declared output schema that are objects' properties.
+fn output_fields(tool: &crate::catalog::Tool) -> Option<&serde_json::Map<String, Value>> {
+    let schema = tool.output_schema.as_ref()?;
+    let types = types_of(schema);
+    if !types.is_empty() && !types.contains(&"object") {
+        return None;
+    }
+    schema.get("properties").and_then(Value::as_object)
+}
+
+/// Whether a field name can follow `.` in a reference path as it is.
+fn plain_path(name: &str) -> bool {
+    name.chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The earlier tool steps of `plan` before `idx`, nearest first, with their tools; steps of the
+/// tool `except` are left out (a tool's output seldom feeds the same tool, while the same tool
+/// called twice often takes the same values).
+fn earlier_tools<'a>(
+    plan: &'a Plan,
+    idx: usize,
+    catalog: &'a Catalog,
+    except: &'a str,
+) -> impl Iterator<
+    Item = (
+        usize,
+        &'a serde_json::Map<String, Value>,
+        &'a crate::catalog::Tool,
+    ),
+> + 'a {
+    plan.steps
+        .iter()
+        .enumerate()
+        .take(idx)
+        .rev()
+        .filter_map(move |(earlier_idx, step)| {
+            let Action::Tool { name, arguments } = &step.action else {
+                return None;
+            };
+            if name == except {
+                return None;
+            }
+            let tool = catalog.tool(name).map(|t| &t.tool)?;
+            Some((earlier_idx, arguments, tool))
+        })
+}
+
+/// A value the request does not state, for an argument named like a field an earlier step
+/// returns (`hotel_name` after a hotel search returning `hotel_name`): that step's result, not a
+/// value of the planner's own. Optional arguments count too, since the name says it is data.
+fn named_result(
+    plan: &Plan,
+    idx: usize,
+    catalog: &Catalog,
+    consumer: &str,
+    key: &str,
+    expected: &[&str],
+) -> Option<(usize, String)> {
+    let wanted = plain_name(key);
+    earlier_tools(plan, idx, catalog, consumer).find_map(|(earlier_idx, _, producer)| {
+        output_fields(producer)?
+            .iter()
+            .find(|(name, field)| {
+                plain_name(name) == wanted && plain_path(name) && fits(&types_of(field), expected)
+            })
+            .map(|(name, _)| (earlier_idx, format!(".{name}")))
+    })
+}
+
+/// A number an earlier step takes as one of its inputs (under another name), written again as
+/// this argument although the request writes it fewer times than the plan uses it, where that
+/// step returns a field named like the argument (`amount` after a tip computed from the bill
+/// returns `total_amount`): the model copied the input for the result it could not know.
+fn copied_input(
+    plan: &Plan,
+    idx: usize,
+    catalog: &Catalog,
+    consumer: &str,
+    (key, schema): (&str, &Value),
+    number: f64,
+    known: &Known,
+) -> Option<(usize, String)> {
+    let same = |value: &Value| value.as_f64().is_some_and(|n| (n - number).abs() < 1e-9);
+    let uses: usize = plan.steps[..=idx]
+        .iter()
+        .filter_map(|step| match &step.action {
+            Action::Tool { arguments, .. } => Some(arguments.values().filter(|v| same(v)).count()),
+            _ => None,
+        })
+        .sum();
+    if uses <= known.times_written(number) {
+        return None;
+    }
+    let expected = types_of(schema);
+    let key_words = field_words(key, &Value::Null);
+    let argument_words = field_words(key, schema);
+    earlier_tools(plan, idx, catalog, consumer).find_map(|(earlier_idx, inputs, producer)| {
+        if !inputs.iter().any(|(name, v)| name != key && same(v)) {
+            return None;
+        }
+        let mut best: Option<((usize, usize), &String)> = None;
+        for (name, field) in output_fields(producer)? {
+            if !plain_path(name) || !fits(&types_of(field), &expected) {
+                continue;
+            }
+            let by_name = overlap(&key_words, &field_words(name, &Value::Null));
+            if by_name == 0 {
+                continue;
+            }
+            let score = (by_name, overlap(&argument_words, &field_words(name, field)));
+            if best.is_none_or(|(top, _)| score > top) {
+                best = Some((score, name));
+            }
+        }
+        best.map(|(_, name)| (earlier_idx, format!(".{name}")))
+    })
+}
+
+/// The earlier step whose output an invented value of a required argument most likely states,
+/// and where in that output.
+fn producer_of(
+    plan: &Plan,
+    idx: usize,
+    catalog: &Catalog,
+    (key, schema): (&str, &Value),
+    value: &Value,
+) -> Option<(usize, String)> {
+    let expected = types_of(schema);
+    let argument_words = field_words(key, schema);
+    let mut value_words = argument_words.clone();
+    if let Value::String(text) = value {
+        value_words.extend(words_in(text));
+    }
+    let mut best: Option<(usize, usize, String)> = None;
+    for (earlier_idx, earlier) in plan.steps.iter().enumerate().take(idx) {
+        let Action::Tool { name: producer, .. } = &earlier.action else {
+            continue;
+        };
+        let Some(producer) = catalog.tool(producer).map(|t| &t.tool) else {
+            continue;
+        };
+        let Some(path) = output_path(producer.output_schema.as_ref(), &expected, &argument_words)
+        else {
+            continue;
+        };
+        let mut producer_words = field_words(&producer.name, &Value::Null);
+        producer_words.extend(words_in(&producer.description));
+        let score = overlap(&value_words, &producer_words);
+        if best.as_ref().is_none_or(|(top, _, _)| score >= *top) {
+            best = Some((score, earlier_idx, path));
+        }
+    }
+    best.map(|(_, idx, path)| (idx, path))
+}
+
+/// Replaces the argument values of `plan`'s tool steps that state an earlier step's result by
+/// references to that step; returns one warning per replaced value.
+///
+/// Three signs tell such a value, tried in turn: a required argument's value that the request
+/// cannot have given ([`invented`]); a value the request does not state for an argument named
+/// like a field an earlier step returns ([`named_result`]); a number copied from an earlier
+/// step's inputs ([`copied_input`]).
 pub(crate) fn ground(plan: &mut Plan, request: &PlanRequest, catalog: &Catalog) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
     let mut known: Option<Known> = None;
@@ -302,14 +510,11 @@ pub(crate) fn ground(plan: &mut Plan, request: &PlanRequest, catalog: &Catalog) 
         let properties = tool.input_schema.get("properties");
         let mut replacements = Vec::new();
         for (key, value) in arguments {
-            if !required.contains(&key.as_str()) || StepRef::reference_in(value).is_some() {
+            if StepRef::reference_in(value).is_some() {
                 continue;
             }
             let schema = properties.and_then(|p| p.get(key)).unwrap_or(&Value::Null);
-            if ["enum", "const", "format"]
-                .iter()
-                .any(|k| schema.get(k).is_some())
-            {
+            if ["enum", "const"].iter().any(|k| schema.get(k).is_some()) {
                 continue;
             }
             let expected = types_of(schema);
@@ -318,35 +523,26 @@ pub(crate) fn ground(plan: &mut Plan, request: &PlanRequest, catalog: &Catalog) 
                 continue;
             }
             let known = known.get_or_insert_with(|| Known::of(request));
-            let Some(why) = invented(value, known) else {
-                continue;
+            let invented = (required.contains(&key.as_str()) && schema.get("format").is_none())
+                .then(|| invented(value, known))
+                .flatten();
+            let found = if let Some(why) = invented {
+                producer_of(plan, idx, catalog, (key, schema), value).map(|found| (found, why))
+            } else {
+                None
             };
-            let argument_words = field_words(key, schema);
-            let mut value_words = argument_words.clone();
-            if let Value::String(text) = value {
-                value_words.extend(words_in(text));
-            }
-            let mut best: Option<(usize, usize, String)> = None;
-            for (earlier_idx, earlier) in plan.steps.iter().enumerate().take(idx) {
-                let Action::Tool { name: producer, .. } = &earlier.action else {
-                    continue;
-                };
-                let Some(producer) = catalog.tool(producer).map(|t| &t.tool) else {
-                    continue;
-                };
-                let Some(path) =
-                    output_path(producer.output_schema.as_ref(), &expected, &argument_words)
-                else {
-                    continue;
-                };
-                let mut producer_words = field_words(&producer.name, &Value::Null);
-                producer_words.extend(words_in(&producer.description));
-                let score = overlap(&value_words, &producer_words);
-                if best.as_ref().is_none_or(|(top, _, _)| score >= *top) {
-                    best = Some((score, earlier_idx, path));
-                }
-            }
-            if let Some((_, producer_idx, path)) = best {
+            let found = found.or_else(|| {
+                (!known.states(value))
+                    .then(|| named_result(plan, idx, catalog, name, key, &expected))
+                    .flatten()
+                    .map(|found| (found, "a result an earlier step returns by that name"))
+            });
+            let found = found.or_else(|| {
+                let number = value.as_f64()?;
+                copied_input(plan, idx, catalog, name, (key, schema), number, known)
+                    .map(|found| (found, "an earlier step's input copied for its result"))
+            });
+            if let Some(((producer_idx, path), why)) = found {
                 let producer_id = plan.steps[producer_idx].id.clone();
                 replacements.push((key.clone(), format!("{producer_id}.output{path}"), why));
             }
@@ -600,6 +796,186 @@ mod tests {
     }
 
     #[test]
+    fn a_short_result_with_only_new_words_is_passed_along() {
+        let request = PlanRequest::new(
+            "Translate 'Hello, World!' from English to French and text it to 1234567890",
+        );
+        let mut plan = plan(&[
+            (
+                "s1",
+                "translate",
+                json!({"text": "Hello, World!", "target": "French"}),
+            ),
+            (
+                "s2",
+                "send_sms",
+                json!({"phone_number": "1234567890", "message": "Bonjour, le monde!"}),
+            ),
+        ]);
+        ground(&mut plan, &request, &results_catalog());
+        assert_eq!(
+            arguments(&plan, 1)["message"],
+            json!({"$ref": "s1.output.translated_text"})
+        );
+        assert_eq!(arguments(&plan, 1)["phone_number"], json!("1234567890"));
+    }
+
+    #[test]
+    fn an_argument_named_like_an_earlier_result_takes_it_unless_the_request_states_it() {
+        let request =
+            PlanRequest::new("Find hair salons in Paris and show me the reviews of the first one");
+        let mut written = plan(&[
+            (
+                "s1",
+                "find_places",
+                json!({"query": "hair salons in Paris"}),
+            ),
+            (
+                "s2",
+                "place_reviews",
+                json!({"business_id": "1234567890", "limit": 20}),
+            ),
+        ]);
+        let diags = ground(&mut written, &request, &results_catalog());
+        // `business_id` is optional, yet named like the search's result; `limit` is a knob.
+        assert_eq!(
+            arguments(&written, 1),
+            json!({"business_id": {"$ref": "s1.output.business_id"}, "limit": 20})
+        );
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert!(
+            diags[0].message.contains("by that name"),
+            "{}",
+            diags[0].message
+        );
+
+        // The person named the business: their value stays.
+        let request = PlanRequest::new(
+            "Find hair salons in Paris and show me the reviews of business ChIJ42",
+        );
+        let mut written = plan(&[
+            (
+                "s1",
+                "find_places",
+                json!({"query": "hair salons in Paris"}),
+            ),
+            ("s2", "place_reviews", json!({"business_id": "ChIJ42"})),
+        ]);
+        assert!(ground(&mut written, &request, &results_catalog()).is_empty());
+        assert_eq!(arguments(&written, 1)["business_id"], json!("ChIJ42"));
+    }
+
+    #[test]
+    fn an_input_copied_for_the_result_becomes_a_reference() {
+        let request = PlanRequest::new(
+            "Calculate a 20% tip on a bill of $100 and invoice John Doe the total",
+        );
+        let mut written = plan(&[
+            ("s1", "calculate_tip", json!({"bill": 100, "percent": 20})),
+            (
+                "s2",
+                "bill_client",
+                json!({"client": "John Doe", "amount": 100}),
+            ),
+        ]);
+        let diags = ground(&mut written, &request, &results_catalog());
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        let reference = arguments(&written, 1)["amount"]["$ref"].clone();
+        assert!(
+            reference == json!("s1.output.tip_amount")
+                || reference == json!("s1.output.total_amount"),
+            "{reference}"
+        );
+
+        // The request writes the number twice: both uses are the person's.
+        let request = PlanRequest::new(
+            "Calculate a 20% tip on a bill of $100 and invoice John Doe 100 for the room",
+        );
+        let mut written = plan(&[
+            ("s1", "calculate_tip", json!({"bill": 100, "percent": 20})),
+            (
+                "s2",
+                "bill_client",
+                json!({"client": "John Doe", "amount": 100}),
+            ),
+        ]);
+        assert!(ground(&mut written, &request, &results_catalog()).is_empty());
+
+        // The same tool twice takes the same values on purpose.
+        let request = PlanRequest::new("Tip 20% and 15% on a bill of $100");
+        let mut written = plan(&[
+            ("s1", "calculate_tip", json!({"bill": 100, "percent": 20})),
+            ("s2", "calculate_tip", json!({"bill": 100, "percent": 15})),
+        ]);
+        assert!(ground(&mut written, &request, &results_catalog()).is_empty());
+    }
+
+    /// Tools that declare the fields they return.
+    fn results_catalog() -> Catalog {
+        let object = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required});
+        Catalog::new(
+            vec![
+                tool(
+                    "translate",
+                    "Translate text into another language.",
+                    object(json!({"text": {"type": "string"}, "target": {"type": "string"}}), &["text", "target"]),
+                    Some(object(json!({"translated_text": {"type": "string"}}), &[])),
+                ),
+                tool(
+                    "send_sms",
+                    "Send a text message.",
+                    object(
+                        json!({"phone_number": {"type": "string"}, "message": {"type": "string"}}),
+                        &["phone_number", "message"],
+                    ),
+                    None,
+                ),
+                tool(
+                    "find_places",
+                    "Search local businesses.",
+                    object(json!({"query": {"type": "string"}}), &["query"]),
+                    Some(object(
+                        json!({"business_id": {"type": "string"}, "name": {"type": "string"}}),
+                        &[],
+                    )),
+                ),
+                tool(
+                    "place_reviews",
+                    "Reviews of a business.",
+                    object(
+                        json!({"business_id": {"type": "string"}, "limit": {"type": "integer"}}),
+                        &[],
+                    ),
+                    None,
+                ),
+                tool(
+                    "calculate_tip",
+                    "Calculate the tip for a bill.",
+                    object(
+                        json!({"bill": {"type": "number"}, "percent": {"type": "number"}}),
+                        &["bill", "percent"],
+                    ),
+                    Some(object(
+                        json!({"tip_amount": {"type": "number"}, "total_amount": {"type": "number"}}),
+                        &[],
+                    )),
+                ),
+                tool(
+                    "bill_client",
+                    "Bill a client.",
+                    object(
+                        json!({"client": {"type": "string"}, "amount": {"type": "number"}}),
+                        &["client", "amount"],
+                    ),
+                    None,
+                ),
+            ],
+            Vec::new(),
+        )
+        .unwrap()
+    }
+
+    #[test]
     fn numbers_are_read_as_people_write_them() {
         assert_eq!(
             numbers_in("$1,250.50 on 2023-01-31, 20% of 3.5k, v1.2.3"),
@@ -608,6 +984,7 @@ mod tests {
         let known = Known {
             numbers: numbers_in("an annual rate of 5% for 1,5 and 10 years"),
             words: HashSet::new(),
+            text: String::new(),
         };
         assert!(known.has_number(0.05) && known.has_number(5.0) && known.has_number(10.0));
         assert!(!known.has_number(0.5) && !known.has_number(50.0));
