@@ -247,8 +247,12 @@ impl StoredPlan {
             .request
             .clone()
             .unwrap_or_else(|| PlanRequest::new(self.plan.goal.clone()));
-        if request.query.trim().is_empty() {
-            request.query = self.plan.goal.clone();
+        // A plan from a file may have no request, and no goal either: its title says what it
+        // is for.
+        for said in [&self.plan.goal, &self.plan.title] {
+            if request.query.trim().is_empty() {
+                request.query = said.clone();
+            }
         }
         request.owner = self.plan.owner.clone();
         request.conversation_id = self.plan.conversation_id.clone();
