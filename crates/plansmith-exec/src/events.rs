@@ -99,6 +99,8 @@ pub enum ExecEvent {
     RunFinished {
         /// How it ended.
         state: RunState,
+        /// Why it stopped, as data (`None` while it waits for people).
+        stop_reason: Option<crate::StopReason>,
         /// Why, when it did not complete.
         reason: Option<String>,
         /// The final answer composed from the results.

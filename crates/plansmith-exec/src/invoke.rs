@@ -49,6 +49,36 @@ pub struct Call {
     pub goal: String,
     /// Results of the step's dependencies, by step id.
     pub inputs: BTreeMap<String, Value>,
+    /// Where an invoker that calls a model adds the tokens it spent (the run's budget counts
+    /// them).
+    #[serde(skip)]
+    pub tokens: TokenMeter,
+}
+
+/// Model tokens spent by one call, added by the invoker as it spends them. Clones share the
+/// count.
+#[derive(Debug, Clone, Default)]
+pub struct TokenMeter(Arc<std::sync::atomic::AtomicU64>);
+
+impl TokenMeter {
+    /// Adds a model call's tokens, prompt and completion.
+    pub fn add(&self, usage: plansmith_core::Usage) {
+        let tokens = u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens);
+        self.0
+            .fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The tokens added so far.
+    pub fn spent(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A meter is not part of what a call is: any two compare equal.
+impl PartialEq for TokenMeter {
+    fn eq(&self, _other: &TokenMeter) -> bool {
+        true
+    }
 }
 
 /// Why a call failed.
@@ -580,6 +610,7 @@ impl Invoker for TaskInvoker {
                     retryable: err.is_retryable(),
                     message: err.to_string(),
                 })?;
+            call.tokens.add(completion.usage);
             Ok(json!({ "text": completion.text.trim() }))
         })
     }
@@ -670,6 +701,7 @@ mod tests {
             },
             goal: "Summarise the news".into(),
             inputs: BTreeMap::new(),
+            tokens: TokenMeter::default(),
         };
         let retryable: Vec<(bool, String)> = (0..4)
             .map(|_| {

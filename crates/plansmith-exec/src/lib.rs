@@ -22,6 +22,8 @@
 //!   every front end): a failure under `replan`, or results that contradict the plan, call the
 //!   planner with the observations; completed steps are kept, the rest is a new version with
 //!   trigger `replan`; bounded, with stall detection.
+//! - **Budgets and stop reasons**: caps on a run's tool calls, model tokens, wall time and
+//!   replans ([`plansmith_store::Budget`]); every run ends with a [`StopReason`].
 //! - **Durable log and leases**: attempts with idempotency keys, claims under leases in the
 //!   store (PostgreSQL `SKIP LOCKED`), so a run resumes after a crash without repeating
 //!   completed steps, and several nodes share one run.
@@ -77,10 +79,10 @@ mod summary;
 pub use events::{DocumentObserver, ExecEvent, Observer};
 pub use invoke::{
     Call, CallProgress, CommandInvoker, CommandMap, Endpoint, FnInvoker, InvokeError, Invoker,
-    Invokers, TaskInvoker,
+    Invokers, TaskInvoker, TokenMeter,
 };
 pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure};
 pub use run::{
     ExecConfig, ExecError, Executor, MAX_TURNS, PROGRESS_EVERY, PlannerSource, RunReport,
-    StepReport, node_name,
+    StepReport, StopReason, node_name,
 };

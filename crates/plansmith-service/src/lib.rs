@@ -70,7 +70,7 @@ use serde_json::Value;
 
 pub use planners::Planners;
 pub use review::{Decided, Decision};
-pub use runs::Runner;
+pub use runs::{RunStart, Runner};
 pub use templates::{Instance, Instantiation};
 
 /// What an operation could not do.

@@ -6,11 +6,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use plansmith_exec::{Executor, RunReport};
-use plansmith_store::{ExecRun, RunState};
+use plansmith_store::{Budget, ExecRun, RunState};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::{Result, Service, ServiceError};
+
+/// How [`Service::run`] enters a plan's run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStart {
+    /// A new run, with caps of its own over the runner's (an empty [`Budget`]: the runner's).
+    /// Its caps are stored with it: every resume keeps to them.
+    New(Budget),
+    /// The plan's unfinished run, after a crash or a decision, under the caps it started with.
+    Resume,
+}
 
 /// The executor of a process and the runs it takes part in on background tasks. Cheap to
 /// clone: clones share the runs.
@@ -180,32 +190,32 @@ impl Service {
         self.runner.as_ref()
     }
 
-    /// Starts a run of plan `id` (or, with `resume`, continues its unfinished run) on the
-    /// runner's background tasks, and answers the run as it stands once it is recorded.
-    /// Refused before anything runs: [`ServiceError::NoExecutor`] without a runner,
-    /// [`ExecError::NotRunnable`](plansmith_exec::ExecError::NotRunnable) for a plan not accepted or without steps, a run already in
-    /// progress ([`plansmith_store::StoreError::RunActive`]), or nothing to resume
+    /// Starts a run of plan `id` (or continues its unfinished run) on the runner's background
+    /// tasks, and answers the run as it stands once it is recorded. Refused before anything
+    /// runs: [`ServiceError::NoExecutor`] without a runner,
+    /// [`ExecError::NotRunnable`](plansmith_exec::ExecError::NotRunnable) for a plan not
+    /// accepted or without steps, a run already in progress
+    /// ([`plansmith_store::StoreError::RunActive`]), or nothing to resume
     /// ([`ExecError::NothingToResume`](plansmith_exec::ExecError::NothingToResume)).
-    pub async fn run(&self, id: &str, resume: bool) -> Result<ExecRun> {
+    pub async fn run(&self, id: &str, start: RunStart) -> Result<ExecRun> {
         let runner = self.runner.as_ref().ok_or(ServiceError::NoExecutor)?;
-        let run = if resume {
-            runner.executor.unfinished_run(id).await?
-        } else {
-            runner.executor.start(id).await?
+        let resume = matches!(start, RunStart::Resume);
+        let run = match &start {
+            RunStart::Resume => runner.executor.unfinished_run(id).await?,
+            RunStart::New(budget) => runner.executor.start_with(id, budget).await?,
         };
         runner.spawn_join(id, resume);
         Ok(run)
     }
 
-    /// Runs plan `id` (or, with `resume`, its unfinished run) in the caller's task, to its end
-    /// or until it waits for people: for a front end that shows the run as it goes (the
-    /// command line). Refused as [`Service::run`] is.
-    pub async fn run_here(&self, id: &str, resume: bool) -> Result<RunReport> {
+    /// Runs plan `id` (or its unfinished run) in the caller's task, to its end or until it
+    /// waits for people: for a front end that shows the run as it goes (the command line).
+    /// Refused as [`Service::run`] is.
+    pub async fn run_here(&self, id: &str, start: RunStart) -> Result<RunReport> {
         let runner = self.runner.as_ref().ok_or(ServiceError::NoExecutor)?;
-        Ok(if resume {
-            runner.executor.resume(id).await?
-        } else {
-            runner.executor.run(id).await?
+        Ok(match &start {
+            RunStart::Resume => runner.executor.resume(id).await?,
+            RunStart::New(budget) => runner.executor.run_with(id, budget).await?,
         })
     }
 

@@ -78,8 +78,9 @@ mod templates;
 pub use catalogs::catalog_id;
 pub use error::{DatabaseError, Result, StoreError};
 pub use exec::{
-    Applies, AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RUN_STOP, RunSignal, RunState,
-    StepDecided, StepDecision, StepEnd, StepSeed, StepVerdict, idempotency_key,
+    Applies, AttemptRecord, Budget, Claim, ExecRun, ExecStatus, ExecStep, OnCap, RUN_STOP,
+    RunBudget, RunSignal, RunState, StepDecided, StepDecision, StepEnd, StepSeed, StepVerdict,
+    idempotency_key,
 };
 pub use notify::{Listener, Notifier};
 pub use review::{

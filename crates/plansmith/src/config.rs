@@ -35,6 +35,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, anyhow};
 use plansmith_core::secrets::ProviderKeys;
 use plansmith_llm::ProviderTable;
+use plansmith_store::Budget;
 use serde::Deserialize;
 
 use crate::CliError;
@@ -56,6 +57,10 @@ pub struct FileConfig {
     /// max_body_bytes, timeout_secs; read by `serve_cmd`).
     #[serde(default)]
     pub server: Option<toml::Table>,
+    /// Caps of every run (`[budget]`: max_tool_calls, max_tokens, max_seconds, max_replans,
+    /// on_cap), for `run` and `serve`; `serve` also reads `[server.budget]` over it.
+    #[serde(default)]
+    pub budget: Option<Budget>,
     /// Where the settings came from (`None`: no file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -201,6 +206,16 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// `serve`: origins whose pages may call the API (CORS).
     pub cors_origins: Option<Vec<String>>,
+    /// Caps of every run (`[budget]`; `run`'s `--max-*` flags), merged cap by cap.
+    pub budget: Option<Budget>,
+}
+
+/// `over`'s caps over `under`'s, cap by cap.
+fn merged(under: Option<Budget>, over: Option<Budget>) -> Option<Budget> {
+    match (under, over) {
+        (Some(under), Some(over)) => Some(under.then(&over)),
+        (under, over) => over.or(under),
+    }
 }
 
 impl Settings {
@@ -221,6 +236,7 @@ impl Settings {
             header_timeout_secs: over.header_timeout_secs.or(self.header_timeout_secs),
             max_connections: over.max_connections.or(self.max_connections),
             cors_origins: over.cors_origins.or(self.cors_origins),
+            budget: merged(self.budget, over.budget),
         }
     }
 
@@ -348,6 +364,7 @@ fn file_settings(file: &FileConfig, scope: Scope) -> Result<Settings, CliError> 
     layer.model = layer.model.or_else(|| file.model.clone());
     layer.store = layer.store.or_else(|| file.store.clone());
     layer.retriever = file.retriever;
+    layer.budget = merged(file.budget.clone(), layer.budget);
     Ok(layer)
 }
 

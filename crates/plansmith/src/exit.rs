@@ -28,6 +28,9 @@ pub enum Exit {
     /// A plan was made, but steps the model wrote could not be planned and were left out (it is
     /// stored for review, never accepted by itself).
     Incomplete = 12,
+    /// A run stopped at a cap of its budget (tool calls, model tokens, time or replans); the
+    /// results of the steps that ran are kept.
+    Capped = 13,
     /// Interrupted by SIGINT (128 + 2, as a shell reports it).
     Interrupted = 130,
     /// Terminated by SIGTERM (128 + 15).

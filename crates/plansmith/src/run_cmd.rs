@@ -3,7 +3,8 @@
 //!
 //! Tools and agents run through `--commands FILE` (name → command or HTTP callback); tasks,
 //! the summary and replanning use `--model` when one is given. Exit codes: 0 completed, 1
-//! failed / aborted / stalled, 2 bad input, 4 no such plan, 5 a run of the plan is already in
+//! failed / aborted / stalled / deadlocked, 13 stopped at a cap of its budget (tool calls,
+//! tokens, time, replans), 2 bad input, 4 no such plan, 5 a run of the plan is already in
 //! progress (use `--resume`) or the plan's review state forbids running it, 10 waiting for a
 //! person's decision (approve with `plansmith plans decide`, then `--resume`), 130 / 143
 //! stopped by Ctrl-C / SIGTERM (the run is stopped as `plansmith plans stop` stops it; a second
@@ -25,10 +26,12 @@ use plansmith_core::parse::{self, ParseDefaults};
 use plansmith_core::validate::validate;
 use plansmith_exec::{
     CommandInvoker, CommandMap, ExecConfig, ExecError, ExecEvent, Executor, Invokers, OnFailure,
-    RunReport, TaskInvoker,
+    RunReport, StopReason, TaskInvoker,
 };
-use plansmith_service::{Runner, ServiceError};
-use plansmith_store::{ExecRun, ExecStatus, PlanStore, Review, ReviewState, RunState, StoreError};
+use plansmith_service::{RunStart, Runner, ServiceError};
+use plansmith_store::{
+    Budget, ExecRun, ExecStatus, OnCap, PlanStore, Review, ReviewState, RunState, StoreError,
+};
 
 use crate::plans_cmd::{open, store_error};
 use crate::signals::{Interrupt, Interrupts};
@@ -76,9 +79,25 @@ pub struct RunArgs {
     /// First retry delay in ms (doubled each time, at most 5 s).
     #[arg(long, default_value_t = 200)]
     backoff_ms: u64,
-    /// Most replans of the run.
-    #[arg(long, default_value_t = 2)]
-    max_replans: u32,
+    /// Most replans of the run (default 2, or `max_replans` in the config file's `[budget]`).
+    #[arg(long)]
+    max_replans: Option<u32>,
+    /// Most tool and agent calls of the run, retries included; at the cap nothing new starts
+    /// and the run ends `tool_calls_capped` (exit 13).
+    #[arg(long)]
+    max_tool_calls: Option<u64>,
+    /// Most model tokens of the run (task steps and replans); at the cap it ends
+    /// `token_capped` (exit 13).
+    #[arg(long)]
+    max_tokens: Option<u64>,
+    /// Most seconds of the run from its start, resumes included; then it ends `deadline`
+    /// (exit 13).
+    #[arg(long)]
+    max_seconds: Option<u64>,
+    /// At a cap, `finish` the running steps and keep their results (default), or `cancel`
+    /// them.
+    #[arg(long)]
+    on_cap: Option<OnCap>,
     /// Lease of a running step in seconds (another process takes the step over after it).
     #[arg(long, default_value_t = 15)]
     lease_secs: u64,
@@ -147,7 +166,33 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
     config.policy.on_failure = on_failure;
     config.policy.retries = args.retries;
     config.policy.backoff = Duration::from_millis(args.backoff_ms);
-    config.max_replans = args.max_replans;
+    let flags = Budget {
+        max_tool_calls: args.max_tool_calls,
+        max_tokens: args.max_tokens,
+        max_seconds: args.max_seconds,
+        max_replans: args.max_replans,
+        on_cap: args.on_cap.unwrap_or_default(),
+    };
+    let start = if args.resume {
+        if flags != Budget::default() {
+            return Err(CliError::input(anyhow!(
+                "a run's caps are set when it starts: `--resume` keeps the caps it started with \
+                 (run without `--resume` for a new run with other caps; completed steps keep \
+                 their results)"
+            )));
+        }
+        RunStart::Resume
+    } else {
+        RunStart::New(Budget::default())
+    };
+    let layered = crate::config::settings(
+        crate::config::Settings {
+            budget: Some(flags),
+            ..Default::default()
+        },
+        crate::config::Scope::Command,
+    )?;
+    config.budget = layered.budget.unwrap_or_default();
     config.lease = Duration::from_secs(args.lease_secs.max(1));
     config.wait_for_people = Duration::from_secs(args.wait_secs);
     config.approve_all = args.approve_all;
@@ -190,7 +235,7 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
     // Runs in this task, through the same service operation as every front end's runs.
     let service = crate::plans_cmd::plain_service(&store).with_runner(Runner::new(executor));
     let mut signals = Interrupts::install().map_err(CliError::failed)?;
-    let run = service.run_here(&plan_id, args.resume);
+    let run = service.run_here(&plan_id, start);
     // Boxed so that a second signal can drop it (and its running steps) before the leases go.
     let mut run = Box::pin(run);
     let mut interrupted = None;
@@ -273,6 +318,9 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
             signal.name()
         );
         return Ok(signal.exit_code());
+    }
+    if report.stop_reason.is_some_and(StopReason::is_cap) {
+        return Ok(Exit::Capped);
     }
     Ok(match report.state {
         RunState::Completed => Exit::Ok,
@@ -696,14 +744,28 @@ fn print_report(report: &RunReport) {
         .iter()
         .filter(|s| s.status == ExecStatus::Completed)
         .count();
+    let stopped = match report.stop_reason {
+        Some(reason) if reason.as_str() != report.state.as_str() => format!(" ({reason})"),
+        _ => String::new(),
+    };
     println!(
-        "Run of {}: {} · {done}/{} step(s) completed · {} replan(s) · {} ms",
+        "Run of {}: {}{stopped} · {done}/{} step(s) completed · {} replan(s) · {} ms",
         report.plan_id,
         report.state,
         report.steps.len(),
         report.replans,
         report.elapsed_ms
     );
+    if let Some(budget) = &report.budget {
+        let cap = |max: Option<u64>| max.map(|m| format!("/{m}")).unwrap_or_default();
+        println!(
+            "Spent: {}{} tool call(s) · {}{} model token(s)",
+            budget.tool_calls,
+            cap(budget.budget.max_tool_calls),
+            budget.tokens,
+            cap(budget.budget.max_tokens)
+        );
+    }
     if let Some(reason) = &report.reason {
         println!("Reason: {reason}");
     }

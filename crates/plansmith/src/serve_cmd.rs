@@ -243,6 +243,7 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
             exec.concurrency = args.exec.exec_concurrency.max(1);
             exec.lease = Duration::from_secs(args.exec.lease_secs.max(1));
             exec.wait_for_people = Duration::from_secs(args.exec.wait_secs);
+            exec.budget = layer.budget.clone().unwrap_or_default();
             say(Level::INFO, &format!("running plans as node {}", exec.node));
             let executor = plansmith_exec::Executor::new(store, invokers, exec)
                 .with_catalog(catalog.clone())

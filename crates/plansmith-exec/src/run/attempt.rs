@@ -48,7 +48,9 @@ impl Ctx<'_> {
             action: step.action.clone(),
             goal: self.plan.goal.clone(),
             inputs,
+            tokens: crate::invoke::TokenMeter::default(),
         };
+        let meter = call.tokens.clone();
         let reporter = Reporter {
             observer: self.ex.observer.clone(),
             plan_id: self.plan_id.clone(),
@@ -83,6 +85,7 @@ impl Ctx<'_> {
                 claim,
                 outcome,
                 elapsed: begun.elapsed(),
+                tokens: meter.spent(),
             }
         });
     }
@@ -119,7 +122,9 @@ impl Ctx<'_> {
             claim,
             outcome,
             elapsed,
+            tokens,
         } = finished;
+        self.spend_tokens(tokens).await?;
         if let Ok(mut ids) = self.running_ids.lock() {
             ids.remove(&claim.step_id);
         }

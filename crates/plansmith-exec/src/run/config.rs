@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use plansmith_store::Budget;
+
 use crate::policy::{FailurePolicy, OnFailure};
 
 /// Most scheduler turns of one run (each turn starts or ends at least one attempt, or waits
@@ -35,11 +37,15 @@ pub struct ExecConfig {
     pub require_approval: Vec<String>,
     /// Write step statuses and results into the plan document as they happen.
     pub sync_document: bool,
+    /// The caps of every run this executor starts, under a run's own
+    /// ([`Executor::start_with`](crate::Executor::start_with)). Its `max_replans`, when set,
+    /// takes the place of [`ExecConfig::max_replans`].
+    pub budget: Budget,
 }
 
 impl ExecConfig {
     /// Defaults: 4 at once, 2 retries from 200 ms (max 5 s) then `fail`, 2 replans, 15 s
-    /// leases, 200 ms polls, no wait for people, 24 h per run, document sync on.
+    /// leases, 200 ms polls, no wait for people, 24 h per run, document sync on, no other caps.
     pub fn new(node: impl Into<String>) -> ExecConfig {
         ExecConfig {
             node: node.into(),
@@ -58,6 +64,7 @@ impl ExecConfig {
             approve_all: false,
             require_approval: Vec::new(),
             sync_document: true,
+            budget: Budget::default(),
         }
     }
 }

@@ -109,7 +109,13 @@ impl Ctx<'_> {
             .entry(fingerprint)
             .or_insert(self.replans);
         self.failed_calls.insert(call_fingerprint(&step.action));
-        let can_replan = self.planner.is_some() && self.replans < self.ex.config.max_replans;
+        let can_replan = self.planner.is_some() && self.replans < self.max_replans();
+        if self.planner.is_some()
+            && !can_replan
+            && (failure.contradiction || policy.on_failure == OnFailure::Replan)
+        {
+            self.replans_capped = true;
+        }
         let action = if failure.contradiction && can_replan {
             OnFailure::Replan
         } else {

@@ -82,14 +82,9 @@ fn spawn_renewer(
 impl Ctx<'_> {
     async fn run_loop(&mut self) -> Result<RunReport, ExecError> {
         for _turn in 0..MAX_TURNS {
-            if self.started.elapsed() > self.ex.config.max_run_time && self.abort.is_none() {
-                self.abort = Some(format!(
-                    "the run took longer than {} s",
-                    self.ex.config.max_run_time.as_secs()
-                ));
-            }
+            self.check_deadline();
             self.check_stop().await?;
-            if self.abort.is_some() || self.stall.is_some() {
+            if self.abort.is_some() || self.stall.is_some() || self.cancelled_by_cap() {
                 return self.finish().await;
             }
             self.skip_descendants().await?;
@@ -103,10 +98,21 @@ impl Ctx<'_> {
                 .config
                 .concurrency
                 .saturating_sub(self.running.len());
-            if free > 0 && !ready.is_empty() && self.replan_wanted.is_empty() {
-                self.claim_and_start(&ready, free).await?;
+            if free > 0
+                && !ready.is_empty()
+                && self.replan_wanted.is_empty()
+                && self.capped.is_none()
+            {
+                let allowed = self.allowed(&ready, free).await?;
+                if !allowed.is_empty() {
+                    self.claim_and_start(&allowed, free).await?;
+                }
             }
             if self.running.is_empty() {
+                // A cap reached: what ran has ended, nothing new starts.
+                if self.capped.is_some() {
+                    return self.finish().await;
+                }
                 if self.all_terminal() || !self.replan_wanted.is_empty() {
                     if !self.replan_wanted.is_empty()
                         && self.stall.is_none()
@@ -187,15 +193,17 @@ impl Ctx<'_> {
     async fn idle(&mut self) -> Result<Option<RunReport>, ExecError> {
         let now = Utc::now();
         let waits_on_people = self.view.values().any(|s| s.status == ExecStatus::Blocked);
-        let progressing = self.view.values().any(|s| {
-            matches!(s.status, ExecStatus::Running | ExecStatus::RetryWait)
-                || (s.status == ExecStatus::Pending
-                    && self.plan.step(&s.step_id).is_some_and(|step| {
-                        step.depends_on
-                            .iter()
-                            .all(|d| self.status(d) != Some(ExecStatus::Failed))
-                    }))
+        // A pending step on a failed or skipped dependency is skipped on the next turn.
+        let to_skip = self.plan.steps.iter().any(|step| {
+            self.status(&step.id) == Some(ExecStatus::Pending)
+                && step.depends_on.iter().any(|d| {
+                    matches!(
+                        self.status(d),
+                        Some(ExecStatus::Failed | ExecStatus::Skipped)
+                    )
+                })
         });
+        let progressing = to_skip || !self.alive().is_empty();
         let only_people = waits_on_people
             && !self.view.values().any(|s| {
                 matches!(s.status, ExecStatus::Running | ExecStatus::RetryWait)
@@ -207,7 +215,18 @@ impl Ctx<'_> {
                 return self.pause().await.map(Some);
             }
         } else if !progressing {
-            self.abort = Some("no step can progress".into());
+            let mut left: Vec<&str> = self
+                .view
+                .values()
+                .filter(|s| !s.status.is_terminal())
+                .map(|s| s.step_id.as_str())
+                .collect();
+            left.sort_unstable();
+            self.abort = Some(format!(
+                "deadlocked: no step can progress ({} left)",
+                left.join(", ")
+            ));
+            self.deadlocked = true;
             return Ok(None);
         }
         let next_retry = self
@@ -223,6 +242,40 @@ impl Ctx<'_> {
         tokio::time::sleep(wait).await;
         self.refresh().await?;
         Ok(None)
+    }
+
+    /// The steps that can still end without a person: running or waiting for a retry, or
+    /// pending on dependencies that completed or can still complete themselves. A pending step
+    /// on a dependency that failed, was skipped, or is not part of the run can never start.
+    fn alive(&self) -> HashSet<String> {
+        let mut alive: HashSet<String> = self
+            .view
+            .values()
+            .filter(|s| matches!(s.status, ExecStatus::Running | ExecStatus::RetryWait))
+            .map(|s| s.step_id.clone())
+            .collect();
+        // Each round adds the pending steps whose dependencies are all completed or alive; a
+        // chain of n steps takes n rounds.
+        for _ in 0..=self.plan.steps.len() {
+            let more: Vec<String> = self
+                .plan
+                .steps
+                .iter()
+                .filter(|step| {
+                    self.status(&step.id) == Some(ExecStatus::Pending)
+                        && !alive.contains(&step.id)
+                        && step.depends_on.iter().all(|d| {
+                            self.status(d) == Some(ExecStatus::Completed) || alive.contains(d)
+                        })
+                })
+                .map(|step| step.id.clone())
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            alive.extend(more);
+        }
+        alive
     }
 
     fn others_active(&self) -> bool {

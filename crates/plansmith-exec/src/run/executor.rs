@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use plansmith_core::{Catalog, LanguageModel, Planner};
-use plansmith_store::{ExecRun, PlanStore, ReviewAction, ReviewState, RunState, StepSeed};
+use plansmith_store::{Budget, ExecRun, PlanStore, ReviewAction, ReviewState, RunState, StepSeed};
 use serde_json::Value;
 
 use super::config::ExecConfig;
@@ -110,13 +110,26 @@ impl Executor {
     /// Starts a new run of the plan and runs it to its end (or until it waits for people).
     /// Steps the document already marks completed keep their result and do not run.
     pub async fn run(&self, plan_id: &str) -> Result<RunReport, ExecError> {
-        self.start(plan_id).await?;
+        self.run_with(plan_id, &Budget::default()).await
+    }
+
+    /// [`Executor::run`] with caps of this run's own over the executor's
+    /// ([`ExecConfig::budget`]).
+    pub async fn run_with(&self, plan_id: &str, budget: &Budget) -> Result<RunReport, ExecError> {
+        self.start_with(plan_id, budget).await?;
         self.drive(plan_id, Entry::Start).await
     }
 
     /// Records a new run of the plan without running it (a server starts it, then any node
     /// may [`Executor::join`]).
     pub async fn start(&self, plan_id: &str) -> Result<ExecRun, ExecError> {
+        self.start_with(plan_id, &Budget::default()).await
+    }
+
+    /// [`Executor::start`] with caps of this run's own over the executor's
+    /// ([`ExecConfig::budget`]); they are stored with the run, so every node and every resume
+    /// keeps to them.
+    pub async fn start_with(&self, plan_id: &str, budget: &Budget) -> Result<ExecRun, ExecError> {
         let stored = self.store.get(plan_id).await?;
         if !stored.state.allows(ReviewAction::Run) {
             let hint = match stored.state {
@@ -149,7 +162,13 @@ impl Executor {
             .collect();
         Ok(self
             .store
-            .exec_start(plan_id, stored.version(), &seeds, &self.config.node)
+            .exec_start_with(
+                plan_id,
+                stored.version(),
+                &seeds,
+                &self.config.node,
+                &self.config.budget.then(budget),
+            )
             .await?)
     }
 

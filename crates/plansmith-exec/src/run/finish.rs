@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use plansmith_store::{Claim, ExecStatus, ExecStep, RunState, StepEnd};
 use serde_json::{Value, json};
 
-use super::report::{ExecError, RunReport, StepReport};
+use super::report::{ExecError, RunReport, StepReport, StopReason};
 use super::state::Ctx;
 use crate::events::ExecEvent;
 use crate::summary;
@@ -22,7 +22,7 @@ impl Ctx<'_> {
             .map(|s| s.step_id.clone())
             .collect();
         let reason = format!("waiting for a decision on {}", blocked.join(", "));
-        let report = self.report(RunState::Waiting, Some(reason), String::new());
+        let report = self.report(RunState::Waiting, Some(reason), String::new(), None);
         let value = serde_json::to_value(&report).unwrap_or(Value::Null);
         self.ex
             .store
@@ -30,6 +30,7 @@ impl Ctx<'_> {
             .await?;
         self.emit(ExecEvent::RunFinished {
             state: RunState::Waiting,
+            stop_reason: None,
             reason: report.reason.clone(),
             summary: String::new(),
             counts: self.counts(),
@@ -39,11 +40,13 @@ impl Ctx<'_> {
 
     /// Ends the run: stops what runs, marks what is left, writes the summary and the state.
     pub(super) async fn finish(&mut self) -> Result<RunReport, ExecError> {
-        if self.abort.is_some() || self.stall.is_some() {
+        if self.abort.is_some() || self.stall.is_some() || self.capped.is_some() {
+            // Under a cap that lets running steps end, none runs by now.
             let running = self.stop_running().await;
             let why = self
                 .stall
                 .clone()
+                .or_else(|| self.capped.as_ref().map(|(_, why)| why.clone()))
                 .or_else(|| self.abort.clone())
                 .unwrap_or_default();
             for id in running {
@@ -104,18 +107,15 @@ impl Ctx<'_> {
             tokio::time::sleep(self.ex.config.poll_interval).await;
         }
         self.refresh().await?;
-        let state = if self.stall.is_some() {
-            RunState::Stalled
-        } else if self.abort.is_some() {
-            RunState::Aborted
-        } else if self.view.values().any(|s| s.status == ExecStatus::Failed) {
-            RunState::Failed
-        } else {
-            RunState::Completed
-        };
+        if self.budget.is_some() {
+            // What every node spent, for the report.
+            self.budget = self.ex.store.exec_budget(&self.plan_id).await?;
+        }
+        let (state, stop_reason) = self.end_state();
         let reason = self
             .stall
             .clone()
+            .or_else(|| self.capped.as_ref().map(|(_, why)| why.clone()))
             .or_else(|| self.abort.clone())
             .or_else(|| {
                 (state == RunState::Failed).then(|| {
@@ -125,7 +125,14 @@ impl Ctx<'_> {
                         .filter(|s| s.status == ExecStatus::Failed)
                         .map(|s| s.step_id.as_str())
                         .collect();
-                    format!("failed step(s): {}", failed.join(", "))
+                    let mut why = format!("failed step(s): {}", failed.join(", "));
+                    if self.replans_capped {
+                        why.push_str(&format!(
+                            "; a replan was needed past the cap of {} replans",
+                            self.max_replans()
+                        ));
+                    }
+                    why
                 })
             });
         if !acquired
@@ -142,18 +149,22 @@ impl Ctx<'_> {
                 .get("reason")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            return Ok(self.report(run.state, reason, summary));
+            let stop_reason = outcome
+                .get("stop_reason")
+                .and_then(|v| serde_json::from_value(v.clone()).ok());
+            return Ok(self.report(run.state, reason, summary, stop_reason));
         }
         let rows: Vec<ExecStep> = self.ordered_rows();
         let summary = summary::compose(self.ex.summary_model.as_ref(), &self.plan, &rows).await;
-        let report = self.report(state, reason, summary);
+        let report = self.report(state, reason, summary, Some(stop_reason));
         let value = serde_json::to_value(&report).unwrap_or(Value::Null);
         // The plan document first, the run's end state second: a node dying between the two
         // leaves the run `running`, so another node finishes it and writes both. (The other
         // order once left a run ended in the log but not in the plan, which nobody repaired.)
         self.sync.meta(
             "last_run",
-            json!({"state": state, "reason": report.reason, "summary": report.summary}),
+            json!({"state": state, "stop_reason": stop_reason, "reason": report.reason,
+                   "summary": report.summary}),
         );
         self.sync.flush().await;
         let first = self
@@ -165,6 +176,7 @@ impl Ctx<'_> {
         if first {
             self.emit(ExecEvent::RunFinished {
                 state,
+                stop_reason: Some(stop_reason),
                 reason: report.reason.clone(),
                 summary: report.summary.clone(),
                 counts: self.counts(),
@@ -189,11 +201,44 @@ impl Ctx<'_> {
         json!(counts)
     }
 
-    fn report(&self, state: RunState, reason: Option<String>, summary: String) -> RunReport {
+    /// The run's end state and why it stopped.
+    fn end_state(&self) -> (RunState, StopReason) {
+        if self.stall.is_some() {
+            (RunState::Stalled, StopReason::Stalled)
+        } else if let Some((reason, _)) = &self.capped {
+            (RunState::Aborted, *reason)
+        } else if self.abort.is_some() {
+            let reason = if self.deadlocked {
+                StopReason::Deadlocked
+            } else {
+                StopReason::Aborted
+            };
+            (RunState::Aborted, reason)
+        } else if self.view.values().any(|s| s.status == ExecStatus::Failed) {
+            let reason = if self.replans_capped {
+                StopReason::ReplansCapped
+            } else {
+                StopReason::Failed
+            };
+            (RunState::Failed, reason)
+        } else {
+            (RunState::Completed, StopReason::Completed)
+        }
+    }
+
+    fn report(
+        &self,
+        state: RunState,
+        reason: Option<String>,
+        summary: String,
+        stop_reason: Option<StopReason>,
+    ) -> RunReport {
         RunReport {
             plan_id: self.plan_id.clone(),
             state,
             reason,
+            stop_reason,
+            budget: self.budget.clone(),
             summary,
             steps: self
                 .plan

@@ -9,7 +9,10 @@
 //! progress the run ends: replanned (failed steps under `replan`, or results contradicting the
 //! plan), waiting for people, or finished with a summary. Every loop is bounded: attempts by
 //! the policy and [`crate::policy::MAX_ATTEMPTS`], replans by `max_replans` and the stall
-//! check, turns by [`MAX_TURNS`] and the run by `max_run_time`.
+//! check, turns by [`MAX_TURNS`] and the run by `max_run_time`. A run's budget
+//! ([`plansmith_store::Budget`], stored beside the run so every node and resume shares it) caps
+//! its tool calls, model tokens, wall time and replans; a cap reached starts nothing new, lets
+//! the running steps end or cancels them, and the run ends with a [`StopReason`].
 //!
 //! Its parts: `executor` (the [`Executor`] and the ways into a run), `config` and `report`
 //! (what goes in and what comes out), `state` (one run's state on this node), `drive` (the
@@ -18,6 +21,7 @@
 //! ends) and `doc_sync` (the plan document follows the run).
 
 mod attempt;
+mod budget;
 mod config;
 mod decisions;
 mod doc_sync;
@@ -32,4 +36,4 @@ mod state;
 pub use attempt::PROGRESS_EVERY;
 pub use config::{ExecConfig, MAX_TURNS, node_name};
 pub use executor::{Executor, PlannerSource};
-pub use report::{ExecError, RunReport, StepReport};
+pub use report::{ExecError, RunReport, StepReport, StopReason};

@@ -59,7 +59,13 @@ impl Ctx<'_> {
         let reason_prefix = self.replan_wanted.join("; ");
         self.replan_wanted.clear();
         let results = self.results();
-        let replanned = match planner.replan(&request, &results, None).await {
+        let replanned = planner.replan(&request, &results, None).await;
+        if let Ok(replanned) = &replanned {
+            let usage = replanned.outcome.diagnostics.usage;
+            self.spend_tokens(u64::from(usage.prompt_tokens) + u64::from(usage.completion_tokens))
+                .await?;
+        }
+        let replanned = match replanned {
             // A replan that lost steps would run less than the request asks, unreviewed.
             Ok(Replanned {
                 outcome:

@@ -157,7 +157,15 @@ impl Ctx<'_> {
             )
             .await?;
         if claims.len() < ready.len().min(free) {
-            // Someone else holds some of them: look again soon.
+            // Someone else holds some of them: give back the calls taken for them, and look
+            // again soon.
+            let not_claimed: Vec<String> = ready
+                .iter()
+                .take(free)
+                .filter(|id| !claims.iter().any(|c| &c.step_id == *id))
+                .cloned()
+                .collect();
+            self.return_untaken(&not_claimed).await?;
             self.refresh().await?;
         }
         let results = self.results();

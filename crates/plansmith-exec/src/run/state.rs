@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use plansmith_core::{Catalog, Plan, Planner};
-use plansmith_store::{Claim, ExecStatus, ExecStep};
+use plansmith_store::{Claim, ExecStatus, ExecStep, RunBudget};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
 use super::doc_sync::DocSync;
 use super::executor::Executor;
-use super::report::ExecError;
+use super::report::{ExecError, StopReason};
 use crate::events::ExecEvent;
 use crate::invoke::InvokeError;
 use crate::refs::RefError;
@@ -52,6 +52,8 @@ pub(super) struct Finished {
     pub(super) claim: Claim,
     pub(super) outcome: Result<Value, Failure>,
     pub(super) elapsed: Duration,
+    /// Model tokens the attempt spent (a task step's model call).
+    pub(super) tokens: u64,
 }
 
 /// One run as this node drives it.
@@ -76,6 +78,15 @@ pub(super) struct Ctx<'a> {
     pub(super) replan_wanted: Vec<String>,
     pub(super) abort: Option<String>,
     pub(super) stall: Option<String>,
+    /// The run's budget, as last read or spent (`None`: a run recorded without one).
+    pub(super) budget: Option<RunBudget>,
+    /// A cap was reached: nothing new starts, and the run ends with this reason.
+    pub(super) capped: Option<(StopReason, String)>,
+    /// Why the run ended `aborted`, when it was not a person or a policy: steps left that
+    /// nothing can start.
+    pub(super) deadlocked: bool,
+    /// A replan was wanted past the cap on replans.
+    pub(super) replans_capped: bool,
     pub(super) started: Instant,
     pub(super) people_since: Option<Instant>,
     pub(super) last_refresh: Instant,
@@ -120,6 +131,10 @@ impl<'a> Ctx<'a> {
             replan_wanted: Vec::new(),
             abort: None,
             stall: None,
+            budget: ex.store.exec_budget(plan_id).await?,
+            capped: None,
+            deadlocked: false,
+            replans_capped: false,
             started: Instant::now(),
             people_since: None,
             last_refresh: Instant::now(),

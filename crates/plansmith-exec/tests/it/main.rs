@@ -25,3 +25,6 @@ mod replanning;
 
 /// Several nodes on one store: every step exactly once, takeover after a node dies.
 mod nodes;
+
+/// Budgets and stop reasons: each cap, shared by nodes; deadlocks end the run.
+mod budget;

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use plansmith_core::{Catalog, Planner, ScriptedModel};
-use plansmith_exec::{Executor, OnFailure};
+use plansmith_exec::{Executor, OnFailure, StopReason};
 use plansmith_store::{ExecStatus, RunState, Trigger};
 use serde_json::{Value, json};
 
@@ -73,6 +73,9 @@ async fn replan_keeps_completed_steps_and_runs_the_new_rest() {
     let (executor, seen) = executor(&env, model.clone());
     let report = executor.run("re").await.unwrap();
     assert_eq!(report.state, RunState::Completed, "{report:?}");
+    assert_eq!(report.stop_reason, Some(StopReason::Completed));
+    // The replan's tokens count in the run's budget.
+    assert!(report.budget.as_ref().unwrap().tokens > 0, "{report:?}");
     assert_eq!(report.replans, 1);
     let ids: Vec<(&str, &str, ExecStatus)> = report
         .steps
@@ -130,6 +133,7 @@ async fn a_replan_that_repeats_the_failed_call_stalls() {
     let (executor, _) = executor(&env, model);
     let report = executor.run("same").await.unwrap();
     assert_eq!(report.state, RunState::Stalled, "{report:?}");
+    assert_eq!(report.stop_reason, Some(StopReason::Stalled));
     assert!(
         report
             .reason
@@ -157,6 +161,7 @@ async fn the_same_failure_after_a_replan_stalls() {
     let (executor, _) = executor(&env, model.clone());
     let report = executor.run("fp").await.unwrap();
     assert_eq!(report.state, RunState::Stalled, "{report:?}");
+    assert_eq!(report.stop_reason, Some(StopReason::Stalled));
     assert!(
         report
             .reason

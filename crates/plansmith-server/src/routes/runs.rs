@@ -8,8 +8,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use plansmith_exec::ExecError;
-use plansmith_service::ServiceError;
-use plansmith_store::{RunState, StoreError};
+use plansmith_service::{RunStart, ServiceError};
+use plansmith_store::{Budget, RunState, StoreError};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiPath, Caller, optional_body};
@@ -21,7 +21,7 @@ use crate::error::{ApiError, ErrorBody};
 /// `exec_*` and `step_status` events on the plan's event stream.
 #[utoipa::path(post, path = "/v1/plans/{id}/run", tag = "plans",
     params(("id" = String, Path, description = "The plan id")),
-    request_body(content = RunRequest, description = "Optional: `{\"resume\": true}` continues the plan's unfinished run; an empty body starts a run"),
+    request_body(content = RunRequest, description = "Optional: `{\"resume\": true}` continues the plan's unfinished run; `{\"budget\": {\"max_tool_calls\": 10}}` caps a new run; an empty body starts a run under the server's caps"),
     responses(
         (status = 202, description = "The run is under way; follow it on `GET /v1/plans/{id}/events`", body = RunStarted),
         (status = 400, description = "`bad_request`: invalid body, or this server has no executor", body = ErrorBody),
@@ -36,9 +36,20 @@ pub(super) async fn run_plan(
 ) -> Result<Response, ApiError> {
     load(&state, &caller, &id).await?;
     let request = optional_body::<RunRequest>(&body, "run request")?;
+    let start = match (request.resume, request.budget) {
+        (false, budget) => RunStart::New(budget.unwrap_or_default()),
+        (true, None) => RunStart::Resume,
+        (true, Some(_)) => {
+            return Err(ApiError::new(
+                "bad_request",
+                "a run's budget is set when it starts: a resumed run keeps the caps it started \
+                 with (start a new run for other caps; completed steps keep their results)",
+            ));
+        }
+    };
     let run = state
         .service
-        .run(&id, request.resume)
+        .run(&id, start)
         .await
         .map_err(|err| match err {
             ServiceError::Exec(ExecError::Store(StoreError::RunActive(_))) => ApiError::new(
@@ -97,6 +108,11 @@ pub struct RunRequest {
     /// Continue the plan's unfinished run instead of starting one.
     #[serde(default)]
     pub resume: bool,
+    /// Caps of a new run, over the server's (`[budget]` in its config file): tool calls, model
+    /// tokens, seconds, replans, and whether running steps finish or are cancelled at a cap.
+    /// Not with `resume`: a resumed run keeps the caps it started with.
+    #[serde(default)]
+    pub budget: Option<Budget>,
 }
 
 /// Body of `POST /v1/plans/{id}/run/stop`.

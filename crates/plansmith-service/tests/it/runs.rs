@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use plansmith_core::{Action, Catalog, Plan, Planner, ScriptedModel, Step};
 use plansmith_exec::{ExecConfig, ExecError, Executor, FnInvoker, Invokers};
-use plansmith_service::{Planners, Runner, Service, ServiceError};
-use plansmith_store::{Review, ReviewState, RunState, StoreError};
+use plansmith_service::{Planners, RunStart, Runner, Service, ServiceError};
+use plansmith_store::{Budget, Review, ReviewState, RunState, StoreError};
 use serde_json::json;
 
 use crate::support::{TestDb, both_backends};
@@ -41,7 +41,7 @@ async fn runs(db: TestDb) {
     store_plan(&db, "p-run", ReviewState::Accepted).await;
     let bare = service(&db);
     assert!(matches!(
-        bare.run("p-run", false).await,
+        bare.run("p-run", RunStart::New(Budget::default())).await,
         Err(ServiceError::NoExecutor)
     ));
 
@@ -59,19 +59,24 @@ async fn runs(db: TestDb) {
     // Refused before anything runs: a plan not accepted, a run that never was.
     store_plan(&db, "p-review", ReviewState::AwaitingReview).await;
     assert!(matches!(
-        service.run("p-review", false).await,
+        service
+            .run("p-review", RunStart::New(Budget::default()))
+            .await,
         Err(ServiceError::Exec(ExecError::NotRunnable { .. }))
     ));
     assert!(matches!(
-        service.run("p-run", true).await,
+        service.run("p-run", RunStart::Resume).await,
         Err(ServiceError::Exec(ExecError::NothingToResume { .. }))
     ));
 
     // A background run is recorded before the call returns, so a second start is refused.
-    let started = service.run("p-run", false).await.unwrap();
+    let started = service
+        .run("p-run", RunStart::New(Budget::default()))
+        .await
+        .unwrap();
     assert_eq!(started.state, RunState::Running);
     assert!(matches!(
-        service.run("p-run", false).await,
+        service.run("p-run", RunStart::New(Budget::default())).await,
         Err(ServiceError::Exec(ExecError::Store(StoreError::RunActive(
             _
         ))))
@@ -87,12 +92,18 @@ async fn runs(db: TestDb) {
     assert_eq!(state, RunState::Completed);
 
     // The ended run has nothing to resume; a new run in this task goes to its end.
-    let err = service.run_here("p-run", true).await.unwrap_err();
+    let err = service
+        .run_here("p-run", RunStart::Resume)
+        .await
+        .unwrap_err();
     assert!(
         err.to_string().contains("its last run is completed"),
         "{err}"
     );
-    let report = service.run_here("p-run", false).await.unwrap();
+    let report = service
+        .run_here("p-run", RunStart::New(Budget::default()))
+        .await
+        .unwrap();
     assert_eq!(report.state, RunState::Completed);
     assert_eq!(report.steps[0].result, Some(json!({"n": 1})));
 }

@@ -28,11 +28,13 @@ use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 
+mod budget;
 mod claims;
 mod decisions;
 mod runs;
 mod types;
 
+pub use budget::{Budget, OnCap, RunBudget};
 pub use decisions::{Applies, RUN_STOP, RunSignal, StepDecided, StepDecision, StepVerdict};
 pub use runs::StepSeed;
 pub use types::{

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{ExecRun, ExecStatus, ExecStep, RunState, now, to_text};
+use super::{Budget, ExecRun, ExecStatus, ExecStep, RunState, now, to_text};
 use crate::error::{Result, StoreError};
 use crate::state::ReviewAction;
 use crate::store::{PlanStore, StoredPlan, from_json, parse_time, timestamp, to_u32};
@@ -45,6 +45,20 @@ impl PlanStore {
         base_version: u32,
         steps: &[StepSeed],
         node: &str,
+    ) -> Result<ExecRun> {
+        self.exec_start_with(plan_id, base_version, steps, node, &Budget::default())
+            .await
+    }
+
+    /// [`PlanStore::exec_start`] with the run's budget, recorded in the same transaction (so a
+    /// node that joins the run at once reads its caps), with nothing spent.
+    pub async fn exec_start_with(
+        &self,
+        plan_id: &str,
+        base_version: u32,
+        steps: &[StepSeed],
+        node: &str,
+        budget: &Budget,
     ) -> Result<ExecRun> {
         let at = now();
         let mut tx = self.pool.begin().await?;
@@ -88,6 +102,7 @@ impl PlanStore {
             .execute(&mut *tx)
             .await?;
         insert_steps(&mut tx, plan_id, steps, at).await?;
+        super::budget::record(&mut tx, plan_id, budget, at).await?;
         tx.commit().await?;
         self.exec_run(plan_id)
             .await?

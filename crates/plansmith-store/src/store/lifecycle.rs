@@ -152,7 +152,13 @@ impl PlanStore {
             .bind(id.to_owned())
             .execute(&mut *tx)
             .await?;
-        for table in ["exec_runs", "exec_steps", "exec_attempts", "exec_decisions"] {
+        for table in [
+            "exec_runs",
+            "exec_steps",
+            "exec_attempts",
+            "exec_decisions",
+            "exec_budgets",
+        ] {
             sqlx::query(AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE plan_id = $1"
             )))

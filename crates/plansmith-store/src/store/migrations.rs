@@ -188,6 +188,19 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
             created_at TEXT NOT NULL
         )"],
     ),
+    (
+        10,
+        "run budgets: caps and what a run spent",
+        // Beside `exec_runs` rather than in it: a new table is idempotent to create, and a run
+        // recorded before it simply has no budget.
+        &["CREATE TABLE IF NOT EXISTS exec_budgets (
+            plan_id TEXT PRIMARY KEY,
+            budget TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            tool_calls BIGINT NOT NULL,
+            tokens BIGINT NOT NULL
+        )"],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::{assert_exit, plansmith, root, text};
 
+/// Budgets and stop reasons through `run` and `serve`.
+mod budget;
+
 fn tool(script: &str, args: &[&str]) -> serde_json::Value {
     let mut command = vec![
         "sh".to_owned(),

@@ -1,0 +1,448 @@
+//! Budgets and stop reasons as users meet them: `plansmith run` with `--max-*` flags and the
+//! config file's `[budget]`, with real command tools and a real MCP server, and `plansmith
+//! serve`'s `POST /v1/plans/{id}/run` with a budget in its body. Every run ends with its
+//! `stop_reason` in `--json` (and the plan's `last_run`) and the documented exit code.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{http, mcp_server, tool, write};
+use crate::{plansmith_with, text};
+
+/// A temporary directory with a store, the script tools as commands, and plan files.
+struct Setup {
+    dir: tempfile::TempDir,
+    store: String,
+    commands: String,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let commands = dir.path().join("commands.json");
+        write(
+            &commands,
+            &json!({"tools": {
+                "echo": tool("echo.sh", &[]),
+                "fail": tool("fail.sh", &["upstream said 503"]),
+                "slow": tool("sleep.sh", &["5"]),
+            }}),
+        );
+        Setup {
+            store: format!("sqlite:{}", dir.path().join("plans.db").display()),
+            commands: commands.display().to_string(),
+            dir,
+        }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// Writes a plan file with these steps; returns its path.
+    fn plan(&self, name: &str, steps: Value) -> String {
+        let path = self.path(name);
+        write(Path::new(&path), &json!({"title": name, "steps": steps}));
+        path
+    }
+
+    /// `plansmith run PLAN --json` with `args`; the exit code, the report and stderr.
+    fn run(&self, plan: &str, args: &[&str], vars: &[(&str, &str)]) -> (i32, Value, String) {
+        let mut all = vec![
+            "run",
+            plan,
+            "--store",
+            &self.store,
+            "--commands",
+            &self.commands,
+            "--json",
+            "--retries",
+            "0",
+        ];
+        all.extend_from_slice(args);
+        // No config file of the user's: the directory has none unless a test writes one.
+        let home = self.dir.path().display().to_string();
+        let mut vars = vars.to_vec();
+        vars.push(("XDG_CONFIG_HOME", &home));
+        let output = plansmith_with(&all, &vars);
+        let report = serde_json::from_str(&text(&output.stdout)).unwrap_or(Value::Null);
+        (
+            output.status.code().unwrap_or(-1),
+            report,
+            text(&output.stderr),
+        )
+    }
+}
+
+/// `n` echo steps, each after the one before.
+fn chain(n: usize) -> Value {
+    Value::Array(
+        (1..=n)
+            .map(|i| {
+                let depends: Vec<String> =
+                    (i > 1).then(|| format!("s{}", i - 1)).into_iter().collect();
+                json!({"id": format!("s{i}"), "type": "tool", "title": format!("echo {i}"),
+                       "name": "echo", "arguments": {"i": i}, "depends_on": depends})
+            })
+            .collect(),
+    )
+}
+
+fn step_statuses(report: &Value) -> Vec<String> {
+    report["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| s["status"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn one(name: &str) -> Value {
+    json!([{"id": "s1", "type": "tool", "title": name, "name": name, "arguments": {}}])
+}
+
+/// A scripted model's replies, each with the tokens it reports.
+fn replies(setup: &Setup, name: &str, turns: Value) -> String {
+    let path = setup.path(name);
+    write(
+        Path::new(&path),
+        &json!({"capabilities": {"json_schema": true}, "turns": turns}),
+    );
+    format!("scripted:{path}")
+}
+
+#[test]
+fn runs_end_with_their_stop_reason_and_exit_code() {
+    let setup = Setup::new();
+
+    let (code, report, err) = setup.run(&setup.plan("ok.json", chain(2)), &[], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(report["stop_reason"], "completed");
+    assert_eq!(report["budget"]["tool_calls"], 2, "{report}");
+
+    let (code, report, err) = setup.run(&setup.plan("bad.json", one("fail")), &[], &[]);
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (1, &json!("failed")),
+        "{err}"
+    );
+
+    let (code, report, err) = setup.run(
+        &setup.plan("abort.json", one("fail")),
+        &["--on-failure", "abort"],
+        &[],
+    );
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (1, &json!("aborted")),
+        "{err}"
+    );
+
+    // The call cap: two of three steps run, their results kept; the third is not run.
+    let (code, report, err) = setup.run(
+        &setup.plan("capped.json", chain(3)),
+        &["--max-tool-calls", "2"],
+        &[],
+    );
+    assert_eq!(code, 13, "{err}\n{report}");
+    assert_eq!(report["stop_reason"], "tool_calls_capped");
+    assert_eq!(report["state"], "aborted");
+    assert_eq!(
+        step_statuses(&report),
+        ["completed", "completed", "skipped"]
+    );
+    assert_eq!(report["steps"][1]["result"]["arguments"]["i"], 2);
+    assert!(
+        report["reason"].as_str().unwrap().contains("2 tool calls"),
+        "{report}"
+    );
+
+    // The time cap, cancelling the running step (a 5 s tool) at 1 s.
+    let began = Instant::now();
+    let (code, report, err) = setup.run(
+        &setup.plan("slow.json", one("slow")),
+        &["--max-seconds", "1", "--on-cap", "cancel"],
+        &[],
+    );
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (13, &json!("deadline")),
+        "{err}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(step_statuses(&report), ["skipped"]);
+
+    // The token cap: task steps through a model that reports what they cost.
+    let tasks = setup.plan(
+        "tasks.json",
+        json!([
+            {"id": "s1", "type": "task", "title": "research", "kind": "research"},
+            {"id": "s2", "type": "task", "title": "write up", "kind": "processing",
+             "depends_on": ["s1"]}
+        ]),
+    );
+    let turn =
+        json!({"text": "found it", "usage": {"prompt_tokens": 300, "completion_tokens": 40}});
+    let model = replies(&setup, "tasks-model.json", json!([turn, turn]));
+    let (code, report, err) = setup.run(&tasks, &["--model", &model, "--max-tokens", "200"], &[]);
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (13, &json!("token_capped")),
+        "{err}\n{report}"
+    );
+    assert_eq!(step_statuses(&report), ["completed", "skipped"]);
+    assert_eq!(report["budget"]["tokens"], 340);
+
+    // A failure that asks for a replan past the cap on replans.
+    let tools = setup.path("tools.json");
+    let object = json!({"type": "object"});
+    write(
+        Path::new(&tools),
+        &json!({"tools": [
+            {"name": "fail", "description": "Fetches the page.", "inputSchema": object},
+            {"name": "echo", "description": "Says it back.", "inputSchema": object}
+        ]}),
+    );
+    let model = replies(&setup, "none.json", json!([]));
+    let (code, report, err) = setup.run(
+        &setup.plan("replan.json", one("fail")),
+        &[
+            "--on-failure",
+            "replan",
+            "--max-replans",
+            "0",
+            "--model",
+            &model,
+            "--tools",
+            &tools,
+        ],
+        &[],
+    );
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (13, &json!("replans_capped")),
+        "{err}\n{report}"
+    );
+
+    // A replan that repeats the failed call stalls.
+    let again = json!({"title": "again", "steps": one("fail")}).to_string();
+    let model = replies(&setup, "again.json", json!([again]));
+    let (code, report, err) = setup.run(
+        &setup.plan("stall.json", one("fail")),
+        &[
+            "--on-failure",
+            "replan",
+            "--model",
+            &model,
+            "--tools",
+            &tools,
+        ],
+        &[],
+    );
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (1, &json!("stalled")),
+        "{err}\n{report}"
+    );
+
+    // Caps from the config file's `[budget]`; a flag overrides the file cap by cap.
+    let config = setup.path("plansmith.toml");
+    std::fs::write(&config, "[budget]\nmax_tool_calls = 1\n").unwrap();
+    let (code, report, err) = setup.run(
+        &setup.plan("file.json", chain(3)),
+        &[],
+        &[("PLANSMITH_CONFIG", &config)],
+    );
+    assert_eq!(code, 13, "{err}");
+    assert_eq!(report["budget"]["budget"]["max_tool_calls"], 1, "{report}");
+    assert_eq!(step_statuses(&report), ["completed", "skipped", "skipped"]);
+    let (code, report, err) = setup.run(
+        &setup.plan("flag.json", chain(3)),
+        &["--max-tool-calls", "5"],
+        &[("PLANSMITH_CONFIG", &config)],
+    );
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (0, &json!("completed")),
+        "{err}"
+    );
+
+    // A resumed run keeps the caps it started with: new caps are refused, with what to do.
+    let (code, _, err) = setup.run("ok", &["--resume", "--max-tool-calls", "3"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("caps are set when it starts"), "{err}");
+}
+
+/// The call cap counts the calls of a real MCP server's tools (the reference `time` server).
+#[test]
+fn calls_to_mcp_tools_count_against_the_cap() {
+    let test = "calls_to_mcp_tools_count_against_the_cap";
+    let Some(time) = mcp_server(test, "PLANSMITH_TEST_MCP_TIME") else {
+        return;
+    };
+    let setup = Setup::new();
+    let servers = setup.path("servers.json");
+    write(
+        Path::new(&servers),
+        &json!({"mcpServers": {"time": {"command": time, "args": ["--local-timezone", "UTC"]}}}),
+    );
+    let zones = ["Europe/Paris", "Asia/Tokyo", "America/Lima"];
+    let steps: Vec<Value> = zones
+        .iter()
+        .enumerate()
+        .map(|(i, zone)| {
+            let depends: Vec<String> = (i > 0).then(|| format!("s{i}")).into_iter().collect();
+            json!({"id": format!("s{}", i + 1), "type": "tool", "title": zone,
+                   "name": "get_current_time", "arguments": {"timezone": zone},
+                   "depends_on": depends})
+        })
+        .collect();
+    let plan = setup.plan("times.json", Value::Array(steps));
+    let (code, report, err) = setup.run(&plan, &["--mcp", &servers, "--max-tool-calls", "2"], &[]);
+    assert_eq!(code, 13, "{err}\n{report}");
+    assert_eq!(report["stop_reason"], "tool_calls_capped");
+    assert_eq!(
+        step_statuses(&report),
+        ["completed", "completed", "skipped"]
+    );
+    assert_eq!(
+        report["steps"][1]["result"]["timezone"], "Asia/Tokyo",
+        "{report}"
+    );
+}
+
+/// `POST /v1/plans/{id}/run` under the server's `[server.budget]` and with a budget in its
+/// body: the run ends with its stop reason in the plan's `last_run`; a resume with a budget
+/// is a clear 400.
+#[test]
+fn http_runs_take_a_budget_and_report_their_stop_reason() {
+    let setup = Setup::new();
+    let tools = setup.path("tools.json");
+    let object = json!({"type": "object"});
+    write(
+        Path::new(&tools),
+        &json!({"tools": [
+            {"name": "echo", "description": "Says it back.", "inputSchema": object},
+            {"name": "slow", "description": "Takes its time.", "inputSchema": object},
+            {"name": "fail", "description": "Fetches the page.", "inputSchema": object}
+        ]}),
+    );
+    // One reply per plan made over HTTP, in the order they are asked for.
+    let plans = [
+        ("Echo four times", chain(4)),
+        ("Take your time", one("slow")),
+        ("Fetch the page", one("fail")),
+        ("Echo once", chain(1)),
+    ];
+    // Each run's summary is the model's next reply: a plan's reply, then its run's summary.
+    let turns: Vec<String> = plans
+        .iter()
+        .flat_map(|(title, steps)| {
+            [
+                json!({"thought": "As asked.", "title": title, "steps": steps}).to_string(),
+                "Done as far as it went.".to_owned(),
+            ]
+        })
+        .collect();
+    let model = replies(&setup, "replies.json", json!(turns));
+    // The server's own caps, from its config file: three tool calls a run (a failing step's
+    // three attempts fit).
+    std::fs::create_dir_all(setup.dir.path().join("plansmith")).unwrap();
+    std::fs::write(
+        setup.dir.path().join("plansmith/config.toml"),
+        "[server.budget]\nmax_tool_calls = 3\n",
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{}", crate::free_port());
+    let log_path = setup.path("serve.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["serve", "--addr", &addr, "--store", &setup.store])
+        .args([
+            "--commands",
+            &setup.commands,
+            "--tools",
+            &tools,
+            "--model",
+            &model,
+        ])
+        .env_remove("PLANSMITH_MODEL")
+        .env_remove("PLANSMITH_TOKENS")
+        .env_remove("PLANSMITH_CONFIG")
+        .env("XDG_CONFIG_HOME", setup.dir.path())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let _serve = super::Reaped(child);
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "serve did not start:\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The first run keeps to the server's cap; the second adds one of its own.
+    let budgets = [
+        json!({}),
+        json!({"max_seconds": 1, "on_cap": "cancel"}),
+        json!({}),
+        json!({}),
+    ];
+    let expected = ["tool_calls_capped", "deadline", "failed", "completed"];
+    for (((query, _), budget), expected) in plans.iter().zip(budgets).zip(expected) {
+        let (status, created) = http(
+            &addr,
+            "POST",
+            "/v1/plans",
+            &json!({"query": query, "auto_accept": true}),
+        );
+        assert_eq!(status, 201, "{created}\n{}", log());
+        let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+        let (status, started) = http(
+            &addr,
+            "POST",
+            &format!("/v1/plans/{id}/run"),
+            &json!({"budget": budget}),
+        );
+        assert_eq!(status, 202, "{started}\n{}", log());
+        let last_run = ended_run(&addr, &id, &log);
+        assert_eq!(last_run["stop_reason"], expected, "{query}: {last_run}");
+        if expected == "failed" {
+            // Nothing to resume; and a resume never takes new caps.
+            let (status, body) = http(
+                &addr,
+                "POST",
+                &format!("/v1/plans/{id}/run"),
+                &json!({"resume": true, "budget": {"max_tool_calls": 9}}),
+            );
+            assert_eq!(status, 400, "{body}");
+            assert!(
+                body.to_string().contains("keeps the caps it started with"),
+                "{body}"
+            );
+        }
+    }
+}
+
+/// The plan's `last_run` once its run ended (at most 60 s).
+fn ended_run(addr: &str, id: &str, log: &dyn Fn() -> String) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, stored) = http(addr, "GET", &format!("/v1/plans/{id}"), &json!({}));
+        let last_run = &stored["plan"]["metadata"]["last_run"];
+        if !last_run["state"].is_null() && last_run["state"] != "running" {
+            return last_run.clone();
+        }
+        assert!(Instant::now() < deadline, "the run did not end:\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
