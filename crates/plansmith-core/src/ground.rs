@@ -15,7 +15,8 @@
 //!   "tomorrow" itself), and either holds a number that the request does not hold, or is text
 //!   whose content words are mostly new to the request (at least two of three or more, or both
 //!   of two). Optional arguments are left alone here: they are knobs (`max_results`, `unit`) that
-//!   a planner may set without being told. The producer is an earlier tool step whose output
+//!   a planner may set without being told. The producer is an earlier step of another tool (the
+//!   same tool called again, as in parallel calls, takes values of its own) whose output
 //!   fits the argument's type: the whole output when the tool declares no output schema or a
 //!   schema of a fitting type, else the output field of a fitting type that shares the most
 //!   words with the argument (its name and description). Among several producers the one whose
@@ -26,8 +27,9 @@
 //!   hotel search). The name says the value is that step's result.
 //! - **Copied input**: a number an earlier step of another tool takes under another name, written
 //!   again although the request writes it fewer times than the plan uses it, where that step
-//!   declares an output field sharing a word with the argument's name (`amount: 100` after a tip
-//!   computed from `bill_total: 100` that returns `total_amount`). The model wrote the input it
+//!   declares an output field whose name or description shares a word with the argument's name
+//!   (`amount: 100` after a tip computed from `bill_total: 100` that returns `total_amount`); a
+//!   field sharing it by name goes first. The model wrote the input it
 //!   knew for the result it could not know.
 //!
 //! Nothing changes when no earlier step fits: the value stays as written. Every change is an
@@ -434,16 +436,21 @@ fn copied_input(
         if !inputs.iter().any(|(name, v)| name != key && same(v)) {
             return None;
         }
-        let mut best: Option<((usize, usize), &String)> = None;
+        let mut best: Option<((usize, usize, usize), &String)> = None;
         for (name, field) in output_fields(producer)? {
             if !plain_path(name) || !fits(&types_of(field), &expected) {
                 continue;
             }
             let by_name = overlap(&key_words, &field_words(name, &Value::Null));
-            if by_name == 0 {
+            let described = overlap(&key_words, &field_words(name, field));
+            if described == 0 {
                 continue;
             }
-            let score = (by_name, overlap(&argument_words, &field_words(name, field)));
+            let score = (
+                by_name,
+                described,
+                overlap(&argument_words, &field_words(name, field)),
+            );
             if best.is_none_or(|(top, _)| score > top) {
                 best = Some((score, name));
             }
@@ -458,6 +465,7 @@ fn producer_of(
     plan: &Plan,
     idx: usize,
     catalog: &Catalog,
+    consumer: &str,
     (key, schema): (&str, &Value),
     value: &Value,
 ) -> Option<(usize, String)> {
@@ -472,6 +480,11 @@ fn producer_of(
         let Action::Tool { name: producer, .. } = &earlier.action else {
             continue;
         };
+        // The same tool called again takes values of its own (parallel calls), not the
+        // earlier call's result.
+        if producer == consumer {
+            continue;
+        }
         let Some(producer) = catalog.tool(producer).map(|t| &t.tool) else {
             continue;
         };
@@ -527,7 +540,8 @@ pub(crate) fn ground(plan: &mut Plan, request: &PlanRequest, catalog: &Catalog) 
                 .then(|| invented(value, known))
                 .flatten();
             let found = if let Some(why) = invented {
-                producer_of(plan, idx, catalog, (key, schema), value).map(|found| (found, why))
+                producer_of(plan, idx, catalog, name, (key, schema), value)
+                    .map(|found| (found, why))
             } else {
                 None
             };
@@ -910,6 +924,37 @@ mod tests {
         assert!(ground(&mut written, &request, &results_catalog()).is_empty());
     }
 
+    #[test]
+    fn parallel_calls_of_one_tool_keep_their_own_values() {
+        let request = PlanRequest::new("Weather in LA and NYC, please");
+        let written = [json!({"city": "Los Angeles"}), json!({"city": "New York"})];
+        let mut calls = plan(&[
+            ("s1", "get_weather", written[0].clone()),
+            ("s2", "get_weather", written[1].clone()),
+        ]);
+        assert!(ground(&mut calls, &request, &catalog()).is_empty());
+        assert_eq!(arguments(&calls, 1), written[1]);
+    }
+
+    #[test]
+    fn a_copied_input_takes_the_field_its_description_names() {
+        let request =
+            PlanRequest::new("Work out the monthly payment on a 10000 loan and bill John Doe");
+        let mut calls = plan(&[
+            ("s1", "loan_payment", json!({"principal": 10000})),
+            (
+                "s2",
+                "bill_client",
+                json!({"client": "John Doe", "amount": 10000}),
+            ),
+        ]);
+        ground(&mut calls, &request, &results_catalog());
+        assert_eq!(
+            arguments(&calls, 1)["amount"],
+            json!({"$ref": "s1.output.monthly_payment"})
+        );
+    }
+
     /// Tools that declare the fields they return.
     fn results_catalog() -> Catalog {
         let object = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required});
@@ -957,6 +1002,16 @@ mod tests {
                     ),
                     Some(object(
                         json!({"tip_amount": {"type": "number"}, "total_amount": {"type": "number"}}),
+                        &[],
+                    )),
+                ),
+                tool(
+                    "loan_payment",
+                    "Monthly payment of a loan.",
+                    object(json!({"principal": {"type": "number"}}), &["principal"]),
+                    Some(object(
+                        json!({"monthly_payment": {"type": "number",
+                                "description": "The monthly payment amount"}}),
                         &[],
                     )),
                 ),
