@@ -15,6 +15,9 @@ try {
   await page.waitForSelector("#main[data-live]");
   if ((await page.evaluate(text, "#state")) !== "accepted") await fail(`state ${await page.evaluate(text, "#state")}`);
   if ((await page.evaluate(text, "#run")) !== "Run") await fail(`the button before a run says ${await page.evaluate(text, "#run")}`);
+  // What the run will cost, before it runs: two calls one after the other, never timed here.
+  await page.waitForFunction(() => (document.querySelector("#estimate")?.textContent || "").includes("2 tool call(s) (get_weather ×1, send_email ×1;"));
+  if (!(await page.evaluate(text, "#estimate")).includes("~2 s")) await fail(`estimate: ${await page.evaluate(text, "#estimate")}`);
   // Every text s1's status shows during the run (the tool reports its progress once).
   await page.evaluate(() => {
     window.s1Texts = [];

@@ -86,6 +86,7 @@ pub mod calls;
 pub mod catalog;
 mod cover;
 mod diagnostic;
+pub mod estimate;
 pub mod export;
 mod ground;
 pub mod investigate;

@@ -56,6 +56,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod estimates;
 mod planners;
 mod review;
 mod runs;

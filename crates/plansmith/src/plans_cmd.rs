@@ -406,6 +406,10 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
                 None => {
                     let stored = store.get(&id).await.map_err(store_error)?;
                     let stored = store.with_run(stored).await.map_err(store_error)?;
+                    let stored = plain_service(&store)
+                        .estimated(stored)
+                        .await
+                        .map_err(service_error)?;
                     if json {
                         print_json(&stored)?;
                     } else {
@@ -437,12 +441,18 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
         PlansCommand::Accept {
             id,
             expected_version,
-        } => show_result(
-            plain_service(&store)
+        } => {
+            // What the accepted plan will cost is shown with it.
+            let service = plain_service(&store);
+            let accepted = match service
                 .decide(&id, Decision::Accept, expected_version, actor, None)
                 .await
-                .map(|decided| decided.stored),
-        ),
+            {
+                Ok(decided) => service.estimated(decided.stored).await,
+                Err(err) => Err(err),
+            };
+            show_result(accepted)
+        }
         PlansCommand::Decide {
             id,
             step,

@@ -132,6 +132,15 @@ impl Ctx<'_> {
         let Some(step) = step else {
             return Ok(());
         };
+        if outcome.is_ok()
+            && let Some(key) = plansmith_core::estimate::history_key(&step.action)
+        {
+            let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+            // The times estimates read; a store that cannot take them costs the run nothing.
+            if let Err(err) = self.ex.store.exec_record_time(&key, ms, tokens).await {
+                tracing::warn!("recording the time of step {}: {err}", step.id);
+            }
+        }
         let (end, event) = match outcome {
             Ok(value) => {
                 let event = ExecEvent::StepCompleted {

@@ -102,6 +102,11 @@ impl Executor {
         &self.config
     }
 
+    /// Whether a model writes the runs' summaries (one model call at the end of each run).
+    pub fn summarises(&self) -> bool {
+        self.summary_model.is_some()
+    }
+
     /// The store.
     pub fn store(&self) -> &PlanStore {
         &self.store

@@ -129,6 +129,7 @@ pub(super) async fn get_plan(
         None => {
             // While a run is in progress, `run` is not offered (starting one would be refused).
             let stored = state.store.with_run(stored).await?;
+            let stored = state.service.estimated(stored).await?;
             Ok(Json(PlanOrVersion::Current(Box::new(stored))))
         }
         Some(version) if version == 0 || version > stored.version() => Err(ApiError::new(

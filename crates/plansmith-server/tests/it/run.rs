@@ -111,6 +111,15 @@ async fn run_endpoint_streams_execution_events() {
     .await;
     assert_eq!(status, 201, "{created}");
     let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    // Before it runs, the plan says what the run will cost.
+    let (_, shown) = call(&s, Method::GET, &format!("/v1/plans/{id}"), None, None).await;
+    assert_eq!(shown["estimate"]["tool_calls"], 2, "{shown}");
+    assert_eq!(shown["estimate"]["per_tool"]["get_weather"], 1, "{shown}");
+    assert_eq!(
+        shown["estimate"]["critical_path"],
+        json!(["s1", "s2", "s3"]),
+        "{shown}"
+    );
 
     let reader = watch(&s, &id, |kind, _| kind == "exec_run_finished").await;
 

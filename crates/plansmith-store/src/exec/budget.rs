@@ -1,8 +1,10 @@
 //! A run's budget (migration 10): the caps it was started with and what it has spent so far,
 //! one row per plan beside its run, so that every node taking part in the run and every resume
-//! reads the same caps and adds to the same totals.
+//! reads the same caps and adds to the same totals. And the store's step times, by kind of
+//! step, that estimates read.
 
 use chrono::{DateTime, Utc};
+use plansmith_core::estimate::StepHistory;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
@@ -191,5 +193,63 @@ impl PlanStore {
             .execute(&self.pool)
             .await?;
         Ok(self.exec_budget(plan_id).await?.map(|b| b.tokens))
+    }
+
+    /// Adds a completed attempt of a kind of step (`plansmith_core::estimate::history_key`) to the
+    /// store's step times: what estimates of later plans read.
+    pub async fn exec_record_time(&self, step_key: &str, ms: u64, tokens: u64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO exec_step_times (step_key, calls, total_ms, total_tokens)
+             VALUES ($1, 1, $2, $3)
+             ON CONFLICT (step_key) DO UPDATE SET calls = exec_step_times.calls + 1,
+                 total_ms = exec_step_times.total_ms + $2,
+                 total_tokens = exec_step_times.total_tokens + $3",
+        )
+        .bind(step_key.to_owned())
+        .bind(cap(ms))
+        .bind(cap(tokens))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The step times of these kinds of step, for an estimate; kinds that never ran are left
+    /// out.
+    pub async fn exec_step_history(
+        &self,
+        keys: &[String],
+    ) -> Result<std::collections::HashMap<String, StepHistory>> {
+        let mut history = std::collections::HashMap::new();
+        for key in keys {
+            if history.contains_key(key) {
+                continue;
+            }
+            let row = sqlx::query(
+                "SELECT calls, total_ms, total_tokens FROM exec_step_times WHERE step_key = $1",
+            )
+            .bind(key.clone())
+            .fetch_optional(&self.pool)
+            .await?;
+            let Some(row) = row else {
+                continue;
+            };
+            let calls = count(key, row.try_get("calls")?)?;
+            if calls == 0 {
+                continue;
+            }
+            let (ms, tokens) = (
+                count(key, row.try_get("total_ms")?)?,
+                count(key, row.try_get("total_tokens")?)?,
+            );
+            history.insert(
+                key.clone(),
+                StepHistory {
+                    calls,
+                    mean_ms: ms as f64 / calls as f64,
+                    mean_tokens: tokens as f64 / calls as f64,
+                },
+            );
+        }
+        Ok(history)
     }
 }

@@ -190,16 +190,25 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
     ),
     (
         10,
-        "run budgets: caps and what a run spent",
+        "run budgets: caps and what a run spent; step times for estimates",
         // Beside `exec_runs` rather than in it: a new table is idempotent to create, and a run
-        // recorded before it simply has no budget.
-        &["CREATE TABLE IF NOT EXISTS exec_budgets (
+        // recorded before it simply has no budget. Step times are kept per kind of step (a tool,
+        // `agent:NAME`, `task:KIND`) as running sums, so an estimate reads one row per tool.
+        &[
+            "CREATE TABLE IF NOT EXISTS exec_budgets (
             plan_id TEXT PRIMARY KEY,
             budget TEXT NOT NULL,
             started_at TEXT NOT NULL,
             tool_calls BIGINT NOT NULL,
             tokens BIGINT NOT NULL
-        )"],
+        )",
+            "CREATE TABLE IF NOT EXISTS exec_step_times (
+            step_key TEXT PRIMARY KEY,
+            calls BIGINT NOT NULL,
+            total_ms BIGINT NOT NULL,
+            total_tokens BIGINT NOT NULL
+        )",
+        ],
     ),
 ];
 

@@ -324,6 +324,7 @@ fn decode_plan(row: &AnyRow) -> Result<StoredPlan> {
         created_at,
         updated_at,
         run_active: false,
+        estimate: None,
     })
 }
 

@@ -104,6 +104,11 @@ pub struct StoredPlan {
     /// [`PlanStore::with_run`]: super::PlanStore::with_run
     #[serde(default, skip_serializing)]
     pub run_active: bool,
+    /// What a run of the plan will cost, when the reader estimated it (`plansmith_service`'s
+    /// reads do): calls per tool, model calls, time along the critical path. Not part of the
+    /// stored document; written in the JSON when present.
+    #[serde(default)]
+    pub estimate: Option<plansmith_core::estimate::Estimate>,
 }
 
 impl Serialize for StoredPlan {
@@ -123,13 +128,18 @@ fn encode_stored<S: serde::Serializer>(
     review: &impl Serialize,
 ) -> std::result::Result<S::Ok, S::Error> {
     use serde::ser::SerializeStruct;
-    let mut out = serializer.serialize_struct("StoredPlan", 6)?;
+    let mut out = serializer.serialize_struct("StoredPlan", 7)?;
     out.serialize_field("plan", plan)?;
     out.serialize_field("state", &stored.state)?;
     out.serialize_field("actions", &stored.actions())?;
     out.serialize_field("review", review)?;
     out.serialize_field("created_at", &stored.created_at)?;
     out.serialize_field("updated_at", &stored.updated_at)?;
+    if let Some(estimate) = &stored.estimate {
+        out.serialize_field("estimate", estimate)?;
+    } else {
+        out.skip_field("estimate")?;
+    }
     out.end()
 }
 
@@ -185,6 +195,9 @@ mod stored_plan_schema {
         created_at: DateTime<Utc>,
         /// When the current version was written.
         updated_at: DateTime<Utc>,
+        /// What a run of the plan will cost (in answers that read one plan).
+        #[schema(nullable = false)]
+        estimate: Option<plansmith_core::estimate::Estimate>,
     }
 
     impl PartialSchema for StoredPlan {
@@ -301,6 +314,9 @@ impl StoredPlan {
             out.push_str(&format!(" ({reason})"));
         }
         out.push('\n');
+        if let Some(estimate) = &self.estimate {
+            out.push_str(&format!("Estimate: {estimate}\n"));
+        }
         if let Some(note) = &self.review.note {
             out.push_str(&format!("Note: {note}\n"));
         }
@@ -373,6 +389,7 @@ mod tests {
             created_at: Utc::now(),
             updated_at: Utc::now(),
             run_active: false,
+            estimate: None,
         };
         let feedback = Feedback {
             text: Some("step s2 failed".into()),

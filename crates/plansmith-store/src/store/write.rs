@@ -78,6 +78,7 @@ impl PlanStore {
                 created_at: now,
                 updated_at: now,
                 run_active: false,
+                estimate: None,
             },
             document: row.document,
             review: row.review,
@@ -193,6 +194,7 @@ impl PlanStore {
             created_at,
             updated_at: now,
             run_active: false,
+            estimate: None,
         })
     }
 }

@@ -446,3 +446,49 @@ fn ended_run(addr: &str, id: &str, log: &dyn Fn() -> String) -> Value {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `plans show` says what a run will cost before it runs; once steps of a kind have run, their
+/// times are this store's, not the default.
+#[test]
+fn plans_show_estimates_the_run_before_it_runs() {
+    let setup = Setup::new();
+    let show = |id: &str| {
+        let home = setup.dir.path().display().to_string();
+        let vars = [("XDG_CONFIG_HOME", home.as_str())];
+        let text_out = plansmith_with(&["plans", "show", id, "--store", &setup.store], &vars);
+        let json_out = plansmith_with(
+            &["plans", "show", id, "--store", &setup.store, "--json"],
+            &vars,
+        );
+        let shown: Value = serde_json::from_str(&text(&json_out.stdout)).unwrap();
+        (text(&text_out.stdout), shown["estimate"].clone())
+    };
+    // Stored without running: a cap of no calls stops the run before its first step.
+    let (_, report, err) = setup.run(
+        &setup.plan("first.json", chain(3)),
+        &["--max-tool-calls", "0"],
+        &[],
+    );
+    let id = report["plan_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{err}"))
+        .to_owned();
+    let (shown, estimate) = show(&id);
+    assert!(
+        shown.contains("Estimate: 3 tool call(s) (echo ×3; 0 read-only, 0 destructive) · 0 model call(s) · ~3 s along s1 → s2 → s3 (3 step(s) never timed, counted 1 s each)"),
+        "{shown}"
+    );
+    assert_eq!(estimate["untimed_steps"], 3, "{estimate}");
+
+    // After a run of the echo tool, its time is the store's mean (well under the 1 s default).
+    let (code, _, err) = setup.run(&id, &[], &[]);
+    assert_eq!(code, 0, "{err}");
+    let (_, report, _) = setup.run(
+        &setup.plan("second.json", chain(2)),
+        &["--max-tool-calls", "0"],
+        &[],
+    );
+    let (_, estimate) = show(report["plan_id"].as_str().unwrap());
+    assert_eq!(estimate["timed_steps"], 2, "{estimate}");
+    assert!(estimate["seconds"].as_f64().unwrap() < 2.0, "{estimate}");
+}
