@@ -81,7 +81,7 @@ pub use invoke::{
     Call, CallProgress, CommandInvoker, CommandMap, Endpoint, FnInvoker, InvokeError, Invoker,
     Invokers, TaskInvoker, TokenMeter,
 };
-pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure};
+pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure, Siblings};
 pub use run::{
     ExecConfig, ExecError, Executor, MAX_TURNS, PROGRESS_EVERY, PlannerSource, RunReport,
     StepReport, StopReason, node_name,

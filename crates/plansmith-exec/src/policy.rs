@@ -3,9 +3,16 @@
 //!
 //! ```json
 //! {"execution": {"on_failure": "skip", "retries": 1, "backoff_ms": 100,
+//!                "siblings": "cancel", "timeout_secs": 30,
 //!                "approve": ["s3"],
-//!                "steps": {"s2": {"on_failure": "ask", "retries": 0}}}}
+//!                "steps": {"s2": {"on_failure": "ask", "retries": 0, "timeout_secs": 5}}}}
 //! ```
+//!
+//! A step that fails past its policy (`fail` or `replan`) leaves the steps running beside it
+//! running and keeps their results (`"siblings": "isolate"`, the default), or stops them
+//! (`"cancel"`: recorded as skipped, "cancelled: …", what finished before is kept); its
+//! descendants are skipped with it as the cause. `timeout_secs` bounds each attempt: past it
+//! the attempt is stopped and fails as retryable.
 
 use std::time::Duration;
 
@@ -70,6 +77,31 @@ impl std::str::FromStr for OnFailure {
     }
 }
 
+/// What a step that failed past its policy does to the steps running beside it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Siblings {
+    /// They run on and keep their results.
+    #[default]
+    Isolate,
+    /// They are stopped (skipped, "cancelled: …"); what finished before is kept.
+    Cancel,
+}
+
+impl std::str::FromStr for Siblings {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Siblings, String> {
+        match text.trim() {
+            "isolate" => Ok(Siblings::Isolate),
+            "cancel" => Ok(Siblings::Cancel),
+            other => Err(format!(
+                "unknown sibling policy `{other}`; expected isolate or cancel"
+            )),
+        }
+    }
+}
+
 /// A step's failure policy: bounded retries with exponential backoff, then an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailurePolicy {
@@ -82,6 +114,10 @@ pub struct FailurePolicy {
     pub max_backoff: Duration,
     /// What happens when the retries are used up (or the failure is not retryable).
     pub on_failure: OnFailure,
+    /// What a failure past the policy does to the steps running beside it.
+    pub siblings: Siblings,
+    /// Longest time of one attempt (`None`: no bound but the invoker's own).
+    pub timeout: Option<Duration>,
 }
 
 impl FailurePolicy {
@@ -104,6 +140,8 @@ struct Overrides {
     on_failure: Option<String>,
     retries: Option<u32>,
     backoff_ms: Option<u64>,
+    siblings: Option<String>,
+    timeout_secs: Option<f64>,
 }
 
 /// The policy for `step_id` of `plan`: `default`, then the plan's, then the step's overrides.
@@ -132,6 +170,21 @@ pub fn policy_for(
                 }
                 if let Some(ms) = overrides.backoff_ms {
                     policy.backoff = Duration::from_millis(ms);
+                }
+                if let Some(text) = overrides.siblings {
+                    match text.parse() {
+                        Ok(siblings) => policy.siblings = siblings,
+                        Err(err) => problems.push(format!("{whose}: {err}")),
+                    }
+                }
+                match overrides.timeout_secs {
+                    Some(secs) if secs.is_finite() && secs > 0.0 => {
+                        policy.timeout = Some(Duration::from_secs_f64(secs.min(1e9)));
+                    }
+                    Some(secs) => {
+                        problems.push(format!("{whose}: timeout_secs {secs} is not positive"));
+                    }
+                    None => {}
                 }
             }
             Err(err) => problems.push(format!("{whose}: {err}")),
@@ -168,6 +221,8 @@ mod tests {
             backoff: Duration::from_millis(100),
             max_backoff: Duration::from_millis(350),
             on_failure: OnFailure::Fail,
+            siblings: Siblings::Isolate,
+            timeout: None,
         }
     }
 
@@ -188,13 +243,17 @@ mod tests {
             .push(Step::new("s1", "a", Action::Reply { text: "x".into() }));
         plan.metadata.insert(
             "execution".into(),
-            json!({"on_failure": "skip", "retries": 0, "approve": ["s1"],
-                   "steps": {"s2": {"on_failure": "ask", "retries": 5}, "s3": {"on_failure": "explode"}}}),
+            json!({"on_failure": "skip", "retries": 0, "approve": ["s1"], "siblings": "cancel",
+                   "steps": {"s2": {"on_failure": "ask", "retries": 5, "timeout_secs": 1.5},
+                             "s3": {"on_failure": "explode"}}}),
         );
         let (p1, _) = policy_for(&plan, "s1", default());
         assert_eq!((p1.on_failure, p1.retries), (OnFailure::Skip, 0));
         let (p2, _) = policy_for(&plan, "s2", default());
         assert_eq!((p2.on_failure, p2.retries), (OnFailure::Ask, 5));
+        assert_eq!(p2.siblings, Siblings::Cancel);
+        assert_eq!(p2.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(p1.timeout, None);
         let (p3, problems) = policy_for(&plan, "s3", default());
         assert_eq!(p3.on_failure, OnFailure::Skip);
         assert!(problems[0].contains("explode"), "{problems:?}");

@@ -26,7 +26,7 @@ use plansmith_core::parse::{self, ParseDefaults};
 use plansmith_core::validate::validate;
 use plansmith_exec::{
     CommandInvoker, CommandMap, ExecConfig, ExecError, ExecEvent, Executor, Invokers, OnFailure,
-    RunReport, StopReason, TaskInvoker,
+    RunReport, Siblings, StopReason, TaskInvoker,
 };
 use plansmith_service::{RunStart, Runner, ServiceError};
 use plansmith_store::{
@@ -76,6 +76,14 @@ pub struct RunArgs {
     /// Retries of a failed step.
     #[arg(long, default_value_t = 2)]
     retries: u32,
+    /// When a step fails past its policy, the steps running beside it: `isolate` (run on,
+    /// keep their results) or `cancel` (stopped, skipped; what finished is kept).
+    #[arg(long, default_value = "isolate")]
+    siblings: Siblings,
+    /// Longest time of one attempt of a step, in seconds; past it the attempt is stopped and
+    /// fails as retryable (plans and steps override it with `timeout_secs`).
+    #[arg(long)]
+    step_timeout_secs: Option<f64>,
     /// First retry delay in ms (doubled each time, at most 5 s).
     #[arg(long, default_value_t = 200)]
     backoff_ms: u64,
@@ -165,6 +173,18 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
     config.concurrency = args.concurrency;
     config.policy.on_failure = on_failure;
     config.policy.retries = args.retries;
+    config.policy.siblings = args.siblings;
+    config.policy.timeout = match args.step_timeout_secs {
+        Some(secs) if secs.is_finite() && secs > 0.0 => {
+            Some(Duration::from_secs_f64(secs.min(1e9)))
+        }
+        Some(secs) => {
+            return Err(CliError::input(anyhow!(
+                "--step-timeout-secs must be a positive number of seconds, not {secs}"
+            )));
+        }
+        None => None,
+    };
     config.policy.backoff = Duration::from_millis(args.backoff_ms);
     let flags = Budget {
         max_tool_calls: args.max_tool_calls,

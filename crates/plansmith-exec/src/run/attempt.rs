@@ -51,6 +51,9 @@ impl Ctx<'_> {
             tokens: crate::invoke::TokenMeter::default(),
         };
         let meter = call.tokens.clone();
+        let timeout = crate::policy::policy_for(&self.plan, &step.id, self.ex.config.policy)
+            .0
+            .timeout;
         let reporter = Reporter {
             observer: self.ex.observer.clone(),
             plan_id: self.plan_id.clone(),
@@ -66,7 +69,23 @@ impl Ctx<'_> {
                     Ok(action) => {
                         let call = Call { action, ..call };
                         let report = |progress: CallProgress| reporter.report(progress);
-                        match invokers.invoke_reporting(&call, &report).await {
+                        let invoked = invokers.invoke_reporting(&call, &report);
+                        // Past the step's timeout the call is dropped (a command tool's
+                        // processes are killed with it) and the attempt fails, retryable.
+                        let invoked = match timeout {
+                            Some(limit) => match tokio::time::timeout(limit, invoked).await {
+                                Ok(invoked) => invoked,
+                                Err(_) => Err(crate::invoke::InvokeError {
+                                    message: format!(
+                                        "timed out after {} s (the step's timeout)",
+                                        limit.as_secs_f64()
+                                    ),
+                                    retryable: true,
+                                }),
+                            },
+                            None => invoked.await,
+                        };
+                        match invoked {
                             Ok(value) => match output_schema {
                                 Some(schema) => check_output(&schema, &value)
                                     .map(|()| value)

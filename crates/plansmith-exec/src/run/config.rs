@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use plansmith_store::Budget;
 
-use crate::policy::{FailurePolicy, OnFailure};
+use crate::policy::{FailurePolicy, OnFailure, Siblings};
 
 /// Most scheduler turns of one run (each turn starts or ends at least one attempt, or waits
 /// one poll interval).
@@ -55,6 +55,8 @@ impl ExecConfig {
                 backoff: Duration::from_millis(200),
                 max_backoff: Duration::from_secs(5),
                 on_failure: OnFailure::Fail,
+                siblings: Siblings::Isolate,
+                timeout: None,
             },
             max_replans: 2,
             lease: Duration::from_secs(15),

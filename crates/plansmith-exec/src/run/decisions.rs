@@ -9,7 +9,7 @@ use super::report::ExecError;
 use super::state::{Ctx, Failure};
 use crate::events::ExecEvent;
 use crate::fingerprint::{call_fingerprint, failure_fingerprint};
-use crate::policy::{OnFailure, policy_for};
+use crate::policy::{OnFailure, Siblings, policy_for};
 
 impl Ctx<'_> {
     /// Applies people's decisions about blocked steps.
@@ -146,6 +146,9 @@ impl Ctx<'_> {
                 )
             }
             OnFailure::Replan if can_replan => {
+                if policy.siblings == Siblings::Cancel {
+                    self.cancel_siblings = Some(format!("step {} failed", step.id));
+                }
                 self.replan_wanted
                     .push(format!("step {} ({}) failed: {error}", step.id, step.title));
                 (
@@ -153,10 +156,15 @@ impl Ctx<'_> {
                     ended(ExecStatus::Failed, &error),
                 )
             }
-            OnFailure::Replan | OnFailure::Fail => (
-                StepEnd::Failed(error.clone()),
-                ended(ExecStatus::Failed, &error),
-            ),
+            OnFailure::Replan | OnFailure::Fail => {
+                if policy.siblings == Siblings::Cancel {
+                    self.cancel_siblings = Some(format!("step {} failed", step.id));
+                }
+                (
+                    StepEnd::Failed(error.clone()),
+                    ended(ExecStatus::Failed, &error),
+                )
+            }
         }
     }
 }

@@ -140,6 +140,10 @@ impl Ctx<'_> {
                     self.on_joined(more).await?;
                 }
             }
+            // A step failed under `"siblings": "cancel"`: the steps running beside it stop.
+            if let Some(cause) = self.cancel_siblings.take() {
+                self.stop_and_record(&format!("cancelled: {cause}")).await?;
+            }
             if self.others_active() && self.last_refresh.elapsed() >= self.ex.config.poll_interval {
                 self.refresh().await?;
             }

@@ -42,39 +42,13 @@ impl Ctx<'_> {
     pub(super) async fn finish(&mut self) -> Result<RunReport, ExecError> {
         if self.abort.is_some() || self.stall.is_some() || self.capped.is_some() {
             // Under a cap that lets running steps end, none runs by now.
-            let running = self.stop_running().await;
             let why = self
                 .stall
                 .clone()
                 .or_else(|| self.capped.as_ref().map(|(_, why)| why.clone()))
                 .or_else(|| self.abort.clone())
                 .unwrap_or_default();
-            for id in running {
-                // Our own running attempt, stopped: record it as failed.
-                if let Some(row) = self.view.get(&id) {
-                    let claim = Claim {
-                        step_id: id.clone(),
-                        attempt: row.attempt,
-                        idempotency_key: plansmith_store::idempotency_key(
-                            &self.plan_id,
-                            self.base_version,
-                            &id,
-                            row.attempt,
-                        ),
-                        rerun: false,
-                    };
-                    // Recorded as any attempt's end, so the document and the watchers
-                    // learn it too (the step no longer shows as running).
-                    let error = format!("stopped: {why}");
-                    let event = ExecEvent::StepEnded {
-                        step_id: id.clone(),
-                        status: ExecStatus::Skipped,
-                        reason: error.clone(),
-                    };
-                    self.record_end(&claim, StepEnd::Skipped(error), "stopped".into(), event)
-                        .await?;
-                }
-            }
+            self.stop_and_record(&format!("stopped: {why}")).await?;
             self.refresh().await?;
             let open: Vec<String> = self
                 .view
@@ -183,6 +157,41 @@ impl Ctx<'_> {
             });
         }
         Ok(report)
+    }
+
+    /// Stops this process's running steps and records each as skipped with `error` (their
+    /// end, as any attempt's, reaches the document and the watchers).
+    pub(super) async fn stop_and_record(&mut self, error: &str) -> Result<(), ExecError> {
+        let running = self.stop_running().await;
+        for id in running {
+            // Our own running attempt, stopped: recorded as skipped.
+            if let Some(row) = self.view.get(&id) {
+                let claim = Claim {
+                    step_id: id.clone(),
+                    attempt: row.attempt,
+                    idempotency_key: plansmith_store::idempotency_key(
+                        &self.plan_id,
+                        self.base_version,
+                        &id,
+                        row.attempt,
+                    ),
+                    rerun: false,
+                };
+                let event = ExecEvent::StepEnded {
+                    step_id: id.clone(),
+                    status: ExecStatus::Skipped,
+                    reason: error.to_owned(),
+                };
+                self.record_end(
+                    &claim,
+                    StepEnd::Skipped(error.to_owned()),
+                    "stopped".into(),
+                    event,
+                )
+                .await?;
+            }
+        }
+        Ok(())
     }
 
     fn ordered_rows(&self) -> Vec<ExecStep> {

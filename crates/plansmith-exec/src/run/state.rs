@@ -87,6 +87,9 @@ pub(super) struct Ctx<'a> {
     pub(super) deadlocked: bool,
     /// A replan was wanted past the cap on replans.
     pub(super) replans_capped: bool,
+    /// A step failed under `"siblings": "cancel"`: the steps running beside it are stopped,
+    /// with this cause.
+    pub(super) cancel_siblings: Option<String>,
     pub(super) started: Instant,
     pub(super) people_since: Option<Instant>,
     pub(super) last_refresh: Instant,
@@ -135,6 +138,7 @@ impl<'a> Ctx<'a> {
             capped: None,
             deadlocked: false,
             replans_capped: false,
+            cancel_siblings: None,
             started: Instant::now(),
             people_since: None,
             last_refresh: Instant::now(),

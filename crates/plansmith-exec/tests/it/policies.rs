@@ -395,3 +395,108 @@ async fn ask_waits_for_a_person_then_retries() {
     assert_eq!(report.state, RunState::Completed, "{report:?}");
     assert_eq!(report.steps[0].attempts, 2);
 }
+
+/// A failure under `"siblings": "cancel"` stops the step running beside it (kept by
+/// `isolate`, the default); the failed step's descendants are skipped with it as the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_cancels_or_isolates_its_running_siblings() {
+    let env = env().await;
+    let steps = serde_json::json!([
+        {"id": "s1", "title": "long", "action": {"type": "tool", "name": "slow", "arguments": {}}},
+        {"id": "s2", "title": "breaks", "action": {"type": "tool", "name": "fail", "arguments": {}}},
+        {"id": "s3", "title": "after", "depends_on": ["s2"],
+         "action": {"type": "tool", "name": "slow", "arguments": {}}}
+    ]);
+    let tools = || {
+        invokers(vec![
+            ("slow", script("sleep.sh", &["1.5"])),
+            ("fail", script("fail.sh", &[])),
+        ])
+    };
+    for (id, siblings) in [("cancel", "cancel"), ("isolate", "isolate")] {
+        env.plan(
+            id,
+            steps.clone(),
+            serde_json::json!({"execution": {"retries": 0, "siblings": siblings}}),
+        )
+        .await;
+    }
+    let began = std::time::Instant::now();
+    let report = Executor::new(env.store.clone(), tools(), config("n"))
+        .run("cancel")
+        .await
+        .unwrap();
+    assert!(
+        began.elapsed() < std::time::Duration::from_millis(1400),
+        "{:?}",
+        began.elapsed()
+    );
+    let by_id = |report: &plansmith_exec::RunReport, id: &str| {
+        report.steps.iter().find(|s| s.id == id).cloned().unwrap()
+    };
+    assert_eq!(report.state, RunState::Failed, "{report:?}");
+    let s1 = by_id(&report, "s1");
+    assert_eq!(s1.status, ExecStatus::Skipped);
+    assert_eq!(
+        s1.error.as_deref(),
+        Some("cancelled: step s2 failed"),
+        "{report:?}"
+    );
+    let s3 = by_id(&report, "s3");
+    assert_eq!(
+        (s3.status, s3.note.as_str()),
+        (ExecStatus::Skipped, "dependency s2 failed")
+    );
+
+    let report = Executor::new(env.store.clone(), tools(), config("n"))
+        .run("isolate")
+        .await
+        .unwrap();
+    assert_eq!(report.state, RunState::Failed, "{report:?}");
+    assert_eq!(by_id(&report, "s1").status, ExecStatus::Completed);
+    assert_eq!(
+        by_id(&report, "s1").result,
+        Some(serde_json::json!({"slept": 1.5}))
+    );
+}
+
+/// `timeout_secs` stops an attempt that runs past it; the failure is retryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_past_its_timeout_fails_and_is_retried() {
+    let env = env().await;
+    env.plan(
+        "slow",
+        serde_json::json!([
+            {"id": "s1", "title": "slow", "action": {"type": "tool", "name": "slow", "arguments": {}}}
+        ]),
+        serde_json::json!({"execution": {"retries": 1, "steps": {"s1": {"timeout_secs": 0.3}}}}),
+    )
+    .await;
+    let began = std::time::Instant::now();
+    let report = Executor::new(
+        env.store.clone(),
+        invokers(vec![("slow", script("sleep.sh", &["5"]))]),
+        config("n"),
+    )
+    .run("slow")
+    .await
+    .unwrap();
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    let s1 = &report.steps[0];
+    assert_eq!(
+        (s1.status, s1.attempts),
+        (ExecStatus::Failed, 2),
+        "{report:?}"
+    );
+    assert!(
+        s1.error
+            .as_deref()
+            .unwrap()
+            .contains("timed out after 0.3 s"),
+        "{report:?}"
+    );
+}

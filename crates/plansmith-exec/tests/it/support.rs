@@ -89,6 +89,8 @@ pub fn config(node: &str) -> ExecConfig {
         backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(100),
         on_failure: OnFailure::Fail,
+        siblings: plansmith_exec::Siblings::Isolate,
+        timeout: None,
     };
     config
 }

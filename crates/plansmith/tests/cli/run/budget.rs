@@ -182,6 +182,47 @@ fn runs_end_with_their_stop_reason_and_exit_code() {
     );
     assert_eq!(step_statuses(&report), ["skipped"]);
 
+    // A step's timeout stops its attempt: the step fails (not a cap), and a step running
+    // beside a failed one is cancelled under `--siblings cancel`.
+    let began = Instant::now();
+    let both = json!([
+        {"id": "s1", "type": "tool", "title": "slow", "name": "slow", "arguments": {}},
+        {"id": "s2", "type": "tool", "title": "fail", "name": "fail", "arguments": {}}
+    ]);
+    let (code, report, err) = setup.run(
+        &setup.plan("timeout.json", one("slow")),
+        &["--step-timeout-secs", "0.5"],
+        &[],
+    );
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (1, &json!("failed")),
+        "{err}"
+    );
+    assert!(
+        report["steps"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 0.5 s"),
+        "{report}"
+    );
+    let (code, report, err) = setup.run(
+        &setup.plan("siblings.json", both),
+        &["--siblings", "cancel"],
+        &[],
+    );
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (1, &json!("failed")),
+        "{err}"
+    );
+    assert_eq!(step_statuses(&report), ["skipped", "failed"], "{report}");
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        began.elapsed()
+    );
+
     // The token cap: task steps through a model that reports what they cost.
     let tasks = setup.plan(
         "tasks.json",
