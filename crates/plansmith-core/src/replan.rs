@@ -88,7 +88,8 @@ pub struct Merged {
 
 /// The next version of `old` from `new`, a new plan of the same request: `new`'s content (title,
 /// thought, questions, …) under `old`'s identity (id, creation time, owner when `new` names
-/// none), with `old`'s completed steps (`completed`: id → result) kept in front of `new`'s
+/// none, and `old`'s `metadata.execution` when `new` has none), with `old`'s completed steps
+/// (`completed`: id → result) kept in front of `new`'s
 /// other steps. A new step that makes the same tool call as a completed one (tool and
 /// arguments; models retitle steps when they replan), or that equals it (title, description,
 /// action), is that step: the call is not made again; a new step whose id is taken gets the next free `sN`; dependencies and `$ref`s follow
@@ -164,6 +165,14 @@ pub fn next_version(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -
     plan.created_at = old.created_at;
     if plan.owner.is_none() {
         plan.owner = old.owner.clone();
+    }
+    // How the plan runs (failure policies, approvals, the goal check) is the caller's, not
+    // the model's: it stays unless the new plan sets its own.
+    if let Some(execution) = old.metadata.get("execution")
+        && !plan.metadata.contains_key("execution")
+    {
+        plan.metadata
+            .insert("execution".to_owned(), execution.clone());
     }
     plan.steps = steps;
     Merged { plan, kept, added }
@@ -279,6 +288,8 @@ mod tests {
         let mut old = Plan::new("p-1", "g");
         old.owner = Some("alice".into());
         old.steps = vec![tool("s1", "fetch", json!({}))];
+        let execution = json!({"retries": 0, "goal_check": true});
+        old.metadata.insert("execution".into(), execution.clone());
         let mut new = Plan::new("other", "g");
         new.title = "Shorter".into();
         new.steps = vec![tool("s1", "fetch", json!({"q": 1}))];
@@ -287,6 +298,8 @@ mod tests {
         assert_eq!(merged.plan.created_at, old.created_at);
         assert_eq!(merged.plan.owner.as_deref(), Some("alice"));
         assert_eq!(merged.plan.title, "Shorter");
+        // How it runs is kept: the model does not set it.
+        assert_eq!(merged.plan.metadata["execution"], execution);
         assert!(merged.kept.is_empty());
         assert_eq!(merged.added, ["s1"]);
     }

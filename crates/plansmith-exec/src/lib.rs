@@ -83,6 +83,6 @@ pub use invoke::{
 };
 pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure, Siblings};
 pub use run::{
-    ExecConfig, ExecError, Executor, MAX_TURNS, PROGRESS_EVERY, PlannerSource, RunReport,
-    StepReport, StopReason, node_name,
+    ExecConfig, ExecError, Executor, GoalVerdict, MAX_TURNS, PROGRESS_EVERY, PlannerSource,
+    RunReport, StepReport, StopReason, Verdict, node_name,
 };

@@ -80,6 +80,13 @@ pub struct RunArgs {
     /// keep their results) or `cancel` (stopped, skipped; what finished is kept).
     #[arg(long, default_value = "isolate")]
     siblings: Siblings,
+    /// Check the goal when the steps end: the model (`--model`) judges the results against the
+    /// plan's goal; gaps are replanned (at most `--max-replans`), an unmet goal fails the run.
+    #[arg(long)]
+    goal_check: bool,
+    /// What the goal check must also find true (implies `--goal-check`).
+    #[arg(long)]
+    rubric: Option<String>,
     /// Longest time of one attempt of a step, in seconds; past it the attempt is stopped and
     /// fails as retryable (plans and steps override it with `timeout_secs`).
     #[arg(long)]
@@ -174,6 +181,8 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
     config.policy.on_failure = on_failure;
     config.policy.retries = args.retries;
     config.policy.siblings = args.siblings;
+    config.goal_check = args.goal_check || args.rubric.is_some();
+    config.rubric = args.rubric.clone();
     config.policy.timeout = match args.step_timeout_secs {
         Some(secs) if secs.is_finite() && secs > 0.0 => {
             Some(Duration::from_secs_f64(secs.min(1e9)))
@@ -788,6 +797,14 @@ fn print_report(report: &RunReport) {
     }
     if let Some(reason) = &report.reason {
         println!("Reason: {reason}");
+    }
+    if let Some(goal) = &report.goal_check {
+        let verdict = serde_json::to_value(goal.verdict).unwrap_or_default();
+        println!(
+            "Goal check: {} — {}",
+            verdict.as_str().unwrap_or_default(),
+            goal.reason
+        );
     }
     if !report.summary.is_empty() {
         println!("{}", report.summary.trim_end());

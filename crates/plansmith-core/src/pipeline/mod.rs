@@ -112,6 +112,11 @@ impl Planner {
         self
     }
 
+    /// The model it plans with.
+    pub fn model(&self) -> &Arc<dyn LanguageModel> {
+        &self.model
+    }
+
     /// The catalog.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog

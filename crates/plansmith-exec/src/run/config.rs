@@ -41,11 +41,17 @@ pub struct ExecConfig {
     /// ([`Executor::start_with`](crate::Executor::start_with)). Its `max_replans`, when set,
     /// takes the place of [`ExecConfig::max_replans`].
     pub budget: Budget,
+    /// Check the goal once the steps ended: the model judges the results against the request
+    /// (plans override it with `metadata.execution.goal_check`).
+    pub goal_check: bool,
+    /// What the goal check must also find true (plans override it with
+    /// `metadata.execution.goal_check.rubric`).
+    pub rubric: Option<String>,
 }
 
 impl ExecConfig {
     /// Defaults: 4 at once, 2 retries from 200 ms (max 5 s) then `fail`, 2 replans, 15 s
-    /// leases, 200 ms polls, no wait for people, 24 h per run, document sync on, no other caps.
+    /// leases, 200 ms polls, no wait for people, 24 h per run, document sync on, no other caps, no goal check.
     pub fn new(node: impl Into<String>) -> ExecConfig {
         ExecConfig {
             node: node.into(),
@@ -67,6 +73,8 @@ impl ExecConfig {
             require_approval: Vec::new(),
             sync_document: true,
             budget: Budget::default(),
+            goal_check: false,
+            rubric: None,
         }
     }
 }

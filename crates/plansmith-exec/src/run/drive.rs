@@ -120,6 +120,10 @@ impl Ctx<'_> {
                     {
                         continue;
                     }
+                    // "Done" means the goal was met: checked before the run completes.
+                    if self.goal_check_due() && self.judge_goal().await? {
+                        continue;
+                    }
                     return self.finish().await;
                 }
                 // Nothing runs here: wait for backoffs, other nodes or people.

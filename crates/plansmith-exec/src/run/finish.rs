@@ -91,6 +91,7 @@ impl Ctx<'_> {
             .clone()
             .or_else(|| self.capped.as_ref().map(|(_, why)| why.clone()))
             .or_else(|| self.abort.clone())
+            .or_else(|| self.goal_unmet.clone())
             .or_else(|| {
                 (state == RunState::Failed).then(|| {
                     let failed: Vec<&str> = self
@@ -138,7 +139,7 @@ impl Ctx<'_> {
         self.sync.meta(
             "last_run",
             json!({"state": state, "stop_reason": stop_reason, "reason": report.reason,
-                   "summary": report.summary}),
+                   "summary": report.summary, "goal_check": report.goal_check}),
         );
         self.sync.flush().await;
         let first = self
@@ -223,7 +224,9 @@ impl Ctx<'_> {
                 StopReason::Aborted
             };
             (RunState::Aborted, reason)
-        } else if self.view.values().any(|s| s.status == ExecStatus::Failed) {
+        } else if self.goal_unmet.is_some()
+            || self.view.values().any(|s| s.status == ExecStatus::Failed)
+        {
             let reason = if self.replans_capped {
                 StopReason::ReplansCapped
             } else {
@@ -248,6 +251,7 @@ impl Ctx<'_> {
             reason,
             stop_reason,
             budget: self.budget.clone(),
+            goal_check: self.goal.as_ref().map(|(_, verdict)| verdict.clone()),
             summary,
             steps: self
                 .plan

@@ -47,12 +47,18 @@ impl Ctx<'_> {
         }
         let request = stored.replan_request(Feedback {
             previous: Some(previous),
-            text: Some(
-                "Some steps failed while the plan ran. The completed steps are kept with \
-                 their results; plan only the remaining work, referring to completed steps \
-                 by their ids."
+            text: Some(match self.goal_gaps.take() {
+                Some(gaps) => format!(
+                    "The steps ran, but parts of the request are not done yet: {}. The \
+                     completed steps are kept with their results; plan only the missing work, \
+                     referring to completed steps by their ids.",
+                    gaps.join("; ")
+                ),
+                None => "Some steps failed while the plan ran. The completed steps are kept \
+                         with their results; plan only the remaining work, referring to \
+                         completed steps by their ids."
                     .into(),
-            ),
+            }),
             diagnostics: Vec::new(),
             observations: observations.clone(),
         });

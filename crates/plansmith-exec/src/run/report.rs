@@ -146,6 +146,9 @@ pub struct RunReport {
     /// Its caps and what it spent (tool calls, tokens), for runs recorded with a budget.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<RunBudget>,
+    /// The goal check's last verdict, when the run checked its goal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal_check: Option<super::goal::GoalVerdict>,
     /// The final answer, composed from the results.
     pub summary: String,
     /// Every step.

@@ -90,6 +90,12 @@ pub(super) struct Ctx<'a> {
     /// A step failed under `"siblings": "cancel"`: the steps running beside it are stopped,
     /// with this cause.
     pub(super) cancel_siblings: Option<String>,
+    /// The goal check's last verdict, and the plan version it judged.
+    pub(super) goal: Option<(u32, super::goal::GoalVerdict)>,
+    /// The gaps the next replan is asked to fill (a goal check's `needs_revision`).
+    pub(super) goal_gaps: Option<Vec<String>>,
+    /// Why the goal check found the goal not met, when it ends the run failed.
+    pub(super) goal_unmet: Option<String>,
     pub(super) started: Instant,
     pub(super) people_since: Option<Instant>,
     pub(super) last_refresh: Instant,
@@ -139,6 +145,9 @@ impl<'a> Ctx<'a> {
             deadlocked: false,
             replans_capped: false,
             cancel_siblings: None,
+            goal: None,
+            goal_gaps: None,
+            goal_unmet: None,
             started: Instant::now(),
             people_since: None,
             last_refresh: Instant::now(),

@@ -28,3 +28,6 @@ mod nodes;
 
 /// Budgets and stop reasons: each cap, shared by nodes; deadlocks end the run.
 mod budget;
+
+/// The goal check: gaps replanned, unmet goals and caps.
+mod goal;

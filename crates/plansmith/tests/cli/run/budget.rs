@@ -296,6 +296,19 @@ fn runs_end_with_their_stop_reason_and_exit_code() {
         "{err}\n{report}"
     );
 
+    // The goal check: a model that finds the goal not met fails the run, saying why.
+    let verdict =
+        json!({"verdict": "failed", "gaps": [], "reason": "nothing was sent"}).to_string();
+    let model = replies(&setup, "judge.json", json!([verdict, "Summary."]));
+    let (code, report, err) = setup.run(
+        &setup.plan("goal.json", chain(1)),
+        &["--model", &model, "--rubric", "the note was sent"],
+        &[],
+    );
+    assert_eq!((code, &report["stop_reason"]), (1, &json!("failed")), "{err}\n{report}");
+    assert_eq!(report["goal_check"]["verdict"], "failed", "{report}");
+    assert!(report["reason"].as_str().unwrap().contains("nothing was sent"), "{report}");
+
     // Caps from the config file's `[budget]`; a flag overrides the file cap by cap.
     let config = setup.path("plansmith.toml");
     std::fs::write(&config, "[budget]\nmax_tool_calls = 1\n").unwrap();

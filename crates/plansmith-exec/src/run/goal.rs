@@ -1,0 +1,216 @@
+//! The goal check: once every step ended and none failed, the model judges what the run
+//! returned against the request (and the caller's rubric, if any) and answers a verdict as
+//! JSON. `satisfied` completes the run; `needs_revision` replans only the gaps it names
+//! (bounded by the run's cap on replans) and checks again after; `failed` ends the run failed,
+//! saying why.
+
+use std::sync::Arc;
+
+use plansmith_core::{CompletionRequest, Message, OutputConstraint};
+use plansmith_store::ExecStep;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::state::Ctx;
+use crate::summary;
+
+/// What the goal check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The results meet the request.
+    Satisfied,
+    /// Parts of the request are not done yet: the gaps say which.
+    NeedsRevision,
+    /// The request cannot be met with what the run did and can do.
+    Failed,
+}
+
+/// The goal check's answer, as the model wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoalVerdict {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// What is missing (with `needs_revision`).
+    #[serde(default)]
+    pub gaps: Vec<String>,
+    /// Why, in a sentence.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// Most characters of the run's results shown to the judge.
+const MAX_SHOWN: usize = 6000;
+
+fn verdict_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["satisfied", "needs_revision", "failed"]},
+            "gaps": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 4},
+            "reason": {"type": "string", "maxLength": 300}
+        },
+        "required": ["verdict", "gaps", "reason"],
+        "additionalProperties": false
+    })
+}
+
+impl Ctx<'_> {
+    /// Whether this run checks its goal: the plan's `metadata.execution.goal_check` (true, or
+    /// `{"rubric": "…"}`), else the executor's setting; and the rubric, if any.
+    pub(super) fn goal_check_wanted(&self) -> Option<Option<String>> {
+        let execution = self.plan.metadata.get("execution");
+        let (on, rubric) = match execution.and_then(|e| e.get("goal_check")) {
+            Some(Value::Bool(on)) => (*on, None),
+            Some(Value::Object(o)) => (
+                true,
+                o.get("rubric").and_then(Value::as_str).map(str::to_owned),
+            ),
+            _ => (self.ex.config.goal_check, None),
+        };
+        on.then(|| rubric.or_else(|| self.ex.config.rubric.clone()))
+    }
+
+    /// Asks the model for a verdict on what the run returned, with the tokens it spent. `None`
+    /// when there is no model or its answer is unusable (the run then ends as its steps say,
+    /// with a warning in the log).
+    pub(super) async fn check_goal(&self, rubric: Option<&str>) -> (Option<GoalVerdict>, u64) {
+        let model = self
+            .ex
+            .summary_model
+            .clone()
+            .or_else(|| self.planner.as_ref().map(|p| Arc::clone(p.model())));
+        let Some(model) = model else {
+            tracing::warn!("goal check of {}: no model to judge it", self.plan_id);
+            return (None, 0);
+        };
+        let rows: Vec<ExecStep> = self
+            .plan
+            .steps
+            .iter()
+            .filter_map(|s| self.view.get(&s.id).cloned())
+            .collect();
+        let mut shown = summary::plain(&self.plan, &rows);
+        if shown.len() > MAX_SHOWN {
+            let mut cut = MAX_SHOWN;
+            while !shown.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            shown.truncate(cut);
+            shown.push_str("\n…");
+        }
+        let request = if self.plan.goal.trim().is_empty() {
+            self.plan.title.clone()
+        } else {
+            self.plan.goal.clone()
+        };
+        let mut prompt = format!("Request: {request}\n");
+        if let Some(rubric) = rubric {
+            prompt.push_str(&format!(
+                "Rubric, every point of which must hold: {rubric}\n"
+            ));
+        }
+        prompt.push_str(&format!("What the run did and returned:\n{shown}\n"));
+        let completion = model
+            .complete(CompletionRequest {
+                messages: vec![
+                    Message::system(
+                        "You check whether a finished run met the user's request. Judge only \
+                         from the results shown. Answer `satisfied` when every part of the \
+                         request is done; `needs_revision` with the missing parts as short \
+                         gaps when some part was not done and more steps could do it; `failed` \
+                         when it cannot be done.",
+                    ),
+                    Message::user(prompt),
+                ],
+                constraint: Some(OutputConstraint::JsonSchema {
+                    name: "goal_verdict".into(),
+                    schema: Arc::new(verdict_schema()),
+                    strict: true,
+                }),
+                max_tokens: 256,
+                temperature: 0.0,
+            })
+            .await;
+        let completion = match completion {
+            Ok(completion) => completion,
+            Err(err) => {
+                tracing::warn!("goal check of {}: the model failed: {err}", self.plan_id);
+                return (None, 0);
+            }
+        };
+        let tokens = u64::from(completion.usage.prompt_tokens)
+            + u64::from(completion.usage.completion_tokens);
+        let text = completion.text.trim();
+        let text = text
+            .strip_prefix("```json")
+            .or_else(|| text.strip_prefix("```"))
+            .map_or(text, |t| t.trim_end_matches("```").trim());
+        match serde_json::from_str::<GoalVerdict>(text) {
+            Ok(verdict) => (Some(verdict), tokens),
+            Err(err) => {
+                tracing::warn!(
+                    "goal check of {}: the model's verdict is unusable ({err}): {text}",
+                    self.plan_id
+                );
+                (None, tokens)
+            }
+        }
+    }
+
+    /// Whether the goal is to be checked now: wanted, every step ended and none failed, and
+    /// this version of the plan not judged yet.
+    pub(super) fn goal_check_due(&self) -> bool {
+        self.goal_check_wanted().is_some()
+            && self.abort.is_none()
+            && self.stall.is_none()
+            && self.capped.is_none()
+            && self.replan_wanted.is_empty()
+            && !self
+                .view
+                .values()
+                .any(|s| s.status == plansmith_store::ExecStatus::Failed)
+            && self
+                .goal
+                .as_ref()
+                .is_none_or(|(v, _)| *v != self.base_version)
+    }
+
+    /// Checks the goal; true when its gaps were replanned (the run goes on with the new
+    /// steps).
+    pub(super) async fn judge_goal(&mut self) -> Result<bool, super::report::ExecError> {
+        let rubric = self.goal_check_wanted().flatten();
+        let (verdict, tokens) = self.check_goal(rubric.as_deref()).await;
+        self.spend_tokens(tokens).await?;
+        let Some(verdict) = verdict else {
+            return Ok(false);
+        };
+        self.goal = Some((self.base_version, verdict.clone()));
+        match verdict.verdict {
+            Verdict::Satisfied => Ok(false),
+            Verdict::Failed => {
+                self.goal_unmet = Some(format!(
+                    "the goal check found the request cannot be met: {}",
+                    verdict.reason
+                ));
+                Ok(false)
+            }
+            Verdict::NeedsRevision => {
+                let gaps = if verdict.gaps.is_empty() {
+                    verdict.reason.clone()
+                } else {
+                    verdict.gaps.join("; ")
+                };
+                let why = format!("the goal check found parts of the request not done: {gaps}");
+                if self.planner.is_none() || self.replans >= self.max_replans() {
+                    self.replans_capped = self.planner.is_some();
+                    self.goal_unmet = Some(why);
+                    return Ok(false);
+                }
+                self.replan_wanted.push(why);
+                self.goal_gaps = Some(verdict.gaps);
+                self.replan().await
+            }
+        }
+    }
+}
