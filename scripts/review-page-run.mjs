@@ -35,6 +35,9 @@ try {
   await page.waitForSelector('#step-s2 button[data-verdict="approve"]');
   if ((await page.evaluate(text, "#step-s2 .status")) !== "blocked") await fail(`s2 is ${await page.evaluate(text, "#step-s2 .status")}`);
   if (!(await page.evaluate(text, "#step-s2 .note")).includes("waiting for approval")) await fail(`s2 note: ${await page.evaluate(text, "#step-s2 .note")}`);
+  // How far an approval reaches is a choice beside the button (this run, the plan, the call).
+  const reaches = await page.evaluate(() => [...document.querySelectorAll("#remember-s2 option")].map((o) => o.value).join(","));
+  if (reaches !== "run,plan,call") await fail(`approval scopes: ${reaches}`);
   // With no wait for people (the executor's default), the run pauses until someone decides.
   await page.waitForFunction(() => document.querySelector("#run-state")?.textContent === "Run waiting: waiting for a decision on s2");
   // A run in progress is not offered again (the server would refuse it)…

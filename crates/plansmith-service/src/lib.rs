@@ -56,6 +56,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod approvals;
 mod estimates;
 mod planners;
 mod review;
@@ -69,6 +70,7 @@ use plansmith_core::{Diagnostic, Outcome, Plan, PlanError, PlanRequest, Planner}
 use plansmith_store::{ExecRun, PlanStore, Review, RunState, StepDecided, StoreError, Submitted};
 use serde_json::Value;
 
+pub use approvals::PendingApproval;
 pub use planners::Planners;
 pub use review::{Decided, Decision};
 pub use runs::{RunStart, Runner};

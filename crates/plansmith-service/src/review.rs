@@ -6,7 +6,7 @@ use plansmith_core::pipeline::OnEvent;
 use plansmith_core::{Diagnostic, Feedback, OutcomeStatus, Planner};
 use plansmith_store::review::initial_state;
 use plansmith_store::{
-    Change, ReviewAction, StepDecided, StepVerdict, StoreError, StoredPlan, Trigger,
+    Change, Remember, ReviewAction, StepDecided, StepVerdict, StoreError, StoredPlan, Trigger,
     is_confirmation,
 };
 use serde_json::Value;
@@ -36,6 +36,9 @@ pub enum Decision {
         verdict: StepVerdict,
         /// A note for the log.
         note: String,
+        /// How far an approval reaches: this run (the default), every run of this plan, or
+        /// this exact call in any plan.
+        remember: Remember,
     },
 }
 
@@ -134,10 +137,41 @@ impl Service {
                 step,
                 verdict,
                 note,
+                remember,
             } => {
+                // Checked before anything is recorded: only an approval of a tool call is
+                // remembered past its run.
+                let remembered = match remember {
+                    Remember::Run => None,
+                    _ if verdict != StepVerdict::Approve => {
+                        return Err(StoreError::BadEdit(format!(
+                            "only an approval can be remembered (`{}` was asked with `{}`)",
+                            remember.as_str(),
+                            verdict.as_str()
+                        ))
+                        .into());
+                    }
+                    _ => match current.plan.step(&step).map(|s| &s.action) {
+                        Some(plansmith_core::Action::Tool { name, arguments }) => {
+                            Some((name.clone(), Value::Object(arguments.clone())))
+                        }
+                        _ => {
+                            return Err(StoreError::BadEdit(format!(
+                                "step `{step}` calls no tool: only a tool call's approval can \
+                                 be remembered past its run"
+                            ))
+                            .into());
+                        }
+                    },
+                };
                 let decided = store
                     .decide_step(id, &step, verdict, &note, expected_version, actor)
                     .await?;
+                if let Some((tool, arguments)) = remembered {
+                    store
+                        .remember_approval(remember, id, &tool, &arguments, actor)
+                        .await?;
+                }
                 self.decided(id, &decided);
                 return Ok(Decided {
                     stored: store.get(id).await?,

@@ -79,8 +79,8 @@ pub use catalogs::catalog_id;
 pub use error::{DatabaseError, Result, StoreError};
 pub use exec::{
     Applies, AttemptRecord, Budget, Claim, ExecRun, ExecStatus, ExecStep, OnCap, RUN_STOP,
-    RunBudget, RunSignal, RunState, StepDecided, StepDecision, StepEnd, StepSeed, StepVerdict,
-    idempotency_key,
+    Remember, RunBudget, RunSignal, RunState, StandingApproval, StepDecided, StepDecision, StepEnd,
+    StepSeed, StepVerdict, idempotency_key,
 };
 pub use notify::{Listener, Notifier};
 pub use review::{

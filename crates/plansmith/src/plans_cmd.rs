@@ -17,7 +17,8 @@ use clap::{Args, Subcommand};
 use plansmith_core::{Catalog, PlanError, Planner, Prompts};
 use plansmith_service::{Decision, Planners, Service, ServiceError};
 use plansmith_store::{
-    ListFilter, Location, PlanStore, ReviewAction, ReviewState, StepKey, StoreError, StoredPlan,
+    ListFilter, Location, PlanStore, Remember, ReviewAction, ReviewState, StepKey, StepVerdict,
+    StoreError, StoredPlan,
 };
 
 use crate::args::{ActorArgs, StoreArgs};
@@ -148,16 +149,30 @@ enum PlansCommand {
     Decide {
         /// Plan id.
         id: String,
-        /// Step id (`s2`).
+        /// Step id (`s2`), or `all`: every approval the run waits for (`plans pending`).
         step: String,
         /// approve, deny, retry, skip or abort.
         verdict: String,
         /// A note for the log.
         #[arg(long, default_value = "")]
         note: String,
+        /// How far an approval reaches: `run` (this step in this run), `plan` (this tool in
+        /// every run of this plan) or `call` (this tool with exactly these arguments, in any
+        /// plan).
+        #[arg(long, default_value = "run")]
+        remember: Remember,
         /// Fail with exit 5 unless the plan is still at this version (the one you read).
         #[arg(long)]
         expected_version: Option<u32>,
+    },
+    /// The approvals the plan's run waits for, all at once: each gated step with its tool and
+    /// arguments (decide them together with `plans decide ID all approve`).
+    Pending {
+        /// Plan id.
+        id: String,
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Stop the plan's run in progress: its running steps are stopped, nothing else starts,
     /// and the run ends `aborted` (a `plansmith run` or `plansmith serve` running it stops at
@@ -453,13 +468,77 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
             };
             show_result(accepted)
         }
+        PlansCommand::Pending { id, json } => {
+            let pending = plain_service(&store)
+                .pending_approvals(&id)
+                .await
+                .map_err(service_error)?;
+            if json {
+                print_json(&pending)?;
+            } else if pending.is_empty() {
+                println!("plan {id}: no approval is pending");
+            } else {
+                for approval in &pending {
+                    println!(
+                        "{}  {}  {} {}{}",
+                        approval.step_id,
+                        approval.title,
+                        approval.tool,
+                        approval.arguments,
+                        if approval.flagged {
+                            "  (destructive)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                eprintln!(
+                    "decide them: plansmith plans decide {id} all approve|deny \
+                     [--remember plan|call]"
+                );
+            }
+            Ok(Exit::Ok)
+        }
         PlansCommand::Decide {
             id,
             step,
             verdict,
             note,
+            remember,
             expected_version,
         } => {
+            if step == "all" {
+                let verdict: StepVerdict = verdict
+                    .parse()
+                    .map_err(|e: String| CliError::input(anyhow!(e)))?;
+                if !matches!(verdict, StepVerdict::Approve | StepVerdict::Deny)
+                    || expected_version.is_some()
+                {
+                    return Err(CliError::input(anyhow!(
+                        "`all` decides the pending approvals: approve or deny them (without \
+                         --expected-version)"
+                    )));
+                }
+                let decided = plain_service(&store)
+                    .decide_pending(&id, None, verdict, remember, &note, actor)
+                    .await
+                    .map_err(service_error)?;
+                let steps: Vec<String> = decided
+                    .iter()
+                    .filter_map(|d| d.step_decision.as_ref().map(|s| s.decision.step_id.clone()))
+                    .collect();
+                if steps.is_empty() {
+                    eprintln!("plan {id}: no approval is pending");
+                } else {
+                    eprintln!(
+                        "{} {}: the run goes on with `plansmith run {id} --resume` (a `plansmith \
+                         serve` running the plan goes on by itself)",
+                        verdict.as_str(),
+                        steps.join(", ")
+                    );
+                }
+                return Ok(Exit::Ok);
+            }
             let verdict = verdict
                 .parse()
                 .map_err(|e: String| CliError::input(anyhow!(e)))?;
@@ -467,6 +546,7 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
                 step: step.clone(),
                 verdict,
                 note,
+                remember,
             };
             let decided = plain_service(&store)
                 .decide(&id, decision, expected_version, actor, None)

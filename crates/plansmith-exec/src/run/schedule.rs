@@ -122,8 +122,35 @@ impl Ctx<'_> {
                     .as_ref()
                     .and_then(|d| d.iter().find(|d| d.step_id == step.id))
                     .map(|d| d.verdict);
+                // Without a decision in this run, an approval that outlives runs may hold:
+                // for the tool in this plan, or for this exact call.
+                let standing = match (&decided, &step.action) {
+                    (None, plansmith_core::Action::Tool { name, arguments }) => {
+                        self.ex
+                            .store
+                            .standing_approval(
+                                &self.plan_id,
+                                name,
+                                &serde_json::Value::Object(arguments.clone()),
+                            )
+                            .await?
+                    }
+                    _ => None,
+                };
+                if let Some(standing) = &standing {
+                    tracing::info!(
+                        "step {} of {}: approved for the {} by {} (standing approval)",
+                        step.id,
+                        self.plan_id,
+                        standing.scope.as_str(),
+                        standing.actor
+                    );
+                }
                 match decided {
                     Some(StepVerdict::Approve) => {
+                        self.approved.insert(step.id.clone());
+                    }
+                    None if standing.is_some() => {
                         self.approved.insert(step.id.clone());
                     }
                     _ => {

@@ -140,3 +140,66 @@ async fn a_plan_with_no_steps_does_not_run() {
     assert!(err.to_string().contains("it has no steps"), "{err}");
     assert!(env.store.exec_run("empty").await.unwrap().is_none());
 }
+
+/// An approval that outlives its run: for the exact call in any plan, or for the tool in
+/// every run of one plan. A call with other arguments, or the tool in another plan, still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standing_approvals_let_gated_calls_through_in_later_runs() {
+    let env = env().await;
+    let deleted = env.path("deleted");
+    let run = |id: &'static str| {
+        let tools = invokers(vec![
+            ("items", script("items.sh", &[])),
+            (
+                "delete_file",
+                script("append.sh", &[deleted.to_str().unwrap()]),
+            ),
+        ]);
+        let executor = Executor::new(env.store.clone(), tools, config("n"));
+        async move { executor.run(id).await.unwrap() }
+    };
+    let with_path = |path: &str| {
+        let mut steps = steps();
+        steps[1]["action"]["arguments"]["path"] = json!(path);
+        steps
+    };
+    // This exact call is approved anywhere; another path is not.
+    env.store
+        .remember_approval(
+            plansmith_store::Remember::Call,
+            "elsewhere",
+            "delete_file",
+            &json!({"path": "/tmp/x"}),
+            "alice",
+        )
+        .await
+        .unwrap();
+    env.plan("same-call", with_path("/tmp/x"), json!({})).await;
+    env.plan("other-call", with_path("/tmp/y"), json!({})).await;
+    assert_eq!(run("same-call").await.state, RunState::Completed);
+    assert_eq!(run("other-call").await.state, RunState::Waiting);
+
+    // The tool in every run of one plan (any arguments); another plan still waits.
+    env.store
+        .remember_approval(
+            plansmith_store::Remember::Plan,
+            "approved-plan",
+            "delete_file",
+            &json!({"path": "/tmp/y"}),
+            "alice",
+        )
+        .await
+        .unwrap();
+    env.plan("approved-plan", with_path("/tmp/z"), json!({}))
+        .await;
+    env.plan("another-plan", with_path("/tmp/z"), json!({}))
+        .await;
+    assert_eq!(run("approved-plan").await.state, RunState::Completed);
+    assert_eq!(run("another-plan").await.state, RunState::Waiting);
+    let done: Vec<String> = lines(&deleted)
+        .into_iter()
+        .filter(|l| l.starts_with("done"))
+        .collect();
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert!(done[1].contains("approved-plan"), "{done:?}");
+}

@@ -155,12 +155,17 @@ pub struct FeedbackParams {
     /// The JSON Patch operations (patch).
     #[serde(default)]
     pub patch: Option<Value>,
-    /// The step id (step).
+    /// The step id (step), or `all`: every approval the run waits for.
     #[serde(default)]
     pub step: Option<String>,
     /// approve, deny, retry, skip or abort (step).
     #[serde(default)]
     pub verdict: Option<String>,
+    /// How far an approval reaches (step, with approve): run (this step in this run, the
+    /// default), plan (this tool in every run of this plan) or call (this tool with exactly
+    /// these arguments, in any plan).
+    #[serde(default)]
+    pub remember: Option<String>,
     /// Apply only if the plan is still at this version, the one the reviewer read (else the
     /// call fails and nothing changes).
     #[serde(default)]

@@ -189,6 +189,45 @@ impl PlansmithMcp {
                 let Some(step) = params.step.filter(|s| !s.trim().is_empty()) else {
                     return failure("`step` (the step id) is required for step");
                 };
+                let remember = match params.remember.as_deref().unwrap_or("run").parse() {
+                    Ok(remember) => remember,
+                    Err(err) => return failure(format!("`remember` for step: {err}")),
+                };
+                // `all`: every approval the run waits for, decided at once.
+                if step == "all" {
+                    let verdict = match params.verdict.as_deref().unwrap_or_default().parse() {
+                        Ok(
+                            v @ (plansmith_store::StepVerdict::Approve
+                            | plansmith_store::StepVerdict::Deny),
+                        ) => v,
+                        _ => return failure("`verdict` for step `all`: approve or deny"),
+                    };
+                    let plan_id = current.plan.id.clone();
+                    let decided = match self
+                        .service
+                        .decide_pending(&plan_id, None, verdict, remember, &text, &actor)
+                        .await
+                    {
+                        Ok(decided) => decided,
+                        Err(err) => return failure(err.to_string()),
+                    };
+                    let steps: Vec<String> = decided
+                        .iter()
+                        .filter_map(|d| {
+                            d.step_decision.as_ref().map(|s| s.decision.step_id.clone())
+                        })
+                        .collect();
+                    let text = format!(
+                        "Plan {plan_id}: {} {}",
+                        verdict.as_str(),
+                        if steps.is_empty() {
+                            "nothing (no approval was pending)".to_owned()
+                        } else {
+                            steps.join(", ")
+                        }
+                    );
+                    return answer(json!({"plan_id": plan_id, "decided": steps}), text);
+                }
                 match params
                     .verdict
                     .unwrap_or_default()
@@ -198,6 +237,7 @@ impl PlansmithMcp {
                         step,
                         verdict,
                         note: text,
+                        remember,
                     },
                     Err(err) => return failure(format!("`verdict` for step: {err}")),
                 }

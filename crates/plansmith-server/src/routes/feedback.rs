@@ -78,6 +78,11 @@ pub enum Feedback {
         /// A note for the log.
         #[serde(default)]
         note: String,
+        /// How far an approval reaches: `run` (this step in this run, the default), `plan`
+        /// (this tool in every run of this plan) or `call` (this tool with exactly these
+        /// arguments, in any plan).
+        #[serde(default)]
+        remember: plansmith_store::Remember,
         /// Apply only if the plan is still at this version, the one the reviewer read
         /// (else `conflict`).
         #[serde(default)]
@@ -110,12 +115,14 @@ impl Feedback {
                 step,
                 verdict,
                 note,
+                remember,
                 expected_version,
             } => (
                 Decision::Step {
                     step,
                     verdict,
                     note,
+                    remember,
                 },
                 expected_version,
             ),

@@ -51,6 +51,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(events::events))
         .routes(routes!(runs::run_plan))
         .routes(routes!(runs::stop_run))
+        .routes(routes!(runs::pending_approvals, runs::decide_approvals))
         .merge(templates::api())
 }
 

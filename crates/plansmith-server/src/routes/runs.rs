@@ -8,11 +8,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use plansmith_exec::ExecError;
-use plansmith_service::{RunStart, ServiceError};
-use plansmith_store::{Budget, RunState, StoreError};
+use plansmith_service::{PendingApproval, RunStart, ServiceError};
+use plansmith_store::{Budget, Remember, RunState, StepVerdict, StoreError};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{ApiPath, Caller, optional_body};
+use super::extract::{ApiJson, ApiPath, Caller, optional_body};
 use super::plans::load;
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
@@ -144,4 +144,88 @@ pub struct RunStarted {
     pub state: RunState,
     /// The plan version the run's steps come from.
     pub base_version: u32,
+}
+
+/// Every approval the plan's run waits for, at once: each gated step with its tool and its
+/// arguments as the plan writes them (empty when nothing waits).
+#[utoipa::path(get, path = "/v1/plans/{id}/approvals", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")),
+    responses(
+        (status = 200, description = "The pending approvals, in plan order", body = [PendingApproval]),
+        (status = 404, description = "`not_found`: no such plan", body = ErrorBody),
+    ))]
+pub(super) async fn pending_approvals(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Vec<PendingApproval>>, ApiError> {
+    load(&state, &caller, &id).await?;
+    Ok(Json(state.service.pending_approvals(&id).await?))
+}
+
+/// Decide every approval the plan's run waits for (or those of `steps`) in one go: each is
+/// recorded as its own step decision, and a paused run goes on.
+#[utoipa::path(post, path = "/v1/plans/{id}/approvals", tag = "plans",
+    params(("id" = String, Path, description = "The plan id")),
+    request_body(content = ApprovalsDecision, description = "`{\"verdict\": \"approve\"}` approves every pending approval; `steps` limits it, `remember` makes approvals outlive the run"),
+    responses(
+        (status = 200, description = "The steps decided (none when nothing waited)", body = ApprovalsDecided),
+        (status = 400, description = "`bad_request`: invalid body, or `remember` with another verdict than `approve`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such plan", body = ErrorBody),
+        (status = 409, description = "`conflict`: the plan has no run in progress", body = ErrorBody),
+    ))]
+pub(super) async fn decide_approvals(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(request): ApiJson<ApprovalsDecision>,
+) -> Result<Json<ApprovalsDecided>, ApiError> {
+    load(&state, &caller, &id).await?;
+    if !matches!(request.verdict, StepVerdict::Approve | StepVerdict::Deny) {
+        return Err(ApiError::new(
+            "bad_request",
+            "pending approvals are approved or denied (`approve`, `deny`)",
+        ));
+    }
+    let decided = state
+        .service
+        .decide_pending(
+            &id,
+            request.steps.as_deref(),
+            request.verdict,
+            request.remember,
+            &request.note,
+            &caller.actor(),
+        )
+        .await?;
+    Ok(Json(ApprovalsDecided {
+        decided: decided
+            .iter()
+            .filter_map(|d| d.step_decision.as_ref().map(|s| s.decision.step_id.clone()))
+            .collect(),
+    }))
+}
+
+/// Body of `POST /v1/plans/{id}/approvals`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsDecision {
+    /// `approve` or `deny`.
+    pub verdict: StepVerdict,
+    /// Only these steps (default: every pending approval).
+    #[serde(default)]
+    pub steps: Option<Vec<String>>,
+    /// How far the approvals reach: `run` (default), `plan` or `call`.
+    #[serde(default)]
+    pub remember: Remember,
+    /// A note for the log.
+    #[serde(default)]
+    pub note: String,
+}
+
+/// Answer of `POST /v1/plans/{id}/approvals`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApprovalsDecided {
+    /// The steps decided, in plan order.
+    pub decided: Vec<String>,
 }

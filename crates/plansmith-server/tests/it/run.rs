@@ -517,3 +517,72 @@ async fn the_worker_continues_a_run_decided_outside_the_server() {
         "the denied email was not sent"
     );
 }
+
+/// The approvals a run waits for, listed and decided at once over HTTP, remembered for every
+/// run of the plan: the next run does not stop at the gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_approvals_are_decided_at_once_and_remembered() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let (s, store) = start_with(calls.clone(), vec!["s2".into()], false).await;
+    let id = run_until_paused(&s).await;
+    let (status, pending) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/plans/{id}/approvals"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{pending}");
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
+    assert_eq!(pending[0]["step_id"], "s2");
+    assert_eq!(pending[0]["tool"], "send_email");
+    assert_eq!(
+        pending[0]["arguments"]["to"], "bob@example.com",
+        "{pending}"
+    );
+
+    // `remember` goes with approvals only.
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/plans/{id}/approvals"),
+        Some(json!({"verdict": "deny", "remember": "plan"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &format!("/v1/plans/{id}/approvals"),
+        Some(json!({"verdict": "approve", "remember": "plan", "note": "fine"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decided"], json!(["s2"]));
+    assert_eq!(run_end(&store, &id).await, RunState::Completed);
+    assert_eq!(calls.lock().unwrap().len(), 2);
+
+    // Run again: the plan's send_email is approved for every run, nothing waits.
+    let (status, _) = call(
+        &s,
+        Method::PATCH,
+        &format!("/v1/plans/{id}/steps/s2"),
+        Some(json!({"status": "not_started"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = call(&s, Method::POST, &format!("/v1/plans/{id}/run"), None, None).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(run_end(&store, &id).await, RunState::Completed);
+    let sent = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.starts_with("send_email"))
+        .count();
+    assert_eq!(sent, 2, "{:?}", calls.lock().unwrap());
+}

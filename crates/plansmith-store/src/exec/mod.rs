@@ -28,12 +28,14 @@ use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 
+mod approvals;
 mod budget;
 mod claims;
 mod decisions;
 mod runs;
 mod types;
 
+pub use approvals::{Remember, StandingApproval};
 pub use budget::{Budget, OnCap, RunBudget};
 pub use decisions::{Applies, RUN_STOP, RunSignal, StepDecided, StepDecision, StepVerdict};
 pub use runs::StepSeed;

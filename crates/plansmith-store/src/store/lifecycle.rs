@@ -158,6 +158,7 @@ impl PlanStore {
             "exec_attempts",
             "exec_decisions",
             "exec_budgets",
+            "standing_approvals",
         ] {
             sqlx::query(AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE plan_id = $1"

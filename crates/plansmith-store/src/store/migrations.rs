@@ -190,7 +190,7 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
     ),
     (
         10,
-        "run budgets: caps and what a run spent; step times for estimates",
+        "run budgets: caps and what a run spent; step times for estimates; standing approvals",
         // Beside `exec_runs` rather than in it: a new table is idempotent to create, and a run
         // recorded before it simply has no budget. Step times are kept per kind of step (a tool,
         // `agent:NAME`, `task:KIND`) as running sums, so an estimate reads one row per tool.
@@ -207,6 +207,14 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
             calls BIGINT NOT NULL,
             total_ms BIGINT NOT NULL,
             total_tokens BIGINT NOT NULL
+        )",
+            "CREATE TABLE IF NOT EXISTS standing_approvals (
+            key TEXT PRIMARY KEY,
+            scope TEXT NOT NULL,
+            plan_id TEXT,
+            tool TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            created_at TEXT NOT NULL
         )",
         ],
     ),

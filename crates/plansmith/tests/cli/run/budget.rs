@@ -305,9 +305,19 @@ fn runs_end_with_their_stop_reason_and_exit_code() {
         &["--model", &model, "--rubric", "the note was sent"],
         &[],
     );
-    assert_eq!((code, &report["stop_reason"]), (1, &json!("failed")), "{err}\n{report}");
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (1, &json!("failed")),
+        "{err}\n{report}"
+    );
     assert_eq!(report["goal_check"]["verdict"], "failed", "{report}");
-    assert!(report["reason"].as_str().unwrap().contains("nothing was sent"), "{report}");
+    assert!(
+        report["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was sent"),
+        "{report}"
+    );
 
     // Caps from the config file's `[budget]`; a flag overrides the file cap by cap.
     let config = setup.path("plansmith.toml");
@@ -545,4 +555,63 @@ fn plans_show_estimates_the_run_before_it_runs() {
     let (_, estimate) = show(report["plan_id"].as_str().unwrap());
     assert_eq!(estimate["timed_steps"], 2, "{estimate}");
     assert!(estimate["seconds"].as_f64().unwrap() < 2.0, "{estimate}");
+}
+
+/// `plans pending` shows every approval a paused run waits for; `plans decide ID all approve`
+/// decides them in one go, and `--remember call` lets the same call through in a later plan.
+#[test]
+fn pending_approvals_are_listed_and_decided_at_once() {
+    let setup = Setup::new();
+    let home = setup.dir.path().display().to_string();
+    let vars = [("XDG_CONFIG_HOME", home.as_str())];
+    let plans = |args: &[&str]| {
+        let mut all = vec!["plans"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--store", &setup.store]);
+        plansmith_with(&all, &vars)
+    };
+    let two = json!([
+        {"id": "s1", "type": "tool", "title": "first", "name": "echo", "arguments": {"n": 1}},
+        {"id": "s2", "type": "tool", "title": "second", "name": "echo", "arguments": {"n": 2}}
+    ]);
+    let gates = ["--require-approval", "s1", "--require-approval", "s2"];
+    let (code, report, err) = setup.run(&setup.plan("gated.json", two.clone()), &gates, &[]);
+    assert_eq!(code, 10, "{err}");
+    let id = report["plan_id"].as_str().unwrap().to_owned();
+
+    let listed = plans(&["pending", &id]);
+    let text_out = text(&listed.stdout);
+    assert!(text_out.contains("s1  first  echo {\"n\":1}"), "{text_out}");
+    assert!(
+        text_out.contains("s2  second  echo {\"n\":2}"),
+        "{text_out}"
+    );
+    let decided = plans(&["decide", &id, "all", "approve", "--remember", "call"]);
+    assert_eq!(decided.status.code(), Some(0), "{}", text(&decided.stderr));
+    assert!(
+        text(&decided.stderr).contains("approve s1, s2"),
+        "{}",
+        text(&decided.stderr)
+    );
+    let (code, report, err) = setup.run(&id, &["--resume"], &[]);
+    assert_eq!(
+        (code, &report["stop_reason"]),
+        (0, &json!("completed")),
+        "{err}"
+    );
+    let none = plans(&["pending", &id]);
+    assert!(text(&none.stdout).contains("no approval is pending"));
+
+    // The same calls in another plan go through; a new call still waits.
+    let (code, _, err) = setup.run(&setup.plan("again.json", two), &gates, &[]);
+    assert_eq!(code, 0, "{err}");
+    let other = json!([
+        {"id": "s1", "type": "tool", "title": "third", "name": "echo", "arguments": {"n": 3}}
+    ]);
+    let (code, _, err) = setup.run(
+        &setup.plan("other.json", other),
+        &["--require-approval", "s1"],
+        &[],
+    );
+    assert_eq!(code, 10, "{err}");
 }
