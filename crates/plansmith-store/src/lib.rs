@@ -80,7 +80,7 @@ pub use error::{DatabaseError, Result, StoreError};
 pub use exec::{
     Applies, AttemptRecord, Budget, Claim, ExecRun, ExecStatus, ExecStep, OnCap, RUN_STOP,
     Remember, RunBudget, RunSignal, RunState, StandingApproval, StepDecided, StepDecision, StepEnd,
-    StepSeed, StepVerdict, idempotency_key,
+    StepSeed, StepVerdict, StopReason, idempotency_key,
 };
 pub use notify::{Listener, Notifier};
 pub use review::{

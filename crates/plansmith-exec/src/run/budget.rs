@@ -6,8 +6,9 @@ use chrono::Utc;
 use plansmith_core::Action;
 use plansmith_store::OnCap;
 
-use super::report::{ExecError, StopReason};
+use super::report::ExecError;
 use super::state::Ctx;
+use plansmith_store::StopReason;
 
 impl Ctx<'_> {
     /// Most replans of this run: its budget's cap, else the executor's.

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use plansmith_store::{Claim, ExecStatus, ExecStep, RunState, StepEnd};
 use serde_json::{Value, json};
 
-use super::report::{ExecError, RunReport, StepReport, StopReason};
+use super::report::{ExecError, RunReport, StepReport};
 use super::state::Ctx;
 use crate::events::ExecEvent;
 use crate::summary;
+use plansmith_store::StopReason;
 
 impl Ctx<'_> {
     /// The run pauses: only people can unblock it.

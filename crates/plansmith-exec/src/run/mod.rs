@@ -38,4 +38,5 @@ pub use attempt::PROGRESS_EVERY;
 pub use config::{ExecConfig, MAX_TURNS, node_name};
 pub use executor::{Executor, PlannerSource};
 pub use goal::{GoalVerdict, Verdict};
-pub use report::{ExecError, RunReport, StepReport, StopReason};
+pub use plansmith_store::StopReason;
+pub use report::{ExecError, RunReport, StepReport};

@@ -1,8 +1,8 @@
 //! What a run gives back: its report ([`RunReport`], a [`StepReport`] a step), or the error
 //! that kept it from happening ([`ExecError`]).
 
-use plansmith_store::{ExecStatus, ReviewState, RunBudget, RunState, StoreError};
-use serde::{Deserialize, Serialize};
+use plansmith_store::{ExecStatus, ReviewState, RunBudget, RunState, StopReason, StoreError};
+use serde::Serialize;
 use serde_json::Value;
 
 /// A run that could not happen (step failures are not errors: they are in the report).
@@ -59,77 +59,6 @@ pub struct StepReport {
     pub error: Option<String>,
     /// Why it was skipped or blocked.
     pub note: String,
-}
-
-/// Why a run stopped, as data: what a caller branches on (the run's `reason` says it in words).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// Every step completed or was skipped by its policy.
-    Completed,
-    /// A step failed past its policy and no replan was allowed.
-    Failed,
-    /// A person, a step's `abort` policy or a replan that could not be made stopped the run.
-    Aborted,
-    /// The run's model tokens reached their cap.
-    TokenCapped,
-    /// The run's tool and agent calls reached their cap.
-    ToolCallsCapped,
-    /// The run reached its time cap.
-    Deadline,
-    /// A replan was needed past the cap on replans.
-    ReplansCapped,
-    /// A replan repeated a failure or a failed call.
-    Stalled,
-    /// Steps were left that nothing could start (their dependencies can never complete).
-    Deadlocked,
-}
-
-impl StopReason {
-    /// Every reason.
-    pub const ALL: [StopReason; 9] = [
-        StopReason::Completed,
-        StopReason::Failed,
-        StopReason::Aborted,
-        StopReason::TokenCapped,
-        StopReason::ToolCallsCapped,
-        StopReason::Deadline,
-        StopReason::ReplansCapped,
-        StopReason::Stalled,
-        StopReason::Deadlocked,
-    ];
-
-    /// The wire name (`tool_calls_capped`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopReason::Completed => "completed",
-            StopReason::Failed => "failed",
-            StopReason::Aborted => "aborted",
-            StopReason::TokenCapped => "token_capped",
-            StopReason::ToolCallsCapped => "tool_calls_capped",
-            StopReason::Deadline => "deadline",
-            StopReason::ReplansCapped => "replans_capped",
-            StopReason::Stalled => "stalled",
-            StopReason::Deadlocked => "deadlocked",
-        }
-    }
-
-    /// Whether a budget cap stopped the run.
-    pub fn is_cap(self) -> bool {
-        matches!(
-            self,
-            StopReason::TokenCapped
-                | StopReason::ToolCallsCapped
-                | StopReason::Deadline
-                | StopReason::ReplansCapped
-        )
-    }
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// How a run ended.

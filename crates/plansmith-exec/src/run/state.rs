@@ -13,10 +13,11 @@ use tokio::task::JoinSet;
 
 use super::doc_sync::DocSync;
 use super::executor::Executor;
-use super::report::{ExecError, StopReason};
+use super::report::ExecError;
 use crate::events::ExecEvent;
 use crate::invoke::InvokeError;
 use crate::refs::RefError;
+use plansmith_store::StopReason;
 
 /// Why an attempt failed, as the scheduler sees it.
 #[derive(Debug)]

@@ -333,6 +333,7 @@ async fn completed_failed_and_aborted_runs_say_so() {
         assert_eq!(report.stop_reason, Some(reason), "{report:?}");
         // The stored outcome and the document carry it too.
         let run = env.store.exec_run(id).await.unwrap().unwrap();
+        assert_eq!(run.stop_reason, Some(reason));
         assert_eq!(run.outcome.unwrap()["stop_reason"], json!(reason.as_str()));
         let stored = env.store.get(id).await.unwrap();
         assert_eq!(

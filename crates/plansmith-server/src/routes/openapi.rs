@@ -37,6 +37,15 @@ pub(crate) fn base() -> OpenApi {
     let components = ComponentsBuilder::new()
         .schema(ErrorBody::name(), ErrorBody::schema())
         .schema(PlanBusEvent::name(), PlanBusEvent::schema())
+        // The data of the `exec_run` event, with why the run stopped.
+        .schema(
+            plansmith_store::ExecRun::name(),
+            plansmith_store::ExecRun::schema(),
+        )
+        .schema(
+            plansmith_store::StopReason::name(),
+            plansmith_store::StopReason::schema(),
+        )
         .security_scheme(
             "bearer",
             SecurityScheme::Http(

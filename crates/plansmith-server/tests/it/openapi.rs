@@ -95,6 +95,7 @@ async fn openapi_document_covers_every_route() {
         ("/openapi.json", &["get"]),
         ("/v1/plans", &["get", "post"]),
         ("/v1/plans/{id}", &["delete", "get"]),
+        ("/v1/plans/{id}/approvals", &["get", "post"]),
         ("/v1/plans/{id}/check", &["post"]),
         ("/v1/plans/{id}/events", &["get"]),
         ("/v1/plans/{id}/feedback", &["post"]),

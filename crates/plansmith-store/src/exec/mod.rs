@@ -40,7 +40,8 @@ pub use budget::{Budget, OnCap, RunBudget};
 pub use decisions::{Applies, RUN_STOP, RunSignal, StepDecided, StepDecision, StepVerdict};
 pub use runs::StepSeed;
 pub use types::{
-    AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RunState, StepEnd, idempotency_key,
+    AttemptRecord, Claim, ExecRun, ExecStatus, ExecStep, RunState, StepEnd, StopReason,
+    idempotency_key,
 };
 
 fn now() -> DateTime<Utc> {

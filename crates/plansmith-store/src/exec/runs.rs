@@ -292,7 +292,12 @@ fn decode_run(row: &AnyRow) -> Result<ExecRun> {
     let plan_id: String = row.try_get("plan_id")?;
     let state: String = row.try_get("state")?;
     let outcome: Option<String> = row.try_get("outcome")?;
+    let outcome: Option<Value> = outcome.map(|t| from_json(&plan_id, &t)).transpose()?;
     Ok(ExecRun {
+        stop_reason: outcome
+            .as_ref()
+            .and_then(|o| o.get("stop_reason"))
+            .and_then(|r| serde_json::from_value(r.clone()).ok()),
         base_version: to_u32(&plan_id, row.try_get("base_version")?)?,
         state: state.parse().map_err(|reason| StoreError::Corrupt {
             id: plan_id.clone(),
@@ -300,7 +305,7 @@ fn decode_run(row: &AnyRow) -> Result<ExecRun> {
         })?,
         replans: to_u32(&plan_id, row.try_get("replans")?)?,
         node: row.try_get("node")?,
-        outcome: outcome.map(|t| from_json(&plan_id, &t)).transpose()?,
+        outcome,
         started_at: parse_time(&plan_id, &row.try_get::<String, _>("started_at")?)?,
         updated_at: parse_time(&plan_id, &row.try_get::<String, _>("updated_at")?)?,
         plan_id,

@@ -152,7 +152,8 @@ impl std::str::FromStr for ExecStatus {
     }
 }
 
-/// One plan's run.
+/// One plan's run (the data of the `exec_run` event).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecRun {
     /// The plan.
@@ -166,12 +167,86 @@ pub struct ExecRun {
     pub replans: u32,
     /// The node that started the run.
     pub node: String,
+    /// Why it stopped, once it did (from its report; `None` while it runs or waits).
+    pub stop_reason: Option<StopReason>,
     /// The final report, once the run is over.
     pub outcome: Option<Value>,
     /// When the run started.
     pub started_at: DateTime<Utc>,
     /// Last change.
     pub updated_at: DateTime<Utc>,
+}
+
+/// Why a run stopped, as data: what a caller branches on (the run's `reason` says it in words).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// Every step completed or was skipped by its policy.
+    Completed,
+    /// A step failed past its policy and no replan was allowed.
+    Failed,
+    /// A person, a step's `abort` policy or a replan that could not be made stopped the run.
+    Aborted,
+    /// The run's model tokens reached their cap.
+    TokenCapped,
+    /// The run's tool and agent calls reached their cap.
+    ToolCallsCapped,
+    /// The run reached its time cap.
+    Deadline,
+    /// A replan was needed past the cap on replans.
+    ReplansCapped,
+    /// A replan repeated a failure or a failed call.
+    Stalled,
+    /// Steps were left that nothing could start (their dependencies can never complete).
+    Deadlocked,
+}
+
+impl StopReason {
+    /// Every reason.
+    pub const ALL: [StopReason; 9] = [
+        StopReason::Completed,
+        StopReason::Failed,
+        StopReason::Aborted,
+        StopReason::TokenCapped,
+        StopReason::ToolCallsCapped,
+        StopReason::Deadline,
+        StopReason::ReplansCapped,
+        StopReason::Stalled,
+        StopReason::Deadlocked,
+    ];
+
+    /// The wire name (`tool_calls_capped`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Completed => "completed",
+            StopReason::Failed => "failed",
+            StopReason::Aborted => "aborted",
+            StopReason::TokenCapped => "token_capped",
+            StopReason::ToolCallsCapped => "tool_calls_capped",
+            StopReason::Deadline => "deadline",
+            StopReason::ReplansCapped => "replans_capped",
+            StopReason::Stalled => "stalled",
+            StopReason::Deadlocked => "deadlocked",
+        }
+    }
+
+    /// Whether a budget cap stopped the run.
+    pub fn is_cap(self) -> bool {
+        matches!(
+            self,
+            StopReason::TokenCapped
+                | StopReason::ToolCallsCapped
+                | StopReason::Deadline
+                | StopReason::ReplansCapped
+        )
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One step's row in the execution log.
