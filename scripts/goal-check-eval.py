@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The goal check on a model: requests over `examples/tools.json` with several parts (cities to
+look up, people to email), each planned, stored and run with `--goal-check`, counting the
+requests whose first plan missed a part and how many of those the run completed after a replan.
+
+A part is a `get_weather` call for a city or a `send_email` to an address the request names;
+what ran is read from the run's report (each completed step's tool and arguments).
+
+    python3 scripts/goal-check-eval.py [--model local] [--plansmith target/debug/plansmith]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (request, cities looked up, addresses emailed)
+REQUESTS = [
+    ("What's the weather in Paris and in Berlin? Email both forecasts to bob@example.com",
+     ["Paris", "Berlin"], ["bob@example.com"]),
+    ("Check the weather in Tokyo, then email it to ann@example.com and to carl@example.com",
+     ["Tokyo"], ["ann@example.com", "carl@example.com"]),
+    ("Email bob@example.com the weather in Rome and the weather in Madrid",
+     ["Rome", "Madrid"], ["bob@example.com"]),
+    ("What's the weather in Lima? Send it to eve@example.com, and also tell dan@example.com",
+     ["Lima"], ["eve@example.com", "dan@example.com"]),
+    ("Weather in Cairo for alice@example.com and weather in Dubai for bob@example.com, by email",
+     ["Cairo", "Dubai"], ["alice@example.com", "bob@example.com"]),
+    ("Get the weather in Oslo and in Stockholm and mail them to team@example.com",
+     ["Oslo", "Stockholm"], ["team@example.com"]),
+]
+
+
+def parts_done(calls, cities, addresses):
+    """The parts of the request the calls do."""
+    done = set()
+    for name, args in calls:
+        text = json.dumps(args).lower()
+        if name == "get_weather":
+            done |= {("city", c) for c in cities if c.lower() in text}
+        if name == "send_email":
+            done |= {("to", a) for a in addresses if a in text}
+    return done
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="local")
+    parser.add_argument("--plansmith", default=os.path.join(ROOT, "target/debug/plansmith"))
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="plansmith-goal-")
+    store = f"sqlite:{work}/plans.db"
+    env = dict(os.environ, XDG_CONFIG_HOME=work, PLANSMITH_OUTBOX=f"{work}/outbox.jsonl")
+    env.pop("PLANSMITH_CONFIG", None)
+    missed = completed = 0
+    for query, cities, addresses in REQUESTS:
+        want = {("city", c) for c in cities} | {("to", a) for a in addresses}
+        planned = subprocess.run(
+            [args.plansmith, "plan", query, "--tools", "examples/tools.json", "--model",
+             args.model, "--save", "--auto-accept", "--store", store, "--json"],
+            capture_output=True, text=True, env=env, cwd=ROOT)
+        try:
+            stored = json.loads(planned.stdout)
+        except json.JSONDecodeError:
+            print(f"- {query}: no plan ({planned.stderr.strip()[-200:]})")
+            continue
+        plan = stored.get("plan") or stored.get("stored", {}).get("plan") or {}
+        plan_id = plan.get("id")
+        first = [(s["action"].get("name"), s["action"].get("arguments", {}))
+                 for s in plan.get("steps", []) if s.get("action", {}).get("type") == "tool"]
+        first_done = parts_done(first, cities, addresses)
+        ran = subprocess.run(
+            [args.plansmith, "run", plan_id, "--store", store, "--commands",
+             "examples/commands.json", "--tools", "examples/tools.json", "--model", args.model,
+             "--goal-check", "--json"],
+            capture_output=True, text=True, env=env, cwd=ROOT)
+        try:
+            report = json.loads(ran.stdout)
+        except json.JSONDecodeError:
+            print(f"- {query}: the run gave no report ({ran.stderr.strip()[-200:]})")
+            continue
+        # What ran: the stored plan's completed tool steps, as the run left them.
+        shown = subprocess.run(
+            [args.plansmith, "plans", "show", plan_id, "--store", store, "--json"],
+            capture_output=True, text=True, env=env, cwd=ROOT)
+        final = json.loads(shown.stdout)["plan"]
+        ran_calls = [(s["action"].get("name"), s["action"].get("arguments", {}))
+                     for s in final["steps"]
+                     if s.get("action", {}).get("type") == "tool" and s.get("status") == "completed"]
+        after = parts_done(ran_calls, cities, addresses)
+        first_missed = want - first_done
+        if first_missed:
+            missed += 1
+            if want <= after:
+                completed += 1
+        verdict = (report.get("goal_check") or {}).get("verdict")
+        print(f"- {query}\n  first plan missed: {sorted(first_missed) or 'nothing'}; "
+              f"goal check: {verdict}; replans: {report.get('replans')}; "
+              f"stop: {report.get('stop_reason')}; still missing after the run: "
+              f"{sorted(want - after) or 'nothing'}")
+    print(f"\nfirst plan missed a part: {missed} of {len(REQUESTS)}; "
+          f"of those, completed after the goal check's replan: {completed} of {missed}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
