@@ -68,7 +68,7 @@ def main():
         except json.JSONDecodeError:
             print(f"- {query}: no plan ({planned.stderr.strip()[-200:]})")
             continue
-        plan = stored.get("plan") or stored.get("stored", {}).get("plan") or {}
+        plan = stored.get("plan") or stored.get("stored", {}).get("plan") or stored
         plan_id = plan.get("id")
         first = [(s["action"].get("name"), s["action"].get("arguments", {}))
                  for s in plan.get("steps", []) if s.get("action", {}).get("type") == "tool"]

@@ -66,13 +66,43 @@ pub(super) fn check_refs(plan: &mut Plan, catalog: &Catalog, diags: &mut Vec<Dia
                     .with_step(step_id.clone()),
                 );
             }
-            if let Some(message) =
+            if let Some(mismatch) =
                 check_ref_type(plan, catalog, &tool_name, &pointer, target_idx, &reference)
             {
+                // The whole output where one of its fields fits: that field is meant
+                // (`body: s1.output` after a tool returning `{temperature, summary}`).
+                if let [field] = mismatch.fitting.as_slice()
+                    && reference.path.is_empty()
+                {
+                    let narrowed = format!("{text}.{field}");
+                    if let Some(Action::Tool { arguments, .. }) =
+                        plan.steps.get_mut(idx).map(|s| &mut s.action)
+                        && let Some(slot) = pointer_mut(arguments, &pointer)
+                    {
+                        *slot = json!({ "$ref": narrowed });
+                        diags.push(
+                            Diagnostic::warning(
+                                Code::AutoFixed,
+                                full_pointer.clone(),
+                                format!(
+                                    "{}; the one field of it that fits is taken: `{narrowed}`",
+                                    mismatch.message
+                                ),
+                            )
+                            .with_step(step_id.clone())
+                            .with_value(json!({"$ref": text})),
+                        );
+                        continue;
+                    }
+                }
                 diags.push(
-                    Diagnostic::error(Code::RefTypeMismatch, full_pointer.clone(), message)
-                        .with_step(step_id.clone())
-                        .with_value(json!({"$ref": text})),
+                    Diagnostic::error(
+                        Code::RefTypeMismatch,
+                        full_pointer.clone(),
+                        mismatch.message,
+                    )
+                    .with_step(step_id.clone())
+                    .with_value(json!({"$ref": text})),
                 );
             }
         }
@@ -136,6 +166,35 @@ fn schema_types(schema: &Value) -> Vec<&str> {
     }
 }
 
+/// A reference whose value does not fit its argument.
+struct Mismatch {
+    /// What does not fit.
+    message: String,
+    /// The fields of the referenced value (an object) whose type fits the argument.
+    fitting: Vec<String>,
+}
+
+/// The value at JSON Pointer `pointer` (`/body`, `/items/0`) inside a step's arguments.
+fn pointer_mut<'a>(
+    arguments: &'a mut serde_json::Map<String, Value>,
+    pointer: &str,
+) -> Option<&'a mut Value> {
+    let mut tokens = pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"));
+    let first = tokens.next()?;
+    let mut current = arguments.get_mut(&first)?;
+    for token in tokens {
+        current = match current {
+            Value::Object(map) => map.get_mut(&token)?,
+            Value::Array(items) => items.get_mut(token.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(current)
+}
+
 /// Checks a reference against the referenced tool's `output_schema` and the argument's schema;
 /// returns what does not fit.
 fn check_ref_type(
@@ -145,7 +204,7 @@ fn check_ref_type(
     arg_pointer: &str,
     target_idx: usize,
     reference: &StepRef,
-) -> Option<String> {
+) -> Option<Mismatch> {
     let target = plan.steps.get(target_idx)?;
     let Action::Tool {
         name: target_tool, ..
@@ -158,9 +217,12 @@ fn check_ref_type(
         SchemaAt::Found(schema) => schema,
         SchemaAt::Unknown => return None,
         SchemaAt::Missing(why) => {
-            return Some(format!(
-                "`{reference}` does not fit the output schema of `{target_tool}`: {why}"
-            ));
+            return Some(Mismatch {
+                message: format!(
+                    "`{reference}` does not fit the output schema of `{target_tool}`: {why}"
+                ),
+                fitting: Vec::new(),
+            });
         }
     };
     let input_schema = &catalog.tool(tool_name)?.tool.input_schema;
@@ -180,14 +242,36 @@ fn check_ref_type(
     if expected_types.is_empty() || produced_types.is_empty() {
         return None;
     }
-    let fits = produced_types.iter().any(|p| {
-        expected_types.contains(p) || (*p == "integer" && expected_types.contains(&"number"))
-    });
-    (!fits).then(|| {
-        format!(
+    let fits = |produced: &[&str]| {
+        produced.iter().any(|p| {
+            expected_types.contains(p) || (*p == "integer" && expected_types.contains(&"number"))
+        })
+    };
+    if fits(&produced_types) {
+        return None;
+    }
+    let fitting = produced
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|fields| {
+            fields
+                .iter()
+                .filter(|(name, field)| {
+                    fits(&schema_types(field))
+                        && name
+                            .chars()
+                            .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+                })
+                .map(|(name, _)| name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Mismatch {
+        message: format!(
             "`{reference}` is {} but the argument expects {}",
             produced_types.join("|"),
             expected_types.join("|")
-        )
+        ),
+        fitting,
     })
 }
