@@ -4,7 +4,9 @@ look up, people to email), each planned, stored and run with `--goal-check`, cou
 requests whose first plan missed a part and how many of those the run completed after a replan.
 
 A part is a `get_weather` call for a city or a `send_email` to an address the request names;
-what ran is read from the run's report (each completed step's tool and arguments).
+what ran is read from the stored plan after the run (each completed step's tool and arguments).
+The tools are stand-ins that answer as the real ones would (a forecast, a sent message): the
+judge must see results, not `examples/tools`' "no forecast: offline stand-in".
 
     python3 scripts/goal-check-eval.py [--model local] [--plansmith target/debug/plansmith]
 """
@@ -55,6 +57,15 @@ def main():
     work = tempfile.mkdtemp(prefix="plansmith-goal-")
     store = f"sqlite:{work}/plans.db"
     env = dict(os.environ, XDG_CONFIG_HOME=work, PLANSMITH_OUTBOX=f"{work}/outbox.jsonl")
+    weather = ("import json,sys; a=json.load(sys.stdin)['arguments']; c=a.get('city','?'); "
+               "print(json.dumps({'city': c, 'temperature': 18, "
+               "'summary': f'Sunny, 18 °C in {c}'}))")
+    email = ("import json,sys; a=json.load(sys.stdin)['arguments']; "
+             "print(json.dumps({'sent': True, 'to': a.get('to')}))")
+    commands = os.path.join(work, "commands.json")
+    with open(commands, "w") as f:
+        json.dump({"tools": {"get_weather": {"command": ["python3", "-c", weather]},
+                             "send_email": {"command": ["python3", "-c", email]}}}, f)
     env.pop("PLANSMITH_CONFIG", None)
     missed = completed = 0
     for query, cities, addresses in REQUESTS:
@@ -75,7 +86,7 @@ def main():
         first_done = parts_done(first, cities, addresses)
         ran = subprocess.run(
             [args.plansmith, "run", plan_id, "--store", store, "--commands",
-             "examples/commands.json", "--tools", "examples/tools.json", "--model", args.model,
+             commands, "--tools", "examples/tools.json", "--model", args.model,
              "--goal-check", "--json"],
             capture_output=True, text=True, env=env, cwd=ROOT)
         try:

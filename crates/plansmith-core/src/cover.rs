@@ -333,6 +333,17 @@ pub(crate) fn unaddressed(query: &str, plan: &Plan) -> Vec<Part> {
         .collect()
 }
 
+/// The parts of `query` (as the request words them) that have particulars (numbers, names,
+/// addresses) none of which the tool calls of `plan` carry: what a plan, or the steps a run
+/// completed, leaves undone that can be seen without a model. Empty for a plan without calls
+/// or a request of one part.
+pub fn unaddressed_parts(query: &str, plan: &Plan) -> Vec<String> {
+    unaddressed(query, plan)
+        .into_iter()
+        .map(|part| part.text)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

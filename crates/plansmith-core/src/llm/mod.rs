@@ -101,7 +101,7 @@ pub enum OutputConstraint {
     },
     /// Output is the model's own tool-call format ([`crate::calls`]): one to `max_calls`
     /// `<tool_call>` blocks, each a JSON object matching `schema`, or plain text of at most
-    /// `max_text` characters (no call). A backend without constrained decoding sends no
+    /// `max_text` characters (no call; `max_text` 0: calls only, as a repair of calls asks). A backend without constrained decoding sends no
     /// constraint: the prompt asks for the format and the text is read as it comes.
     ToolCalls {
         /// JSON Schema of one call (`{"name", "arguments"}`, one member per tool; shared: it

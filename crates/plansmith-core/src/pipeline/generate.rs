@@ -11,9 +11,11 @@ use super::prompt::Prompt;
 use super::report::{Attempt, PlanError, PlanEvent};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::llm::{
-    Completion, CompletionRequest, FinishReason, LlmError, Message, Strategy, StreamEvent,
+    Completion, CompletionRequest, FinishReason, LlmError, Message, OutputConstraint, Strategy,
+    StreamEvent,
 };
 use crate::parse;
+use crate::plan::Action;
 use crate::prompts::RepairContext;
 use crate::stream::StepScanner;
 use crate::validate::validate;
@@ -30,6 +32,7 @@ pub(super) async fn attempts(call: &mut Call<'_>, prompt: &Prompt) -> Result<(),
     let request = call.request;
     let calls = prompt.calls;
     let mut messages = prompt.base_messages.clone();
+    let mut constraint = prompt.constraint.clone();
     for attempt_index in 0..=request.options.max_repairs {
         let stage = Instant::now();
         call.emit(PlanEvent::AttemptStarted {
@@ -38,7 +41,7 @@ pub(super) async fn attempts(call: &mut Call<'_>, prompt: &Prompt) -> Result<(),
         });
         let completion_request = CompletionRequest {
             messages: messages.clone(),
-            constraint: prompt.constraint.clone(),
+            constraint: constraint.clone(),
             max_tokens: request.options.max_tokens,
             temperature: 0.0,
         };
@@ -149,6 +152,10 @@ pub(super) async fn attempts(call: &mut Call<'_>, prompt: &Prompt) -> Result<(),
 
         let n_errors = all.iter().filter(|d| d.is_error()).count();
         let clean = n_errors == 0;
+        let made_calls = plan
+            .steps
+            .iter()
+            .any(|s| matches!(s.action, Action::Tool { .. } | Action::Agent { .. }));
         let better = call
             .best
             .as_ref()
@@ -175,6 +182,14 @@ pub(super) async fn attempts(call: &mut Call<'_>, prompt: &Prompt) -> Result<(),
             calls,
         })?;
         messages = repair_messages(&prompt.base_messages, &raw, repair);
+        // The answer made calls and only their details were wrong: the repair is calls too.
+        // Offered the plain-text way out, small models answer a repair by giving up ("I can't
+        // do that with the tools I have") and lose the plan they nearly had.
+        if made_calls
+            && let Some(OutputConstraint::ToolCalls { max_text, .. }) = constraint.as_mut()
+        {
+            *max_text = 0;
+        }
     }
     Ok(())
 }

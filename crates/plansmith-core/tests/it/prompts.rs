@@ -152,3 +152,36 @@ fn a_model_that_continues_an_answer_writes_it_on_first() {
         insta::assert_snapshot!(name, rendered);
     }
 }
+
+/// A repair of an answer that made calls asks for calls only: offered plain text, small models
+/// answer the repair by giving up and lose the plan they nearly had. A repair of a text answer
+/// still may be text.
+#[test]
+fn a_repair_of_calls_is_calls_only() {
+    let model = Arc::new(ScriptedModel::from_script(Script {
+        capabilities: Capabilities {
+            grammar: true,
+            ..Capabilities::default()
+        },
+        turns: [
+            // The 1.5B's first answer: the email refers to itself.
+            "<tool_call>\n{\"name\": \"send_email\", \"arguments\": {\"to\": \"bob@example.com\", \"subject\": \"Rome\", \"body\": {\"$ref\": \"s1.output\"}}}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"send_email\", \"arguments\": {\"to\": \"bob@example.com\", \"subject\": \"Rome\", \"body\": {\"$ref\": \"s1.output.summary\"}}}\n</tool_call>",
+        ]
+        .iter()
+        .map(|t| ScriptedTurn::Text((*t).to_owned()))
+        .collect(),
+        ..Script::default()
+    }));
+    let planner = Planner::new(test_catalog(false), model.clone());
+    let mut request = PlanRequest::new("Email bob@example.com the weather in Rome");
+    request.options.format = PlanFormat::Calls;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    assert_eq!(outcome.plan.steps.len(), 2, "{:?}", outcome.plan.steps);
+    let max_text = |i: usize| match &model.requests()[i].constraint {
+        Some(OutputConstraint::ToolCalls { max_text, .. }) => *max_text,
+        other => panic!("{other:?}"),
+    };
+    assert!(max_text(0) > 0);
+    assert_eq!(max_text(1), 0);
+}

@@ -1,6 +1,7 @@
-//! The goal check: once every step ended and none failed, the model judges what the run
-//! returned against the request (and the caller's rubric, if any) and answers a verdict as
-//! JSON. `satisfied` completes the run; `needs_revision` replans only the gaps it names
+//! The goal check: once every step ended and none failed, the parts of the request whose
+//! particulars (names, numbers, addresses) no completed call carries are gaps without asking;
+//! else the model judges what the run returned against the request (and the caller's rubric,
+//! if any) and answers a verdict as JSON. `satisfied` completes the run; `needs_revision` replans only the gaps it names
 //! (bounded by the run's cap on replans) and checks again after; `failed` ends the run failed,
 //! saying why.
 
@@ -45,12 +46,14 @@ const MAX_SHOWN: usize = 6000;
 fn verdict_schema() -> Value {
     json!({
         "type": "object",
+        // In the order a model writes them: what it finds first, the verdict last, so that the
+        // verdict follows from the gaps rather than the gaps from a verdict already written.
         "properties": {
-            "verdict": {"type": "string", "enum": ["satisfied", "needs_revision", "failed"]},
+            "reason": {"type": "string", "maxLength": 300},
             "gaps": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 4},
-            "reason": {"type": "string", "maxLength": 300}
+            "verdict": {"type": "string", "enum": ["satisfied", "needs_revision", "failed"]}
         },
-        "required": ["verdict", "gaps", "reason"],
+        "required": ["reason", "gaps", "verdict"],
         "additionalProperties": false
     })
 }
@@ -99,12 +102,7 @@ impl Ctx<'_> {
             shown.truncate(cut);
             shown.push_str("\n…");
         }
-        let request = if self.plan.goal.trim().is_empty() {
-            self.plan.title.clone()
-        } else {
-            self.plan.goal.clone()
-        };
-        let mut prompt = format!("Request: {request}\n");
+        let mut prompt = format!("Request: {}\n", self.request_text());
         if let Some(rubric) = rubric {
             prompt.push_str(&format!(
                 "Rubric, every point of which must hold: {rubric}\n"
@@ -115,11 +113,13 @@ impl Ctx<'_> {
             .complete(CompletionRequest {
                 messages: vec![
                     Message::system(
-                        "You check whether a finished run met the user's request. Judge only \
-                         from the results shown. Answer `satisfied` when every part of the \
-                         request is done; `needs_revision` with the missing parts as short \
-                         gaps when some part was not done and more steps could do it; `failed` \
-                         when it cannot be done.",
+                        "You check whether a finished run did what the user asked. Compare \
+                         each thing the request asks for with the steps that completed and \
+                         their results. `reason`: one sentence on what was done. `gaps`: each \
+                         thing asked for that no completed step did, in a few words (empty \
+                         when everything was done). `verdict`: `satisfied` when `gaps` is \
+                         empty; `needs_revision` when more steps could do the gaps; `failed` \
+                         only when nothing could.",
                     ),
                     Message::user(prompt),
                 ],
@@ -158,6 +158,27 @@ impl Ctx<'_> {
         }
     }
 
+    /// The parts of the request that the completed tool calls leave undone, by their
+    /// particulars ([`plansmith_core::unaddressed_parts`]).
+    fn visible_gaps(&self) -> Vec<String> {
+        let mut done = self.plan.clone();
+        done.steps.retain(|step| {
+            self.view
+                .get(&step.id)
+                .is_some_and(|row| row.status == plansmith_store::ExecStatus::Completed)
+        });
+        plansmith_core::unaddressed_parts(&self.request_text(), &done)
+    }
+
+    /// What was asked: the plan's goal, else its title.
+    fn request_text(&self) -> String {
+        if self.plan.goal.trim().is_empty() {
+            self.plan.title.clone()
+        } else {
+            self.plan.goal.clone()
+        }
+    }
+
     /// Whether the goal is to be checked now: wanted, every step ended and none failed, and
     /// this version of the plan not judged yet.
     pub(super) fn goal_check_due(&self) -> bool {
@@ -180,7 +201,23 @@ impl Ctx<'_> {
     /// steps).
     pub(super) async fn judge_goal(&mut self) -> Result<bool, super::report::ExecError> {
         let rubric = self.goal_check_wanted().flatten();
-        let (verdict, tokens) = self.check_goal(rubric.as_deref()).await;
+        // Parts of the request whose names, numbers and addresses no completed call carries
+        // are not done, whatever a model says (small models call a run with a part missing
+        // satisfied): they are the gaps, without asking.
+        let (verdict, tokens) = match self.visible_gaps() {
+            gaps if !gaps.is_empty() => (
+                Some(GoalVerdict {
+                    verdict: Verdict::NeedsRevision,
+                    reason: format!(
+                        "no completed call carries the names, numbers or addresses of: {}",
+                        gaps.join("; ")
+                    ),
+                    gaps,
+                }),
+                0,
+            ),
+            _ => self.check_goal(rubric.as_deref()).await,
+        };
         self.spend_tokens(tokens).await?;
         let Some(verdict) = verdict else {
             return Ok(false);

@@ -158,3 +158,62 @@ async fn a_met_goal_completes_the_run() {
     // The judge's tokens count in the run's budget.
     assert!(report.budget.unwrap().tokens > 0);
 }
+
+/// A part of the request whose names no completed call carries is a gap without asking the
+/// model (small models call such a run satisfied): it is replanned, then the model judges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_no_completed_call_carries_is_a_gap_without_asking() {
+    let env = env().await;
+    let mut plan = plansmith_core::Plan::new("seen", "Look up the weather in Rome and tell Bob");
+    plan.steps = serde_json::from_value(json!([
+        {"id": "s1", "title": "look up", "action": {"type": "tool", "name": "lookup", "arguments": {"city": "Rome"}}}
+    ]))
+    .unwrap();
+    plan.metadata
+        .insert("execution".into(), json!({"goal_check": true}));
+    env.store
+        .create(
+            plan,
+            plansmith_store::ReviewState::Accepted,
+            plansmith_store::Review::default(),
+            "test",
+        )
+        .await
+        .unwrap();
+    let replan = json!({"title": "tell Bob", "steps": [
+        {"id": "s1", "type": "tool", "title": "look up", "name": "lookup", "arguments": {"city": "Rome"}},
+        {"id": "s2", "type": "tool", "title": "tell Bob", "name": "notify",
+         "arguments": {"to": "Bob"}, "depends_on": ["s1"]}
+    ]});
+    let model = Arc::new(ScriptedModel::new([
+        replan.to_string(),
+        verdict("satisfied", &[]),
+    ]));
+    let report = Executor::new(
+        env.store.clone(),
+        invokers(vec![
+            ("lookup", script("echo.sh", &[])),
+            ("notify", script("echo.sh", &[])),
+        ]),
+        config("n"),
+    )
+    .with_catalog(catalog())
+    .with_planner(Arc::new(Planner::new(catalog(), model.clone())))
+    .run("seen")
+    .await
+    .unwrap();
+    assert_eq!(
+        report.stop_reason,
+        Some(StopReason::Completed),
+        "{report:?}"
+    );
+    assert_eq!(report.replans, 1);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "the replan, then one judgement");
+    let replanning: String = requests[0]
+        .messages
+        .iter()
+        .map(|m| m.content.clone())
+        .collect();
+    assert!(replanning.contains("tell Bob"), "{replanning}");
+}

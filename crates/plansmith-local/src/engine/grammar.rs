@@ -136,7 +136,7 @@ pub(super) fn guided(schema: &Value) -> Value {
 /// a grammar that forbids the form a model prefers makes it write text instead. Or plain text
 /// of at most about `max_text` characters (bounded in tokens: a token is at least one
 /// character) that does not start with `<`, `{`, `[`, `` ` `` or white space, so the first
-/// token decides between a reply and calls.
+/// token decides between a reply and calls. `max_text` 0 leaves the reply out.
 pub(super) fn calls_grammar(call_schema: &Value, max_calls: u32, max_text: u32) -> TopLevelGrammar {
     TopLevelGrammar::from_lark(calls_lark(call_schema, max_calls, max_text))
 }
@@ -149,8 +149,14 @@ pub(super) fn calls_lark(call_schema: &Value, max_calls: u32, max_text: u32) -> 
     };
     let text_tokens = max_text.max(1);
     let schema = guided(call_schema);
+    // No plain text at all: calls only.
+    let start = if max_text == 0 {
+        "calls"
+    } else {
+        "reply | calls"
+    };
     format!(
-        "start: reply | calls\n\
+        "start: {start}\n\
          calls: {calls}\n\
          call: \"<tool_call>\\n\" call_json \"\\n</tool_call>\" \
              | \"```json\\n\" call_json \"\\n```\" | call_json\n\
@@ -248,6 +254,11 @@ mod tests {
             super::calls_lark(&schema, 1, 0).lines().nth(1),
             Some("calls: call"),
             "one call at most: no repetition"
+        );
+        assert_eq!(
+            super::calls_lark(&schema, 1, 0).lines().next(),
+            Some("start: calls"),
+            "no text: calls only"
         );
     }
 }
