@@ -290,7 +290,7 @@ impl StoredPlan {
     }
 
     /// Text rendering: [`Plan::render_text`] (progress and markers), then the review state, the
-    /// note of the last edit or answer that could not be applied, what it allows (`Actions: accept, reject, …`) and the questions; for a plan that lost steps
+    /// note of the last edit or answer that could not be applied, what it allows (`Actions: accept, reject, …`), the estimate when it was read with one, and the questions; for a plan that lost steps
     /// when it was planned, what it lost.
     pub fn render_text(&self) -> String {
         self.render_text_from(1)
@@ -314,9 +314,6 @@ impl StoredPlan {
             out.push_str(&format!(" ({reason})"));
         }
         out.push('\n');
-        if let Some(estimate) = &self.estimate {
-            out.push_str(&format!("Estimate: {estimate}\n"));
-        }
         if let Some(note) = &self.review.note {
             out.push_str(&format!("Note: {note}\n"));
         }
@@ -324,6 +321,9 @@ impl StoredPlan {
         let actions = actions.join(", ");
         if !actions.is_empty() {
             out.push_str(&format!("Actions: {actions}\n"));
+        }
+        if let Some(estimate) = &self.estimate {
+            out.push_str(&format!("Estimate: {estimate}\n"));
         }
         if !self.plan.questions.is_empty() {
             out.push_str("Questions:\n");
