@@ -240,3 +240,18 @@ pub struct TemplatesParams {
     #[serde(default)]
     pub save: Option<bool>,
 }
+
+/// Arguments of `run`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunParams {
+    /// The plan to run (accepted).
+    pub plan_id: String,
+    /// Continue the plan's unfinished run instead of starting one.
+    #[serde(default)]
+    pub resume: bool,
+    /// Caps of a new run, over the server's: `{"max_tool_calls", "max_tokens", "max_seconds",
+    /// "max_replans", "on_cap": "finish" | "cancel"}`. Not with `resume`.
+    #[serde(default)]
+    pub budget: Option<Value>,
+}

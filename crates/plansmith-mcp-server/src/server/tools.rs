@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use super::PlansmithMcp;
 use super::answer::{ToolAnswer, answer, failure, respond, stored_json};
 use super::http::owner_of;
-use super::params::{FeedbackAction, FeedbackParams, PlanParams, PlanningParams, TemplatesParams};
+use super::params::{
+    FeedbackAction, FeedbackParams, PlanParams, PlanningParams, RunParams, TemplatesParams,
+};
 use super::progress::plan_for;
 
 #[tool_router(vis = "pub(super)")]
@@ -289,6 +291,54 @@ impl PlansmithMcp {
                 }
                 answer(value, decided.stored.render_text())
             }
+        }
+    }
+
+    #[tool(
+        description = "Run an accepted plan on the server's executor (in the background; its progress and end, with `stop_reason`, show in the plan's `metadata.last_run`, as `planning get` returns it), or continue its unfinished run (`resume`). `budget` caps a new run: tool calls, model tokens, seconds, replans.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn run(
+        &self,
+        Parameters(params): Parameters<RunParams>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolAnswer {
+        let owner = owner_of(&context);
+        let current = match self.visible(&params.plan_id, &owner).await {
+            Ok(current) => current,
+            Err(err) => return failure(err.to_string()),
+        };
+        let start = match (params.resume, params.budget) {
+            (true, Some(_)) => {
+                return failure(
+                    "a run's budget is set when it starts: a resumed run keeps the caps it \
+                     started with",
+                );
+            }
+            (true, None) => plansmith_service::RunStart::Resume,
+            (false, budget) => match budget
+                .map(serde_json::from_value::<plansmith_store::Budget>)
+                .transpose()
+            {
+                Ok(budget) => plansmith_service::RunStart::New(budget.unwrap_or_default()),
+                Err(err) => return failure(format!("`budget`: {err}")),
+            },
+        };
+        let plan_id = current.plan.id.clone();
+        match self.service.run(&plan_id, start).await {
+            Ok(run) => answer(
+                json!({"plan_id": plan_id, "state": run.state, "base_version": run.base_version}),
+                format!(
+                    "Run of plan {plan_id} under way (version {}); its end shows in the plan's \
+                     metadata.last_run",
+                    run.base_version
+                ),
+            ),
+            Err(err) => failure(err.to_string()),
         }
     }
 

@@ -103,8 +103,8 @@ async fn plan_feedback_and_planning_tools() {
     let s = start(vec![first.to_string(), edited.to_string()]).await;
     let tools = s.client.list_all_tools().await.unwrap();
     let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(names.len(), 4, "{names:?}");
-    for name in ["plan", "planning", "feedback", "templates"] {
+    assert_eq!(names.len(), 5, "{names:?}");
+    for name in ["plan", "planning", "feedback", "templates", "run"] {
         assert!(names.contains(&name.to_owned()), "{names:?}");
     }
     let plan_tool = tools.iter().find(|t| t.name == "plan").unwrap();
@@ -745,4 +745,94 @@ async fn the_checked_in_mcp_tools_reference_is_what_the_server_lists() {
          `PLANSMITH_UPDATE_REFERENCE=1 cargo test -p plansmith-mcp-server reference` and commit it",
         path.display()
     );
+}
+
+/// The `run` tool starts an accepted plan's run on the service's runner under the caller's
+/// budget; its end, with the stop reason, shows in the plan's `last_run`.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_takes_a_budget_and_the_plan_says_why_it_stopped() {
+    use plansmith_exec::{ExecConfig, Executor, FnInvoker, Invokers};
+    let dir = tempfile::tempdir().unwrap();
+    let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
+        .await
+        .unwrap();
+    let mut plan = plansmith_core::Plan::new("p-run", "Weather in three cities");
+    plan.steps = serde_json::from_value(json!([
+        {"id": "s1", "title": "a", "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}},
+        {"id": "s2", "title": "b", "depends_on": ["s1"], "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Lyon"}}},
+        {"id": "s3", "title": "c", "depends_on": ["s2"], "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Nice"}}}
+    ]))
+    .unwrap();
+    store
+        .create(
+            plan,
+            plansmith_store::ReviewState::Accepted,
+            plansmith_store::Review::default(),
+            "test",
+        )
+        .await
+        .unwrap();
+    let tools = FnInvoker::new(|_call| Ok(json!({"summary": "sunny"})));
+    let invokers = Invokers {
+        tools: Some(Arc::new(tools)),
+        ..Invokers::default()
+    };
+    let mut config = ExecConfig::new("mcp-test");
+    config.poll_interval = std::time::Duration::from_millis(20);
+    let executor = Executor::new(store.clone(), invokers, config);
+    let planner = Planner::new(
+        Catalog::empty(),
+        Arc::new(ScriptedModel::new(Vec::<String>::new())),
+    );
+    let service = Service::new(store.clone(), Arc::new(Planners::new(Arc::new(planner))))
+        .with_runner(plansmith_service::Runner::new(executor));
+    let server = PlansmithMcp::new(service, "mcp-test");
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let s = Session {
+        client: ().serve(client_io).await.unwrap(),
+        _dir: dir,
+    };
+    let error = s
+        .fails(
+            "run",
+            json!({"plan_id": "p-run", "budget": {"max_tool_calls": "two"}}),
+        )
+        .await;
+    assert!(error.contains("budget"), "{error}");
+    let started = s
+        .ok(
+            "run",
+            json!({"plan_id": "p-run", "budget": {"max_tool_calls": 2}}),
+        )
+        .await;
+    assert_eq!(started["state"], "running", "{started}");
+    let mut last_run = Value::Null;
+    for _ in 0..200 {
+        last_run = store
+            .get("p-run")
+            .await
+            .unwrap()
+            .plan
+            .metadata
+            .get("last_run")
+            .cloned()
+            .unwrap_or_default();
+        if last_run["stop_reason"].is_string() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(last_run["stop_reason"], "tool_calls_capped", "{last_run}");
+    let error = s
+        .fails(
+            "run",
+            json!({"plan_id": "p-run", "resume": true, "budget": {}}),
+        )
+        .await;
+    assert!(error.contains("keeps the caps"), "{error}");
 }
