@@ -459,6 +459,7 @@ async fn a_stop_ends_a_paused_run_as_aborted() {
         .unwrap();
     let (_, finished) = seen.last().unwrap();
     assert_eq!(finished["data"]["state"], "aborted", "{finished}");
+    assert_eq!(finished["data"]["stop_reason"], "aborted", "{finished}");
     assert_eq!(
         finished["data"]["reason"], "stopped by api: wrong recipient",
         "{finished}"
