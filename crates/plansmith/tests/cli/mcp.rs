@@ -44,7 +44,7 @@ fn check_session(report: &Value) {
     assert_eq!(report["server"], "plansmith", "{report}");
     assert_eq!(
         report["tools"],
-        json!(["feedback", "plan", "planning", "templates"])
+        json!(["feedback", "plan", "planning", "run", "templates"])
     );
     assert_eq!(report["plan_required"], json!(["query"]));
     let plan = &report["plan"];
