@@ -42,6 +42,61 @@ impl Setup {
         self.dir.path().join(name).display().to_string()
     }
 
+    /// `plansmith serve` on a free port over this store, with the script tools, `tools` and
+    /// `model`, and no config file but one the test wrote; the server (killed when dropped),
+    /// its address and its log's path, once it answers.
+    fn serve(&self, tools: &str, model: &str) -> (super::Reaped, String, String) {
+        let addr = format!("127.0.0.1:{}", crate::free_port());
+        let log_path = self.path("serve.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+            .args(["serve", "--addr", &addr, "--store", &self.store])
+            .args([
+                "--commands",
+                &self.commands,
+                "--tools",
+                tools,
+                "--model",
+                model,
+            ])
+            .env_remove("PLANSMITH_MODEL")
+            .env_remove("PLANSMITH_TOKENS")
+            .env_remove("PLANSMITH_CONFIG")
+            .env("XDG_CONFIG_HOME", self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap();
+        let serve = super::Reaped(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            assert!(Instant::now() < deadline, "serve did not start:\n{log}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (serve, addr, log_path)
+    }
+
+    /// A catalog of these script tools (any object as input), written next to the store;
+    /// returns its path.
+    fn catalog(&self, names: &[&str]) -> String {
+        const WHAT: [(&str, &str); 3] = [
+            ("echo", "Says it back."),
+            ("slow", "Takes its time."),
+            ("fail", "Fetches the page."),
+        ];
+        let tools: Vec<Value> = names
+            .iter()
+            .map(|name| {
+                let description = WHAT.iter().find(|(n, _)| n == name).map_or("", |(_, d)| d);
+                json!({"name": name, "description": description,
+                       "inputSchema": {"type": "object"}})
+            })
+            .collect();
+        let path = self.path("tools.json");
+        write(Path::new(&path), &json!({ "tools": tools }));
+        path
+    }
+
     /// Writes a plan file with these steps; returns its path.
     fn plan(&self, name: &str, steps: Value) -> String {
         let path = self.path(name);
@@ -245,15 +300,7 @@ fn runs_end_with_their_stop_reason_and_exit_code() {
     assert_eq!(report["budget"]["tokens"], 340);
 
     // A failure that asks for a replan past the cap on replans.
-    let tools = setup.path("tools.json");
-    let object = json!({"type": "object"});
-    write(
-        Path::new(&tools),
-        &json!({"tools": [
-            {"name": "fail", "description": "Fetches the page.", "inputSchema": object},
-            {"name": "echo", "description": "Says it back.", "inputSchema": object}
-        ]}),
-    );
+    let tools = setup.catalog(&["fail", "echo"]);
     let model = replies(&setup, "none.json", json!([]));
     let (code, report, err) = setup.run(
         &setup.plan("replan.json", one("fail")),
@@ -391,16 +438,7 @@ fn calls_to_mcp_tools_count_against_the_cap() {
 #[test]
 fn http_runs_take_a_budget_and_report_their_stop_reason() {
     let setup = Setup::new();
-    let tools = setup.path("tools.json");
-    let object = json!({"type": "object"});
-    write(
-        Path::new(&tools),
-        &json!({"tools": [
-            {"name": "echo", "description": "Says it back.", "inputSchema": object},
-            {"name": "slow", "description": "Takes its time.", "inputSchema": object},
-            {"name": "fail", "description": "Fetches the page.", "inputSchema": object}
-        ]}),
-    );
+    let tools = setup.catalog(&["echo", "slow", "fail"]);
     // One reply per plan made over HTTP, in the order they are asked for.
     let plans = [
         ("Echo four times", chain(4)),
@@ -427,33 +465,8 @@ fn http_runs_take_a_budget_and_report_their_stop_reason() {
         "[server.budget]\nmax_tool_calls = 3\n",
     )
     .unwrap();
-    let addr = format!("127.0.0.1:{}", crate::free_port());
-    let log_path = setup.path("serve.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args(["serve", "--addr", &addr, "--store", &setup.store])
-        .args([
-            "--commands",
-            &setup.commands,
-            "--tools",
-            &tools,
-            "--model",
-            &model,
-        ])
-        .env_remove("PLANSMITH_MODEL")
-        .env_remove("PLANSMITH_TOKENS")
-        .env_remove("PLANSMITH_CONFIG")
-        .env("XDG_CONFIG_HOME", setup.dir.path())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let _serve = super::Reaped(child);
+    let (_serve, addr, log_path) = setup.serve(&tools, &model);
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "serve did not start:\n{}", log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // The first run keeps to the server's cap; the second adds one of its own.
     let budgets = [
         json!({}),
@@ -614,4 +627,99 @@ fn pending_approvals_are_listed_and_decided_at_once() {
         &[],
     );
     assert_eq!(code, 10, "{err}");
+}
+
+/// Over HTTP too: a run whose task steps spend their token cap ends `token_capped`; a failure
+/// that asks for a replan past the cap ends `replans_capped`, and one whose replan repeats the
+/// failed call ends `stalled` (the failure policy set by a JSON Patch before the plan is
+/// accepted).
+#[test]
+fn http_runs_end_token_capped_replans_capped_or_stalled() {
+    let setup = Setup::new();
+    let tools = setup.catalog(&["fail"]);
+    let tasks = json!({"thought": "Two tasks.", "title": "Research", "steps": [
+        {"id": "s1", "type": "task", "title": "research the market", "kind": "research"},
+        {"id": "s2", "type": "task", "title": "write it up", "kind": "processing",
+         "depends_on": ["s1"]}
+    ]});
+    let fetch = json!({"thought": "One call.", "title": "Fetch", "steps": one("fail")});
+    let task_answer =
+        json!({"text": "found it", "usage": {"prompt_tokens": 300, "completion_tokens": 40}});
+    // In the order they are asked for: a plan, its task, its summary; a plan, its summary; a
+    // plan, its replan (the same failing call), its summary.
+    let model = replies(
+        &setup,
+        "replies.json",
+        json!([
+            tasks.to_string(),
+            task_answer,
+            "Summary.",
+            fetch.to_string(),
+            "Summary.",
+            fetch.to_string(),
+            fetch.to_string(),
+            "Summary."
+        ]),
+    );
+    let (_serve, addr, log_path) = setup.serve(&tools, &model);
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let (status, created) = http(
+        &addr,
+        "POST",
+        "/v1/plans",
+        &json!({"query": "Research the market", "auto_accept": true}),
+    );
+    assert_eq!(status, 201, "{created}\n{}", log());
+    let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+    let (status, body) = http(
+        &addr,
+        "POST",
+        &format!("/v1/plans/{id}/run"),
+        &json!({"budget": {"max_tokens": 200}}),
+    );
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(ended_run(&addr, &id, &log)["stop_reason"], "token_capped");
+
+    // Stored for review, given the `replan` policy by a patch, accepted, then run: with no
+    // replans allowed, then with a replan that repeats the failed call.
+    for (budget, expected) in [
+        (json!({"max_replans": 0}), "replans_capped"),
+        (json!({}), "stalled"),
+    ] {
+        let (status, created) = http(
+            &addr,
+            "POST",
+            "/v1/plans",
+            &json!({"query": "Fetch the page"}),
+        );
+        assert_eq!(status, 201, "{created}\n{}", log());
+        let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+        let patch = json!([{"op": "add", "path": "/metadata/execution",
+                            "value": {"on_failure": "replan", "retries": 0}}]);
+        for feedback in [
+            json!({"action": "patch", "patch": patch}),
+            json!({"action": "accept"}),
+        ] {
+            let (status, body) = http(
+                &addr,
+                "POST",
+                &format!("/v1/plans/{id}/feedback"),
+                &feedback,
+            );
+            assert_eq!(status, 200, "{body}");
+        }
+        let (status, body) = http(
+            &addr,
+            "POST",
+            &format!("/v1/plans/{id}/run"),
+            &json!({"budget": budget}),
+        );
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(
+            ended_run(&addr, &id, &log)["stop_reason"],
+            expected,
+            "{}",
+            log()
+        );
+    }
 }
