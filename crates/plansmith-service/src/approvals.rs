@@ -35,10 +35,11 @@ impl Service {
             .steps
             .iter()
             .filter(|step| {
+                // Blocked without an error: gated, not failed under the `ask` policy.
                 rows.iter().any(|row| {
                     row.step_id == step.id
                         && row.status == ExecStatus::Blocked
-                        && row.note == "waiting for approval"
+                        && row.error.is_none()
                 })
             })
             .map(|step| {

@@ -22,6 +22,24 @@ pub enum RunStart {
     Resume,
 }
 
+impl RunStart {
+    /// What a front end's run request asks for: a new run with `budget` (none: the runner's
+    /// caps), or a resume, which takes no caps ([`plansmith_store::StoreError::BadEdit`] when
+    /// it is given some: a run's caps are set when it starts).
+    pub fn of(resume: bool, budget: Option<Budget>) -> Result<RunStart> {
+        match (resume, budget) {
+            (false, budget) => Ok(RunStart::New(budget.unwrap_or_default())),
+            (true, None) => Ok(RunStart::Resume),
+            (true, Some(_)) => Err(plansmith_store::StoreError::BadEdit(
+                "a run's caps are set when it starts: a resumed run keeps the caps it started \
+                 with (start a new run for other caps; completed steps keep their results)"
+                    .into(),
+            )
+            .into()),
+        }
+    }
+}
+
 /// The executor of a process and the runs it takes part in on background tasks. Cheap to
 /// clone: clones share the runs.
 #[derive(Clone)]

@@ -202,18 +202,11 @@ async fn run_async(args: RunArgs) -> Result<Exit, CliError> {
         max_replans: args.max_replans,
         on_cap: args.on_cap.unwrap_or_default(),
     };
-    let start = if args.resume {
-        if flags != Budget::default() {
-            return Err(CliError::input(anyhow!(
-                "a run's caps are set when it starts: `--resume` keeps the caps it started with \
-                 (run without `--resume` for a new run with other caps; completed steps keep \
-                 their results)"
-            )));
-        }
-        RunStart::Resume
-    } else {
-        RunStart::New(Budget::default())
-    };
+    let start = RunStart::of(
+        args.resume,
+        (flags != Budget::default()).then(|| flags.clone()),
+    )
+    .map_err(|err| CliError::input(anyhow!(err)))?;
     let layered = crate::config::settings(
         crate::config::Settings {
             budget: Some(flags),

@@ -100,11 +100,7 @@ impl Ctx<'_> {
         };
         let mut allowed = Vec::new();
         for id in ready.iter().take(free) {
-            let is_call = self
-                .plan
-                .step(id)
-                .is_some_and(|s| matches!(s.action, Action::Tool { .. } | Action::Agent { .. }));
-            if is_call {
+            if self.is_call(id) {
                 let max = budget.budget.max_tool_calls;
                 if !self
                     .ex
@@ -125,16 +121,16 @@ impl Ctx<'_> {
         Ok(allowed)
     }
 
+    /// Whether step `id` calls a tool or an agent: what the cap on tool calls counts.
+    fn is_call(&self, id: &str) -> bool {
+        self.plan
+            .step(id)
+            .is_some_and(|s| matches!(s.action, Action::Tool { .. } | Action::Agent { .. }))
+    }
+
     /// Gives back the calls taken for steps this node did not get to claim.
     pub(super) async fn return_untaken(&mut self, not_claimed: &[String]) -> Result<(), ExecError> {
-        let calls = not_claimed
-            .iter()
-            .filter(|id| {
-                self.plan
-                    .step(id)
-                    .is_some_and(|s| matches!(s.action, Action::Tool { .. } | Action::Agent { .. }))
-            })
-            .count() as u64;
+        let calls = not_claimed.iter().filter(|id| self.is_call(id)).count() as u64;
         if calls > 0 && self.budget.is_some() {
             self.ex
                 .store

@@ -121,6 +121,13 @@ impl Ctx<'_> {
         } else {
             policy.on_failure
         };
+        // A step that fails for good (`fail`, or `replan`) stops the steps beside it under
+        // `"siblings": "cancel"` (`abort` stops them all anyway; `skip` and `ask` let the run go on).
+        if matches!(action, OnFailure::Fail | OnFailure::Replan)
+            && policy.siblings == Siblings::Cancel
+        {
+            self.cancel_siblings = Some(format!("step {} failed", step.id));
+        }
         let ended = |status: ExecStatus, reason: &str| ExecEvent::StepEnded {
             step_id: step.id.clone(),
             status,
@@ -146,9 +153,6 @@ impl Ctx<'_> {
                 )
             }
             OnFailure::Replan if can_replan => {
-                if policy.siblings == Siblings::Cancel {
-                    self.cancel_siblings = Some(format!("step {} failed", step.id));
-                }
                 self.replan_wanted
                     .push(format!("step {} ({}) failed: {error}", step.id, step.title));
                 (
@@ -156,15 +160,10 @@ impl Ctx<'_> {
                     ended(ExecStatus::Failed, &error),
                 )
             }
-            OnFailure::Replan | OnFailure::Fail => {
-                if policy.siblings == Siblings::Cancel {
-                    self.cancel_siblings = Some(format!("step {} failed", step.id));
-                }
-                (
-                    StepEnd::Failed(error.clone()),
-                    ended(ExecStatus::Failed, &error),
-                )
-            }
+            OnFailure::Replan | OnFailure::Fail => (
+                StepEnd::Failed(error.clone()),
+                ended(ExecStatus::Failed, &error),
+            ),
         }
     }
 }

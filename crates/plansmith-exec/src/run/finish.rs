@@ -43,12 +43,7 @@ impl Ctx<'_> {
     pub(super) async fn finish(&mut self) -> Result<RunReport, ExecError> {
         if self.abort.is_some() || self.stall.is_some() || self.capped.is_some() {
             // Under a cap that lets running steps end, none runs by now.
-            let why = self
-                .stall
-                .clone()
-                .or_else(|| self.capped.as_ref().map(|(_, why)| why.clone()))
-                .or_else(|| self.abort.clone())
-                .unwrap_or_default();
+            let why = self.stopped_why().unwrap_or_default();
             self.stop_and_record(&format!("stopped: {why}")).await?;
             self.refresh().await?;
             let open: Vec<String> = self
@@ -88,10 +83,7 @@ impl Ctx<'_> {
         }
         let (state, stop_reason) = self.end_state();
         let reason = self
-            .stall
-            .clone()
-            .or_else(|| self.capped.as_ref().map(|(_, why)| why.clone()))
-            .or_else(|| self.abort.clone())
+            .stopped_why()
             .or_else(|| self.goal_unmet.clone())
             .or_else(|| {
                 (state == RunState::Failed).then(|| {
@@ -125,10 +117,7 @@ impl Ctx<'_> {
                 .get("reason")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            let stop_reason = outcome
-                .get("stop_reason")
-                .and_then(|v| serde_json::from_value(v.clone()).ok());
-            return Ok(self.report(run.state, reason, summary, stop_reason));
+            return Ok(self.report(run.state, reason, summary, run.stop_reason));
         }
         let rows: Vec<ExecStep> = self.ordered_rows();
         let summary = summary::compose(self.ex.summary_model.as_ref(), &self.plan, &rows).await;
@@ -210,6 +199,14 @@ impl Ctx<'_> {
             *counts.entry(row.status.as_str()).or_default() += 1;
         }
         json!(counts)
+    }
+
+    /// Why the run was stopped before its steps ended, if it was: stalled, capped or aborted.
+    fn stopped_why(&self) -> Option<String> {
+        self.stall
+            .clone()
+            .or_else(|| self.capped.as_ref().map(|(_, why)| why.clone()))
+            .or_else(|| self.abort.clone())
     }
 
     /// The run's end state and why it stopped.

@@ -141,17 +141,19 @@ impl Ctx<'_> {
         };
         let tokens = u64::from(completion.usage.prompt_tokens)
             + u64::from(completion.usage.completion_tokens);
-        let text = completion.text.trim();
-        let text = text
-            .strip_prefix("```json")
-            .or_else(|| text.strip_prefix("```"))
-            .map_or(text, |t| t.trim_end_matches("```").trim());
-        match serde_json::from_str::<GoalVerdict>(text) {
+        // Read as plans are: a fenced or lightly broken object is still the model's verdict.
+        let verdict = plansmith_core::parse::extract_json(&completion.text)
+            .map_err(|err| err.to_string())
+            .and_then(|(value, _)| {
+                serde_json::from_value::<GoalVerdict>(value).map_err(|err| err.to_string())
+            });
+        match verdict {
             Ok(verdict) => (Some(verdict), tokens),
             Err(err) => {
                 tracing::warn!(
-                    "goal check of {}: the model's verdict is unusable ({err}): {text}",
-                    self.plan_id
+                    "goal check of {}: the model's verdict is unusable ({err}): {}",
+                    self.plan_id,
+                    completion.text.trim()
                 );
                 (None, tokens)
             }

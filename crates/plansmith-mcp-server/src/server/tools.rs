@@ -312,21 +312,17 @@ impl PlansmithMcp {
             Ok(current) => current,
             Err(err) => return failure(err.to_string()),
         };
-        let start = match (params.resume, params.budget) {
-            (true, Some(_)) => {
-                return failure(
-                    "a run's budget is set when it starts: a resumed run keeps the caps it \
-                     started with",
-                );
-            }
-            (true, None) => plansmith_service::RunStart::Resume,
-            (false, budget) => match budget
-                .map(serde_json::from_value::<plansmith_store::Budget>)
-                .transpose()
-            {
-                Ok(budget) => plansmith_service::RunStart::New(budget.unwrap_or_default()),
-                Err(err) => return failure(format!("`budget`: {err}")),
-            },
+        let budget = match params
+            .budget
+            .map(serde_json::from_value::<plansmith_store::Budget>)
+            .transpose()
+        {
+            Ok(budget) => budget,
+            Err(err) => return failure(format!("`budget`: {err}")),
+        };
+        let start = match plansmith_service::RunStart::of(params.resume, budget) {
+            Ok(start) => start,
+            Err(err) => return failure(err.to_string()),
         };
         let plan_id = current.plan.id.clone();
         match self.service.run(&plan_id, start).await {

@@ -36,17 +36,7 @@ pub(super) async fn run_plan(
 ) -> Result<Response, ApiError> {
     load(&state, &caller, &id).await?;
     let request = optional_body::<RunRequest>(&body, "run request")?;
-    let start = match (request.resume, request.budget) {
-        (false, budget) => RunStart::New(budget.unwrap_or_default()),
-        (true, None) => RunStart::Resume,
-        (true, Some(_)) => {
-            return Err(ApiError::new(
-                "bad_request",
-                "a run's budget is set when it starts: a resumed run keeps the caps it started \
-                 with (start a new run for other caps; completed steps keep their results)",
-            ));
-        }
-    };
+    let start = RunStart::of(request.resume, request.budget)?;
     let run = state
         .service
         .run(&id, start)

@@ -187,12 +187,15 @@ impl PlanStore {
 
     /// Adds `tokens` to what the run spent; returns the new total (`None`: no budget row).
     pub async fn exec_spend_tokens(&self, plan_id: &str, tokens: u64) -> Result<Option<u64>> {
-        sqlx::query("UPDATE exec_budgets SET tokens = tokens + $1 WHERE plan_id = $2")
-            .bind(cap(tokens))
-            .bind(plan_id.to_owned())
-            .execute(&self.pool)
-            .await?;
-        Ok(self.exec_budget(plan_id).await?.map(|b| b.tokens))
+        let row = sqlx::query(
+            "UPDATE exec_budgets SET tokens = tokens + $1 WHERE plan_id = $2 RETURNING tokens",
+        )
+        .bind(cap(tokens))
+        .bind(plan_id.to_owned())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| count(plan_id, row.try_get("tokens")?))
+            .transpose()
     }
 
     /// Adds a completed attempt of a kind of step (`plansmith_core::estimate::history_key`) to the
@@ -219,20 +222,25 @@ impl PlanStore {
         &self,
         keys: &[String],
     ) -> Result<std::collections::HashMap<String, StepHistory>> {
+        let keys: std::collections::BTreeSet<&String> = keys.iter().collect();
         let mut history = std::collections::HashMap::new();
-        for key in keys {
-            if history.contains_key(key) {
-                continue;
-            }
-            let row = sqlx::query(
-                "SELECT calls, total_ms, total_tokens FROM exec_step_times WHERE step_key = $1",
-            )
-            .bind(key.clone())
-            .fetch_optional(&self.pool)
-            .await?;
-            let Some(row) = row else {
-                continue;
-            };
+        if keys.is_empty() {
+            return Ok(history);
+        }
+        // One query for the plan's kinds of step: a plan has a handful (a validated one at
+        // most `MAX_PLAN_STEPS`), each a bound parameter.
+        let placeholders: Vec<String> = (1..=keys.len()).map(|i| format!("${i}")).collect();
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT step_key, calls, total_ms, total_tokens FROM exec_step_times
+             WHERE step_key IN ({})",
+            placeholders.join(", ")
+        )));
+        for key in &keys {
+            query = query.bind((*key).clone());
+        }
+        for row in query.fetch_all(&self.pool).await? {
+            let key: String = row.try_get("step_key")?;
+            let key = &key;
             let calls = count(key, row.try_get("calls")?)?;
             if calls == 0 {
                 continue;
