@@ -62,7 +62,8 @@
 //!   "id": "plan-…", "version": 1, "parent_version": null,
 //!   "title": "Weather", "goal": "Weather in Paris?", "locale": "en-US", "thought": "…",
 //!   "ready": true, "has_enough_context": null,
-//!   "questions": [{"id": "q1", "text": "…", "step": "s1", "argument": "city", "options": []}],
+//!   "questions": [{"id": "q1", "text": "…", "step": "s1", "argument": "city",
+//!                  "kind": "missing_info", "input": "text"}],
 //!   "guidance": null,
 //!   "steps": [{
 //!     "id": "s1", "title": "get_weather", "description": "…",
@@ -118,7 +119,11 @@ pub use llm::{
 };
 pub use memory::{MemoryReport, Turn};
 pub use pipeline::{Diagnostics, Outcome, OutcomeStatus, PlanError, PlanEvent, Planner};
-pub use plan::{Action, PLAIN_STEP, Plan, Question, Schedule, Step, StepRef, StepStatus, TaskKind};
+pub use plan::{
+    Action, Answer, Assumption, InputMode, PLAIN_STEP, Plan, Question, QuestionKind, Schedule,
+    Step, StepRef, StepStatus, TaskKind, answers_text, assumptions, recommended_answers,
+    record_assumptions,
+};
 pub use plan_template::{PlanTemplate, PlanTemplateError, TemplateParameter};
 pub use prompts::Prompts;
 pub use request::{FallbackPolicy, Feedback, PlanFormat, PlanOptions, PlanRequest, Shape};

@@ -294,6 +294,10 @@ pub struct PlanOptions {
     /// (the embedded one); when none does, the person is asked instead of the calls being
     /// returned (see the pipeline's fit check).
     pub check_fit: bool,
+    /// Do not wait for answers: the plan's questions that have a recommended answer are
+    /// answered with it (one replan), and the plan records each in `metadata.assumptions`.
+    /// Questions without one are still asked.
+    pub no_questions: bool,
 }
 
 impl Default for PlanOptions {
@@ -317,6 +321,7 @@ impl Default for PlanOptions {
             memory_turns: 6,
             memory_tokens: 1_500,
             check_fit: true,
+            no_questions: false,
         }
     }
 }

@@ -3,7 +3,10 @@
 use std::collections::HashMap;
 
 use plansmith_core::pipeline::OnEvent;
-use plansmith_core::{Diagnostic, Feedback, OutcomeStatus, Planner};
+use plansmith_core::{
+    Answer, Assumption, Diagnostic, Feedback, OutcomeStatus, Planner, answers_text, assumptions,
+    record_assumptions,
+};
 use plansmith_store::review::initial_state;
 use plansmith_store::{
     Change, Remember, ReviewAction, StepDecided, StepVerdict, StoreError, StoredPlan, Trigger,
@@ -25,6 +28,10 @@ pub enum Decision {
     Edit(String),
     /// Answers to the plan's questions: replanned likewise.
     Answer(String),
+    /// Answers to the plan's questions by id, each given by a person or assumed (the
+    /// question's recommended answer): replanned likewise, and the next version records the
+    /// assumed ones in its `metadata.assumptions`.
+    Answers(Vec<Answer>),
     /// A JSON Patch (RFC 6902) on the plan document, re-validated against the plan's catalog.
     Patch(Value),
     /// A decision about one step while the plan runs: approve or deny a gated step, or retry,
@@ -50,7 +57,7 @@ impl Decision {
             Decision::Accept => Some(ReviewAction::Accept),
             Decision::Reject(_) => Some(ReviewAction::Reject),
             Decision::Edit(_) => Some(ReviewAction::Edit),
-            Decision::Answer(_) => Some(ReviewAction::Answer),
+            Decision::Answer(_) | Decision::Answers(_) => Some(ReviewAction::Answer),
             Decision::Patch(_) => Some(ReviewAction::Patch),
             Decision::Step { .. } => None,
         }
@@ -86,6 +93,8 @@ struct Replan {
     /// The person confirmed the recurring schedule the plan asked about.
     confirm_schedule: bool,
     trigger: Trigger,
+    /// Answers taken without a person, for the next version's `metadata.assumptions`.
+    assumed: Vec<Assumption>,
 }
 
 impl Service {
@@ -188,6 +197,7 @@ impl Service {
                     text,
                     confirm_schedule: false,
                     trigger: Trigger::Feedback,
+                    assumed: Vec::new(),
                 }
             }
             Decision::Answer(answers) => {
@@ -196,6 +206,10 @@ impl Service {
                     return Err(StoreError::BadEdit("the answer is empty".into()).into());
                 }
                 answer_replan(&current, &answers)
+            }
+            Decision::Answers(answers) => {
+                current.require(ReviewAction::Answer)?;
+                answers_replan(&current, &answers)?
             }
         };
         if let Some(capped) = store.cap_iterations(&current, actor).await? {
@@ -251,7 +265,8 @@ impl Service {
             )),
             _ => None,
         };
-        let plan = outcome.plan;
+        let mut plan = outcome.plan;
+        record_assumptions(&mut plan.metadata, &replan.assumed);
         Ok(self
             .store
             .write(Change {
@@ -292,5 +307,50 @@ fn answer_replan(current: &StoredPlan, answers: &str) -> Replan {
         text,
         confirm_schedule: asks_schedule && is_confirmation(answers),
         trigger: Trigger::Answer,
+        assumed: Vec::new(),
     }
+}
+
+/// The replan of answers by question id to `current`'s questions. Refused when there is no
+/// answer or one names a question the plan does not ask. A confirmation given to a question
+/// about a recurring schedule allows recurring schedules.
+fn answers_replan(current: &StoredPlan, answers: &[Answer]) -> Result<Replan> {
+    let questions = &current.plan.questions;
+    if answers.is_empty() {
+        return Err(StoreError::BadEdit("no answers were given".into()).into());
+    }
+    if let Some(unknown) = answers
+        .iter()
+        .find(|a| !questions.iter().any(|q| q.id == a.question))
+    {
+        let asked: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
+        return Err(StoreError::BadEdit(format!(
+            "the plan asks no question `{}` (it asks: {})",
+            unknown.question,
+            if asked.is_empty() {
+                "nothing".to_owned()
+            } else {
+                asked.join(", ")
+            }
+        ))
+        .into());
+    }
+    let confirm_schedule = answers.iter().any(|answer| {
+        is_confirmation(&answer.value)
+            && questions.iter().any(|q| {
+                q.id == answer.question
+                    && q.argument.is_none()
+                    && q.step
+                        .as_deref()
+                        .and_then(|s| current.plan.step(s))
+                        .and_then(|s| s.schedule.as_ref())
+                        .is_some_and(|s| s.is_recurring())
+            })
+    });
+    Ok(Replan {
+        text: answers_text(questions, answers),
+        confirm_schedule,
+        trigger: Trigger::Answer,
+        assumed: assumptions(questions, answers),
+    })
 }

@@ -19,7 +19,8 @@
 
 use plansmith_core::validate::validate;
 use plansmith_core::{
-    Catalog, Code, Diagnostic, Outcome, OutcomeStatus, Plan, PlanRequest, Question, StepStatus,
+    Catalog, Code, Diagnostic, Outcome, OutcomeStatus, Plan, PlanRequest, Question, QuestionKind,
+    StepStatus,
 };
 use serde_json::Value;
 
@@ -298,13 +299,15 @@ fn ask_schedule_confirmations(plan: &mut Plan, diagnostics: &[Diagnostic]) {
                 vec!["yes".to_owned(), "no".to_owned()],
             )
         };
-        plan.questions.push(Question {
-            id: format!("q{}", plan.questions.len() + 1),
-            text,
-            step: Some(step_id),
-            argument: None,
-            options,
-        });
+        // Declining is the safe answer to assume: the step runs once, not on a schedule.
+        let decline = options[1].clone();
+        plan.questions.push(
+            Question::new(format!("q{}", plan.questions.len() + 1), text)
+                .of_kind(QuestionKind::RiskConfirmation)
+                .about(step_id, None)
+                .choice(options)
+                .recommend(decline),
+        );
     }
     if !plan.questions.is_empty() {
         plan.ready = false;

@@ -59,6 +59,11 @@ pub struct PlanArgs {
     /// the embedded model checks, and asks instead).
     #[arg(long)]
     no_fit_check: bool,
+    /// Do not wait for answers: a question with a recommended answer (a risk to confirm, a
+    /// choice of approach) is answered with it and recorded in the plan's
+    /// `metadata.assumptions`; questions without one are still asked.
+    #[arg(long)]
+    no_questions: bool,
     /// Background investigation before planning: a shell command that gets the query on stdin
     /// (and in `PLANSMITH_QUERY`) and prints findings (JSON `[{"source","text"}]` or plain text).
     /// If it fails or runs out of time, planning goes on without it (a warning says so).
@@ -218,6 +223,7 @@ fn build_request(args: &PlanArgs) -> Result<PlanRequest, CliError> {
     request.options.allow_recurring = args.allow_recurring;
     request.options.triage = args.triage;
     request.options.check_fit = !args.no_fit_check;
+    request.options.no_questions = args.no_questions;
     request.options.investigate = args.investigate.is_some();
     request.options.investigation_budget_ms = args.investigate_timeout;
     request.options.max_findings_chars = args.max_findings_chars;
@@ -334,7 +340,29 @@ fn render_outcome(outcome: &Outcome, verbose: bool) -> String {
             } else {
                 format!(" [{}]", question.options.join(" / "))
             };
-            out.push_str(&format!("  {}: {}{options}\n", question.id, question.text));
+            let recommended = question
+                .default
+                .as_ref()
+                .map(|d| format!(" (recommended: {d})"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  {}: {}{options}{recommended}\n",
+                question.id, question.text
+            ));
+        }
+    }
+    let assumed: Vec<plansmith_core::Assumption> = plan
+        .metadata
+        .get("assumptions")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default();
+    if !assumed.is_empty() {
+        out.push_str("Assumed (not asked):\n");
+        for assumption in &assumed {
+            out.push_str(&format!(
+                "  {} {} ({})\n",
+                assumption.text, assumption.answer, assumption.reason
+            ));
         }
     }
     let shown: Vec<_> = outcome

@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::fields::{lookup, scalar_string, str_field};
 use super::ids::{IdMap, Resolved};
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::Question;
+use crate::plan::{InputMode, Question};
 
 /// Clarifying questions: plain strings or `{text|question, id?, step?, argument?, options?}`.
 pub(super) fn convert_questions(
@@ -22,13 +22,9 @@ pub(super) fn convert_questions(
     for (idx, item) in items.into_iter().enumerate() {
         let default_id = format!("q{}", out.len() + 1);
         let question = match item {
-            Value::String(text) if !text.trim().is_empty() => Some(Question {
-                id: default_id,
-                text: text.trim().to_owned(),
-                step: None,
-                argument: None,
-                options: Vec::new(),
-            }),
+            Value::String(text) if !text.trim().is_empty() => {
+                Some(Question::new(default_id, text.trim()))
+            }
             Value::Object(map) => str_field(map, &["text", "question"]).map(|(_, text)| Question {
                 id: lookup(map, "id")
                     .and_then(scalar_string)
@@ -43,13 +39,23 @@ pub(super) fn convert_questions(
                     },
                 }),
                 argument: str_field(map, &["argument", "arg"]).map(|(_, a)| a.to_owned()),
-                options: match lookup(map, "options") {
-                    Some(Value::Array(options)) => options
-                        .iter()
-                        .map(|o| o.as_str().map_or_else(|| o.to_string(), str::to_owned))
-                        .collect(),
-                    _ => Vec::new(),
+                options: options(map),
+                // A kind the model names is kept; any other reads as missing information.
+                kind: lookup(map, "kind")
+                    .and_then(Value::as_str)
+                    .and_then(|k| k.parse().ok())
+                    .unwrap_or_default(),
+                input: if options(map).is_empty() {
+                    InputMode::Text
+                } else {
+                    InputMode::Choice
                 },
+                schema: None,
+                // The model's recommended answer, when it gives one (`default`, `recommended`).
+                default: ["default", "recommended"]
+                    .iter()
+                    .find_map(|key| lookup(map, key).and_then(scalar_string))
+                    .filter(|d| !d.trim().is_empty()),
             }),
             _ => None,
         };
@@ -66,4 +72,15 @@ pub(super) fn convert_questions(
         }
     }
     out
+}
+
+/// A question's `options`, each as text.
+fn options(map: &serde_json::Map<String, Value>) -> Vec<String> {
+    match lookup(map, "options") {
+        Some(Value::Array(options)) => options
+            .iter()
+            .map(|o| o.as_str().map_or_else(|| o.to_string(), str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
 }

@@ -26,7 +26,7 @@ use super::call::{Call, Candidate, chinese, micros};
 use crate::catalog::Tool;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::llm::{LanguageModel, LlmError};
-use crate::plan::{Action, Question};
+use crate::plan::{Action, Question, QuestionKind};
 use crate::prompts::short_description;
 
 /// A tool fits a request when the request is at least this much likelier per token after the
@@ -210,13 +210,24 @@ pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> Cand
     plan.steps.clear();
     plan.metadata
         .insert("unfitting_calls".into(), Value::Array(calls));
-    plan.questions.push(Question {
-        id: String::new(),
-        text,
-        step: None,
-        argument: None,
-        options: Vec::new(),
-    });
+    // The safe answer to assume is the reply that no tool does this, not the unfitting call.
+    let (call_it, reply) = if zh {
+        (
+            format!("照样调用 `{}`", closest.tool),
+            "不调用工具，直接回复".to_owned(),
+        )
+    } else {
+        (
+            format!("call `{}` anyway", closest.tool),
+            "reply without calling a tool".to_owned(),
+        )
+    };
+    plan.questions.push(
+        Question::new(String::new(), text)
+            .of_kind(QuestionKind::ApproachChoice)
+            .choice(vec![call_it, reply.clone()])
+            .recommend(reply),
+    );
     let scores: Vec<String> = fits
         .iter()
         .map(|f| format!("`{}` {:.2}", f.tool, f.nats))

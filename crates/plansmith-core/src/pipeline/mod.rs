@@ -29,6 +29,7 @@ mod prompt;
 mod report;
 mod triage;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -139,7 +140,7 @@ impl Planner {
 
     /// Plans one request.
     pub async fn plan(&self, request: &PlanRequest) -> Result<Outcome, PlanError> {
-        self.run(request, None).await
+        self.run_answering(request, None).await
     }
 
     /// Plans one request like [`Planner::plan`], streaming the model's reply and reporting
@@ -150,7 +151,50 @@ impl Planner {
         request: &PlanRequest,
         on_event: OnEvent<'_>,
     ) -> Result<Outcome, PlanError> {
-        self.run(request, Some(on_event)).await
+        self.run_answering(request, Some(on_event)).await
+    }
+
+    /// [`Planner::run`], then, when the request asks not to be asked
+    /// ([`PlanOptions::no_questions`](crate::PlanOptions)) and the plan asks questions with
+    /// recommended answers, one replan with those answers, recorded as assumptions in the
+    /// plan's `metadata.assumptions`. The replan is the next version of the same plan.
+    async fn run_answering(
+        &self,
+        request: &PlanRequest,
+        mut on_event: Option<OnEvent<'_>>,
+    ) -> Result<Outcome, PlanError> {
+        fn reborrow<'s>(on_event: &'s mut Option<OnEvent<'_>>) -> Option<OnEvent<'s>> {
+            match on_event {
+                Some(listener) => Some(&mut **listener),
+                None => None,
+            }
+        }
+        let first = self.run(request, reborrow(&mut on_event)).await?;
+        if !request.options.no_questions {
+            return Ok(first);
+        }
+        let questions = first.plan.questions.clone();
+        let answers = crate::recommended_answers(&questions, "the request asked not to be asked");
+        if answers.is_empty() {
+            return Ok(first);
+        }
+        let mut replan = request.clone();
+        replan.options.iteration += 1;
+        replan.feedback = Some(crate::request::Feedback {
+            previous: Some(first.plan.clone()),
+            text: Some(crate::answers_text(&questions, &answers)),
+            diagnostics: Vec::new(),
+            observations: Vec::new(),
+        });
+        let mut next = self.run(&replan, reborrow(&mut on_event)).await?;
+        let new = std::mem::replace(&mut next.plan, Plan::new("", ""));
+        next.plan = crate::plan::next_version(&first.plan, &HashMap::new(), new).plan;
+        crate::record_assumptions(
+            &mut next.plan.metadata,
+            &crate::assumptions(&questions, &answers),
+        );
+        next.diagnostics.timings.total_us += first.diagnostics.timings.total_us;
+        Ok(next)
     }
 
     /// The stages, in order, over one call's context; triage may end the call early.

@@ -8,7 +8,7 @@ use super::call::{Call, Candidate, chinese, cut};
 use super::report::{Outcome, OutcomeStatus, PlanError};
 use crate::catalog::Tool;
 use crate::diagnostic::{Code, Diagnostic, Severity};
-use crate::plan::{Action, Question, Step, StepStatus, TaskKind};
+use crate::plan::{Action, Question, QuestionKind, Step, StepStatus, TaskKind};
 use crate::prompts::short_description;
 use crate::request::FallbackPolicy;
 use crate::validate::validate;
@@ -104,11 +104,10 @@ pub(super) fn finish(mut call: Call<'_>) -> Result<Outcome, PlanError> {
                     Action::Tool { name, .. } => name.clone(),
                     _ => String::new(),
                 };
-                let options = call
+                let argument_schema = call
                     .catalog
                     .tool(&tool)
-                    .map(|t| enum_options(&t.tool, &argument))
-                    .unwrap_or_default();
+                    .and_then(|t| argument_schema(&t.tool, &argument));
                 let text = if zh {
                     format!(
                         "步骤「{}」（{tool}）需要参数 `{argument}`，请提供它的值。",
@@ -120,13 +119,11 @@ pub(super) fn finish(mut call: Call<'_>) -> Result<Outcome, PlanError> {
                         step.title
                     )
                 };
-                questions.push(Question {
-                    id: String::new(),
-                    text,
-                    step: Some(step_id.clone()),
-                    argument: Some(argument),
-                    options,
-                });
+                questions.push(
+                    Question::new(String::new(), text)
+                        .about(step_id.clone(), Some(argument.clone()))
+                        .for_argument(&argument, argument_schema.as_ref()),
+                );
                 kept_findings.push(Diagnostic {
                     severity: Severity::Warning,
                     message: format!("{} — asked the user", diag.message),
@@ -257,17 +254,19 @@ pub(super) fn finish(mut call: Call<'_>) -> Result<Outcome, PlanError> {
                 step.title
             )
         };
-        questions.push(Question {
-            id: String::new(),
-            text,
-            step: Some(step.id.clone()),
-            argument: None,
-            options: if zh {
-                vec!["确认".into(), "取消".into()]
-            } else {
-                vec!["yes".into(), "no".into()]
-            },
-        });
+        // Declining is the safe answer to assume: the steps run once, not on a schedule.
+        let (confirm, decline) = if zh {
+            ("确认", "取消")
+        } else {
+            ("yes", "no")
+        };
+        questions.push(
+            Question::new(String::new(), text)
+                .of_kind(QuestionKind::RiskConfirmation)
+                .about(step.id.clone(), None)
+                .choice(vec![confirm.into(), decline.into()])
+                .recommend(decline),
+        );
     }
 
     // The model may have asked already: keep its wording, do not ask twice.
@@ -352,24 +351,12 @@ pub(super) fn finish(mut call: Call<'_>) -> Result<Outcome, PlanError> {
     })
 }
 
-/// The values `tool`'s schema allows for `argument` (its `enum`), offered with the question.
-fn enum_options(tool: &Tool, argument: &str) -> Vec<String> {
+/// The JSON Schema of `argument` in `tool`'s input schema, when it has one.
+fn argument_schema(tool: &Tool, argument: &str) -> Option<Value> {
     tool.input_schema
         .get("properties")
         .and_then(|p| p.get(argument))
-        .and_then(|s| s.get("enum"))
-        .and_then(Value::as_array)
-        .map(|values| {
-            values
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| v.to_string())
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+        .cloned()
 }
 
 /// Applies the fallback policy.

@@ -5,6 +5,7 @@
 //! (`tests/it/snapshots`). See the crate documentation for an annotated example.
 
 mod action;
+mod next;
 mod question;
 mod render;
 mod schedule;
@@ -16,7 +17,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use action::{Action, PLAIN_STEP, TaskKind};
-pub use question::Question;
+pub use next::{Merged, next_version};
+pub use question::{
+    Answer, Assumption, InputMode, Question, QuestionKind, answers_text, assumptions,
+    recommended_answers, record_assumptions,
+};
 pub use render::flat_plan_json;
 pub use schedule::Schedule;
 pub use step::{Step, StepStatus};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
 use plansmith_core::{
-    Action, OutcomeStatus, Plan, PlanRequest, Planner, Question, Schedule, ScriptedModel, Step,
-    StepStatus, TaskKind,
+    Action, OutcomeStatus, Plan, PlanRequest, Planner, Question, QuestionKind, Schedule,
+    ScriptedModel, Step, StepStatus, TaskKind,
 };
 use serde_json::json;
 
@@ -74,15 +74,16 @@ fn every_kind_of_step() -> Plan {
     );
     plan.steps = vec![weather, research, mail, agent, reply];
     plan.ready = false;
-    plan.questions.push(Question {
-        id: "q1".into(),
-        text:
-            "Step \"Mail Bob\" will run every day at 08:00. Shall I set up this recurring schedule?"
-                .into(),
-        step: Some("s3".into()),
-        argument: None,
-        options: vec!["yes".into(), "no".into()],
-    });
+    plan.questions.push(
+        Question::new(
+            "q1",
+            "Step \"Mail Bob\" will run every day at 08:00. Shall I set up this recurring schedule?",
+        )
+        .of_kind(QuestionKind::RiskConfirmation)
+        .about("s3", None)
+        .choice(vec!["yes".into(), "no".into()])
+        .recommend("no"),
+    );
     plan
 }
 

@@ -555,3 +555,48 @@ fn requests_with_the_same_tools_share_the_system_prompt() {
             .contains("Current time:")
     );
 }
+
+/// A caller that asked not to be asked gets the recommended answer of each question that has
+/// one: a second planning call with that answer, the same plan's next version, and the answer
+/// recorded as an assumption; a question without a recommended answer is still asked.
+#[test]
+fn no_questions_takes_the_recommended_answers_and_records_them() {
+    let recurring = r#"{"adequate": true, "reason": "daily news", "title": "NVDA news", "tasks": [{"title": "Daily NVDA news", "query": "Summarise today's NVDA news", "agent_name": "NewsAgent", "pattern": "recurring", "schedule_config": {"daily_time": "09:00"}}]}"#;
+    let once = r#"{"adequate": true, "reason": "news once", "title": "NVDA news", "tasks": [{"title": "NVDA news", "query": "Summarise today's NVDA news", "agent_name": "NewsAgent", "pattern": "once"}]}"#;
+    let model = Arc::new(ScriptedModel::new([recurring, once]));
+    let planner = Planner::new(test_catalog(true), model.clone());
+    let mut request = PlanRequest::new("Send me NVDA news every morning at 9");
+    request.options.shape = plansmith_core::Shape::AgentTasks;
+    request.options.no_questions = true;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    assert_eq!(outcome.status, OutcomeStatus::Ready, "{:?}", outcome.plan);
+    assert!(outcome.plan.questions.is_empty());
+    assert!(outcome.plan.steps.iter().all(|s| s.schedule.is_none()));
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let second: String = requests[1]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
+    assert!(
+        second.contains("recurring schedule?: no (assumed"),
+        "the replan is told the assumed answer: {second}"
+    );
+    let assumed = &outcome.plan.metadata["assumptions"];
+    assert_eq!(assumed[0]["kind"], "risk_confirmation");
+    assert_eq!(assumed[0]["answer"], "no");
+    assert!(assumed[0]["text"].as_str().unwrap().contains("09:00"));
+
+    // Without a recommended answer nothing is assumed: one call, the question stays.
+    let model = Arc::new(ScriptedModel::new([
+        r#"{"thought": "t", "title": "Q", "questions": ["Which city?"], "steps": []}"#,
+    ]));
+    let planner = Planner::new(test_catalog(false), model.clone());
+    let mut request = PlanRequest::new("What's the weather?");
+    request.options.no_questions = true;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(outcome.plan.questions.len(), 1);
+    assert!(outcome.plan.metadata.get("assumptions").is_none());
+}

@@ -396,6 +396,62 @@ fn exit_codes_for_needs_input_and_fallback() {
     );
 }
 
+/// `--no-questions`: a question with a recommended answer (here: whether to set up a daily
+/// schedule) is answered with it without asking, and the plan says what it assumed; a
+/// question without one (a missing recipient) is still asked.
+#[test]
+fn no_questions_takes_the_recommended_answer_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let daily = serde_json::json!({"title": "Paris weather every morning", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"},
+         "schedule": {"type": "daily", "time": "09:00"}}]});
+    let once = serde_json::json!({"title": "Paris weather", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}]});
+    let script = dir.path().join("daily.json");
+    std::fs::write(
+        &script,
+        serde_json::json!({"turns": [daily.to_string(), once.to_string(), daily.to_string()]})
+            .to_string(),
+    )
+    .unwrap();
+    let model = format!("scripted:{}", script.display());
+    let query = "Send me the Paris weather every morning at 9";
+    let base = [
+        "plan",
+        query,
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        &model,
+    ];
+    let mut args = base.to_vec();
+    args.push("--no-questions");
+    let output = plansmith(&args);
+    assert_exit(&output, 0);
+    let out = text(&output.stdout);
+    assert!(!out.contains("Questions:"), "{out}");
+    assert!(
+        out.contains("Assumed (not asked):")
+            && out.contains("every day at 09:00")
+            && out.contains(" no ("),
+        "{out}"
+    );
+    // Asked, the same question shows its recommended answer.
+    let output = plansmith(&base);
+    assert_exit(&output, 10);
+    assert!(
+        text(&output.stdout).contains("[yes / no] (recommended: no)"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let mut args = MISSING_RECIPIENT.to_vec();
+    args.extend(["--max-repairs", "0", "--no-questions"]);
+    let output = plansmith(&args);
+    assert_exit(&output, 10);
+    assert!(text(&output.stdout).contains("What should `to` be"));
+}
+
 /// `--progress always` shows the planning on stderr, as plain lines when stderr is not a
 /// terminal: the model, each step as soon as it is written (with its problem), the rejected
 /// attempt and its repair. By default, off a terminal, stderr has none of it; stdout is the same
