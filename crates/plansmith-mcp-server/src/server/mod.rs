@@ -27,6 +27,7 @@
 //! acts for the token's owner: plans of other owners answer "no plan with id …".
 
 mod answer;
+mod elicit;
 mod http;
 mod params;
 mod planning;

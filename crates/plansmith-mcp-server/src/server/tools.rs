@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::PlansmithMcp;
 use super::answer::{ToolAnswer, answer, failure, respond, stored_json};
+use super::elicit::Asked;
 use super::http::owner_of;
 use super::params::{
     FeedbackAction, FeedbackParams, PlanParams, PlanningParams, RunParams, TemplatesParams,
@@ -90,15 +91,27 @@ impl PlansmithMcp {
             Err(err @ ServiceError::Store(_)) => return failure(err.to_string()),
             Err(err) => return failure(format!("planning failed: {err}")),
         };
-        let outcome_status = planned.outcome.status.clone();
+        let mut outcome_status = planned.outcome.status.clone();
         let diagnostics = std::mem::take(&mut planned.outcome.diagnostics);
+        let mut asked = Asked::default();
         let (plan, state) = if params.save.unwrap_or(true) {
-            match self
-                .service
-                .submit(planned, &request, review, &self.actor_for(&owner))
-                .await
-            {
-                Ok(submitted) => (submitted.stored.plan, Some(submitted.stored.state)),
+            let actor = self.actor_for(&owner);
+            match self.service.submit(planned, &request, review, &actor).await {
+                Ok(submitted) => {
+                    let version = submitted.stored.version();
+                    let (stored, how) =
+                        self.ask_questions(submitted.stored, &context, &actor).await;
+                    asked = how;
+                    // Answered through the client: the outcome is the replanned version's.
+                    if stored.version() != version {
+                        outcome_status = if stored.plan.questions.is_empty() {
+                            OutcomeStatus::Ready
+                        } else {
+                            OutcomeStatus::NeedsInput
+                        };
+                    }
+                    (stored.plan, Some(stored.state))
+                }
                 Err(err) => return failure(format!("the plan could not be stored: {err}")),
             }
         } else {
@@ -119,6 +132,8 @@ impl PlansmithMcp {
             "plan": plan,
             "questions": plan.questions,
             "needs_approval": plan.steps.iter().filter(|s| s.requires_approval).map(|s| s.id.clone()).collect::<Vec<_>>(),
+            "asked": asked.log,
+            "cancelled": asked.cancelled,
             "diagnostics": {
                 "findings": diagnostics.findings,
                 "attempts": diagnostics.attempts.len(),
@@ -129,6 +144,9 @@ impl PlansmithMcp {
             },
         });
         let mut text = format!("{status}: plan `{}`\n{}", plan.id, plan.render_text());
+        for line in &asked.log {
+            text.push_str(&format!("Asked {line}\n"));
+        }
         for question in &plan.questions {
             text.push_str(&format!("Question {}: {}\n", question.id, question.text));
         }
@@ -285,11 +303,26 @@ impl PlansmithMcp {
                 )
             }
             _ => {
-                let mut value = stored_json(&decided.stored);
+                // A replan's new questions are asked through the client, as `plan` asks them.
+                let (stored, asked) =
+                    if matches!(params.action, FeedbackAction::Edit | FeedbackAction::Answer) {
+                        self.ask_questions(decided.stored, &context, &actor).await
+                    } else {
+                        (decided.stored, Asked::default())
+                    };
+                let mut value = stored_json(&stored);
                 if matches!(params.action, FeedbackAction::Patch) {
                     value["diagnostics"] = json!(decided.diagnostics);
                 }
-                answer(value, decided.stored.render_text())
+                let mut text = stored.render_text();
+                if !asked.log.is_empty() {
+                    value["asked"] = json!(asked.log);
+                    value["cancelled"] = json!(asked.cancelled);
+                    for line in &asked.log {
+                        text.push_str(&format!("\nAsked {line}"));
+                    }
+                }
+                answer(value, text)
             }
         }
     }

@@ -442,3 +442,111 @@ fn tools_list_and_plan_with_mcp_servers() {
         text(&unchecked.stdout)
     );
 }
+
+/// The scripted turns of the elicitation scenario: a plan that lacks the recipient, the plan
+/// with it; a plan on a daily schedule, the plan without; the recipient missing again.
+fn elicitation_script(dir: &Path) -> String {
+    let weather_email: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/replies/weather-email.json")).unwrap(),
+    )
+    .unwrap();
+    let no_recipient = json!({"title": "Paris weather to a friend", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}},
+        {"id": "s2", "type": "tool", "name": "send_email", "depends_on": ["s1"],
+         "arguments": {"subject": "Weather", "body": {"$ref": "s1.output.summary"}}}]})
+    .to_string();
+    let daily = json!({"title": "Paris weather every morning", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"},
+         "schedule": {"type": "daily", "time": "09:00"}}]})
+    .to_string();
+    let once = json!({"title": "Paris weather", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}]})
+    .to_string();
+    write(
+        dir,
+        "elicit.json",
+        &json!({"capabilities": weather_email["capabilities"], "turns": [
+            no_recipient, weather_email["turns"][0], daily, once, no_recipient]}),
+    )
+}
+
+/// What the elicitation scenario must have seen, over either transport.
+fn check_elicitation(report: &Value) {
+    // Accepted: the form's answer fills the recipient, and the replan is the plan's version 2.
+    let answered = &report["answered"]["structured"];
+    assert_eq!(answered["status"], "ready", "{report}");
+    assert_eq!(answered["plan"]["version"], 2, "{answered}");
+    assert_eq!(
+        answered["plan"]["steps"][1]["action"]["arguments"]["to"],
+        "bob@example.com"
+    );
+    assert_eq!(answered["asked"], json!(["q1: answered"]));
+    let asked = &report["asked"];
+    assert_eq!(
+        asked[0]["schema"]["properties"]["to"]["format"], "email",
+        "a missing email is asked as a typed form field: {asked}"
+    );
+    // Declined: the recommended answer ("no" to a recurring schedule) is taken and recorded.
+    let declined = &report["declined"]["structured"];
+    assert_eq!(declined["status"], "ready", "{report}");
+    assert!(declined["plan"]["steps"][0].get("schedule").is_none());
+    let assumption = &declined["plan"]["metadata"]["assumptions"][0];
+    assert_eq!(assumption["answer"], "no", "{declined}");
+    assert_eq!(assumption["kind"], "risk_confirmation");
+    assert!(
+        assumption["reason"].as_str().unwrap().contains("declined"),
+        "{assumption}"
+    );
+    assert_eq!(
+        asked[1]["schema"]["properties"]["answer"]["enum"],
+        json!(["yes", "no"])
+    );
+    // Cancelled: nothing replanned, the plan waits for answers.
+    let cancelled = &report["cancelled"]["structured"];
+    assert_eq!(cancelled["cancelled"], true, "{report}");
+    assert_eq!(cancelled["status"], "needs_input");
+    assert_eq!(cancelled["plan"]["version"], 1);
+    assert_eq!(cancelled["plan"]["questions"][0]["argument"], "to");
+    assert_eq!(asked.as_array().map(Vec::len), Some(3), "{asked}");
+}
+
+#[test]
+fn mcp_questions_asked_through_elicitation_with_the_python_sdk() {
+    let test = "mcp_questions_asked_through_elicitation_with_the_python_sdk";
+    let Some(python) = installed("PLANSMITH_TEST_MCP_PYTHON", test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = format!("scripted:{}", elicitation_script(dir.path()));
+
+    // Over stdio.
+    let store = format!("sqlite:{}", dir.path().join("stdio.db").display());
+    let mut args = vec!["--elicit", "stdio", env!("CARGO_BIN_EXE_plansmith")];
+    let mut server = mcp_stdio_args(&store);
+    server[4] = &model;
+    args.extend(server);
+    let (output, report) = python_client(&python, &args);
+    assert_exit(&output, 0);
+    check_elicitation(&report);
+    // The answer is in the plan's history, as a replan of answers.
+    let id = report["declined"]["structured"]["plan_id"]
+        .as_str()
+        .unwrap();
+    let history = plansmith(&["plans", "--store", &store, "history", id]);
+    assert_exit(&history, 0);
+    assert!(
+        text(&history.stdout).contains("answer"),
+        "{}",
+        text(&history.stdout)
+    );
+
+    // Over `plansmith serve`'s streamable HTTP.
+    let store = format!("sqlite:{}", dir.path().join("http.db").display());
+    let (mut child, base) = serve(&store, &model, None);
+    let url = format!("{base}/mcp");
+    let (output, report) = python_client(&python, &["--elicit", "http", &url]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_exit(&output, 0);
+    check_elicitation(&report);
+}

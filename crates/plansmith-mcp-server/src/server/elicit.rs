@@ -1,0 +1,181 @@
+//! A plan's questions asked through the client (MCP elicitation).
+//!
+//! When the client declared the form elicitation capability, `plan` and `feedback` ask each of
+//! a stored plan's questions with `elicitation/create` (the question's text as the message,
+//! [`Question::answer_schema`] as the form) and replan with the answers, as `feedback answer`
+//! would; a replan that asks again is asked again, at most [`MAX_ROUNDS`] times. What each
+//! reply does:
+//!
+//! - **accept**: the form's content is the answer;
+//! - **decline** (or an empty form, or no reply within [`QUESTION_TIMEOUT`]): the question's
+//!   recommended answer is taken and recorded as an assumption in the plan's
+//!   `metadata.assumptions`; a question without one stays unanswered;
+//! - **cancel**: nothing more is asked and nothing is replanned; the plan waits for answers as
+//!   it was, and the tool's answer says so.
+//!
+//! A client without the capability, a protocol that forbids server-to-client requests, or a
+//! plan that was not stored (`save: false`) gets the questions in the tool's answer, as before.
+
+use std::time::Duration;
+
+use plansmith_core::{Answer, Question};
+use plansmith_service::Decision;
+use plansmith_store::StoredPlan;
+use rmcp::model::{ElicitRequestParams, ElicitationAction};
+use rmcp::service::{ElicitationMode, RequestContext, RoleServer};
+use serde_json::json;
+
+use super::PlansmithMcp;
+
+/// Rounds of questions at most: a replan that asks again is asked again, this many times.
+const MAX_ROUNDS: usize = 3;
+
+/// How long a person has to answer one question before its recommended answer is taken.
+pub(super) const QUESTION_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What asking did.
+#[derive(Debug, Default)]
+pub(super) struct Asked {
+    /// One line per question asked: its id and what became of it.
+    pub(super) log: Vec<String>,
+    /// The person cancelled: the plan was left waiting for answers.
+    pub(super) cancelled: bool,
+}
+
+/// One question's reply.
+enum Reply {
+    Answer(String),
+    /// Declined, empty or too late: the recommended answer when there is one.
+    Declined(&'static str),
+    Cancelled,
+    /// The client could not be asked (an error on the connection or the protocol).
+    Unreachable(String),
+}
+
+impl PlansmithMcp {
+    /// Asks `stored`'s questions through the client when it takes form elicitation, and
+    /// replans with the answers (see the module docs). Answers the plan as it ends up and what
+    /// was asked; a failed replan leaves the plan as it was, its error in the log.
+    pub(super) async fn ask_questions(
+        &self,
+        mut stored: StoredPlan,
+        context: &RequestContext<RoleServer>,
+        actor: &str,
+    ) -> (StoredPlan, Asked) {
+        let mut asked = Asked::default();
+        if !context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form)
+        {
+            return (stored, asked);
+        }
+        for _ in 0..MAX_ROUNDS {
+            if stored.plan.questions.is_empty() {
+                break;
+            }
+            let mut answers = Vec::new();
+            for question in &stored.plan.questions {
+                match ask(question, context).await {
+                    Reply::Answer(value) => {
+                        asked.log.push(format!("{}: answered", question.id));
+                        answers.push(Answer {
+                            question: question.id.clone(),
+                            value,
+                            assumed: None,
+                        });
+                    }
+                    Reply::Declined(why) => match &question.default {
+                        Some(default) => {
+                            asked.log.push(format!(
+                                "{}: {why}; assumed the recommended answer \"{default}\"",
+                                question.id
+                            ));
+                            answers.push(Answer {
+                                question: question.id.clone(),
+                                value: default.clone(),
+                                assumed: Some(format!("the person {why}")),
+                            });
+                        }
+                        None => asked
+                            .log
+                            .push(format!("{}: {why}; left unanswered", question.id)),
+                    },
+                    Reply::Cancelled => {
+                        asked.log.push(format!(
+                            "{}: cancelled; the plan waits for answers",
+                            question.id
+                        ));
+                        asked.cancelled = true;
+                        return (stored, asked);
+                    }
+                    Reply::Unreachable(err) => {
+                        asked
+                            .log
+                            .push(format!("{}: could not be asked ({err})", question.id));
+                        return (stored, asked);
+                    }
+                }
+            }
+            if answers.is_empty() {
+                break;
+            }
+            let decided = self
+                .service
+                .decide(
+                    &stored.plan.id,
+                    Decision::Answers(answers),
+                    Some(stored.version()),
+                    actor,
+                    None,
+                )
+                .await;
+            match decided {
+                Ok(decided) => stored = decided.stored,
+                Err(err) => {
+                    asked
+                        .log
+                        .push(format!("replanning with the answers failed: {err}"));
+                    break;
+                }
+            }
+        }
+        (stored, asked)
+    }
+}
+
+/// Asks one question; the answer read from the form as the planner reads answers.
+async fn ask(question: &Question, context: &RequestContext<RoleServer>) -> Reply {
+    let params = json!({
+        "mode": "form",
+        "message": question.text,
+        "requestedSchema": question.answer_schema(),
+    });
+    let params: ElicitRequestParams = match serde_json::from_value(params) {
+        Ok(params) => params,
+        Err(err) => return Reply::Unreachable(format!("the question's form is not valid: {err}")),
+    };
+    let result = context
+        .peer
+        .create_elicitation_with_timeout(params, Some(QUESTION_TIMEOUT))
+        .await;
+    match result {
+        Ok(result) => match result.action {
+            ElicitationAction::Accept => match result
+                .content
+                .as_ref()
+                .and_then(|content| question.answer_from(content))
+            {
+                Some(answer) => Reply::Answer(answer),
+                None => Reply::Declined("gave an empty answer"),
+            },
+            ElicitationAction::Decline => Reply::Declined("declined to answer"),
+            // Cancel, and any action a later protocol adds: ask nothing more.
+            _ => Reply::Cancelled,
+        },
+        Err(rmcp::service::ServiceError::Timeout { .. }) => {
+            Reply::Declined("did not answer in time")
+        }
+        Err(err) => Reply::Unreachable(err.to_string()),
+    }
+}
