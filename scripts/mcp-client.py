@@ -2,6 +2,7 @@
 """Drives plansmith's MCP server with the official Python MCP SDK (`mcp`, PyPI; installed by
 scripts/mcp-servers.sh), a client plansmith did not write.
 
+    mcp-client.py --plan QUERY stdio COMMAND [ARG…]  only `plan` QUERY; its answer
     mcp-client.py [--elicit] stdio COMMAND [ARG…]   spawn `plansmith mcp …`, talk over stdio
     mcp-client.py [--elicit] http URL [TOKEN]       streamable HTTP (http://127.0.0.1:8080/mcp)
 
@@ -92,12 +93,19 @@ async def main():
     elicit = len(sys.argv) > 1 and sys.argv[1] == "--elicit"
     if elicit:
         del sys.argv[1]
+    query = None
+    if len(sys.argv) > 2 and sys.argv[1] == "--plan":
+        query = sys.argv[2]
+        del sys.argv[1:3]
     elicitor = Elicitor()
     options = {"elicitation_callback": elicitor} if elicit else {}
 
     async def scenario(session):
         if elicit:
             return await elicit_scenario(session, elicitor)
+        if query is not None:
+            await session.initialize()
+            return {"plan": await call(session, "plan", {"query": query})}
         return await default_scenario(session)
 
     mode = sys.argv[1]

@@ -344,6 +344,22 @@ pub fn unaddressed_parts(query: &str, plan: &Plan) -> Vec<String> {
         .collect()
 }
 
+/// The words of `query` a keyword search would look up: its names, addresses and words with
+/// digits (the particulars of its parts, bare numbers left out), lower-cased, each once, in
+/// the request's order. "Email Bob the report of Project Apollo" gives `bob`, `project`,
+/// `apollo`.
+pub fn search_terms(query: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (text, starts_sentence) in parts(query) {
+        for term in particulars(&text, starts_sentence) {
+            if numbers_of(&term).is_none() && !out.contains(&term) {
+                out.push(term);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,6 +379,17 @@ mod tests {
                 .push(Step::new(format!("s{}", i + 1), *name, action));
         }
         plan
+    }
+
+    #[test]
+    fn search_terms_are_the_names_and_addresses_once() {
+        assert_eq!(
+            super::search_terms(
+                "Email Bob the report of Project Apollo. Then ask Bob at bob@example.com about Q3"
+            ),
+            ["bob", "project", "apollo", "bob@example.com", "q3"]
+        );
+        assert!(super::search_terms("what is 2 plus 2").is_empty());
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub mod validate;
 pub use catalog::{
     AgentCard, AgentSkill, Catalog, CatalogError, CatalogProblem, Tool, ToolAnnotations,
 };
-pub use cover::unaddressed_parts;
+pub use cover::{search_terms, unaddressed_parts};
 pub use diagnostic::{Code, Diagnostic, Severity};
 pub use investigate::{Finding, Investigation, Investigator, ScriptedInvestigator};
 pub use llm::{

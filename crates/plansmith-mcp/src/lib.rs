@@ -44,6 +44,7 @@ use std::time::Duration;
 
 mod client;
 mod config;
+mod investigate;
 mod names;
 
 pub use client::{
@@ -51,6 +52,7 @@ pub use client::{
     ToolProgress,
 };
 pub use config::{ServerSpec, ServersConfig, Transport};
+pub use investigate::{Lookup, MAX_TERMS, McpInvestigator};
 pub use names::Route;
 
 /// What an MCP operation can fail with; every variant names the server (or tool) involved.

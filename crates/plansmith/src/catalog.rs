@@ -87,7 +87,7 @@ fn read_config(path: &Path) -> Result<ServersConfig, CliError> {
 
 /// The client's options: the defaults, and the configured provider key variables withheld
 /// from the servers it spawns.
-fn client_options() -> ClientOptions {
+pub fn client_options() -> ClientOptions {
     let mut options = ClientOptions::default();
     options.provider_keys = crate::config::provider_keys();
     options

@@ -23,12 +23,16 @@
 //! [providers.anthropic]
 //! request_timeout_secs = 90
 //!
+//! [investigate]                        # background investigation (plan, serve, mcp)
+//! mcp = "servers.json"                 # a read-only tool of an MCP server, or command = "…"
+//! tool = "search_nodes"
+//!
 //! [server]                             # plansmith serve
 //! addr = "127.0.0.1:8080"
 //! tokens = { "tok-alice" = "alice" }   # API token -> owner
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -37,6 +41,7 @@ use plansmith_core::secrets::ProviderKeys;
 use plansmith_llm::ProviderTable;
 use plansmith_store::Budget;
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::CliError;
 
@@ -61,9 +66,51 @@ pub struct FileConfig {
     /// on_cap), for `run` and `serve`; `serve` also reads `[server.budget]` over it.
     #[serde(default)]
     pub budget: Option<Budget>,
+    /// Background investigation for `plan`, `serve` and `mcp` (`[investigate]`: a command, or
+    /// a read-only MCP tool; see `investigate_cmd`).
+    #[serde(default)]
+    pub investigate: Option<InvestigateConfig>,
     /// Where the settings came from (`None`: no file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// The config file's `[investigate]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvestigateConfig {
+    /// A shell command, as `plan --investigate` takes it.
+    pub command: Option<String>,
+    /// The MCP servers file (the `--mcp` format) with the server of `tool`.
+    pub mcp: Option<PathBuf>,
+    /// The read-only tool that investigates.
+    pub tool: Option<String>,
+    /// The argument that gets the request (default: the tool's one string argument).
+    pub argument: Option<String>,
+    /// Fixed other arguments.
+    #[serde(default)]
+    pub arguments: BTreeMap<String, Value>,
+    /// What the tool is called with: `request` (the default) or `terms`.
+    #[serde(default)]
+    pub lookup: LookupKind,
+    /// Investigate every request (the default), not only those that ask.
+    #[serde(default = "yes")]
+    pub every_request: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What a configured MCP tool is called with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LookupKind {
+    /// The whole request, once.
+    #[default]
+    Request,
+    /// Each name or address of the request.
+    Terms,
 }
 
 /// A tool retrieval method (see `crate::retrieval`).

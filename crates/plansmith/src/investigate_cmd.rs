@@ -1,4 +1,22 @@
-//! `plan --investigate CMD`: background investigation by a command.
+//! Background investigation chosen by the user: `plan --investigate CMD` (a command), or the
+//! config file's `[investigate]` (a command, or a read-only tool of an MCP server), which
+//! `plan`, `serve` and `mcp` all use ([`configured`]).
+//!
+//! ```toml
+//! [investigate]
+//! mcp = "servers.json"      # the MCP servers file (as --mcp) with the tool's server
+//! tool = "search_nodes"     # a tool that declares readOnlyHint: true
+//! argument = "query"        # which argument gets the request (default: its one string argument)
+//! lookup = "terms"          # "request" (default): the whole request, once; "terms": each name
+//!                           # or address of the request (a keyword search)
+//! arguments = { limit = 5 } # fixed other arguments
+//! # or: command = "./search.sh"
+//! ```
+//!
+//! A configured investigation runs for every request; `every_request = false` leaves it to the
+//! requests that ask (`options.investigate`).
+//!
+//! The command form:
 //!
 //! The command runs under `sh -c` with the query on standard input (and in `PLANSMITH_QUERY`).
 //! It prints its findings on standard output: a JSON list of `{"source", "text"}`, an object
@@ -10,12 +28,85 @@
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plansmith_core::llm::BoxFuture;
 use plansmith_core::secrets::{ProviderKeys, redact_all};
-use plansmith_core::{Finding, Investigator};
+use plansmith_core::{Finding, Investigator, Planner};
 use serde_json::Value;
+
+use crate::CliError;
+
+/// The investigator the config file's `[investigate]` names, if any, and whether it runs for
+/// every request. An MCP tool's server is connected here (call it inside the runtime that
+/// plans): a server that does not answer, a missing tool or one that is not read-only is an
+/// input error naming it.
+pub async fn configured() -> Result<Option<(Arc<dyn Investigator>, bool)>, CliError> {
+    let Some(config) = crate::config::current().investigate.clone() else {
+        return Ok(None);
+    };
+    let bad = |message: String| CliError::input(anyhow::anyhow!("[investigate]: {message}"));
+    let investigator: Arc<dyn Investigator> = match (&config.command, &config.mcp, &config.tool) {
+        (Some(command), None, None) => Arc::new(CommandInvestigator::new(command.clone())),
+        (None, Some(path), Some(tool)) => {
+            let servers = plansmith_mcp::ServersConfig::load(path).map_err(CliError::input)?;
+            let imported =
+                plansmith_mcp::McpTools::connect(&servers, crate::catalog::client_options()).await;
+            if let Some(problem) = imported.problems.first()
+                && imported.catalog.tool(tool).is_none()
+            {
+                return Err(bad(problem.to_string()));
+            }
+            let fixed = config.arguments.clone().into_iter().collect();
+            let lookup = match config.lookup {
+                crate::config::LookupKind::Request => plansmith_mcp::Lookup::Request,
+                crate::config::LookupKind::Terms => plansmith_mcp::Lookup::Terms,
+            };
+            Arc::new(
+                plansmith_mcp::McpInvestigator::new(
+                    Arc::new(imported.tools),
+                    &imported.catalog,
+                    tool,
+                    config.argument.as_deref(),
+                    fixed,
+                    lookup,
+                )
+                .map_err(|err| bad(err.to_string()))?,
+            )
+        }
+        (None, Some(_), None) => {
+            return Err(bad("`mcp` needs the `tool` that investigates".into()));
+        }
+        (None, None, Some(_)) => {
+            return Err(bad(
+                "`tool` needs `mcp`, the servers file with its server".into()
+            ));
+        }
+        (None, None, None) => return Err(bad("set `command`, or `mcp` and `tool`".into())),
+        _ => {
+            return Err(bad(
+                "set either `command` or `mcp` and `tool`, not both".into()
+            ));
+        }
+    };
+    Ok(Some((investigator, config.every_request)))
+}
+
+/// `planner` with the configured investigator (see [`configured`]), when there is one.
+pub async fn with_configured(planner: Planner) -> Result<Planner, CliError> {
+    Ok(match configured().await? {
+        Some((investigator, every_request)) => {
+            let planner = planner.with_investigator(investigator);
+            if every_request {
+                planner.investigating_every_request()
+            } else {
+                planner
+            }
+        }
+        None => planner,
+    })
+}
 
 /// Runs one shell command per investigation.
 #[derive(Debug)]

@@ -128,13 +128,14 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
 pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
     let catalog = args.catalog.load()?;
     let model = crate::model::load(args.model.model.as_deref())?;
-    let planner = Arc::new(crate::retrieval::planner(catalog, model)?);
+    let planner = crate::retrieval::planner(catalog, model)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
         .map_err(CliError::failed)?;
     runtime.block_on(async {
+        let planner = Arc::new(crate::investigate_cmd::with_configured(planner).await?);
         let store = crate::plans_cmd::open(args.store.store.as_deref()).await?;
         eprintln!(
             "plansmith mcp: serving plan, planning, feedback on stdio (store {})",

@@ -133,17 +133,19 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
     if let Some(templates) = templates {
         planner = planner.with_prompts(templates);
     }
-    if let Some(command) = &args.investigate {
-        planner = planner.with_investigator(std::sync::Arc::new(
+    let runtime = crate::plans_cmd::runtime()?;
+    // `--investigate CMD` wins over the config file's `[investigate]`.
+    planner = match &args.investigate {
+        Some(command) => planner.with_investigator(std::sync::Arc::new(
             crate::investigate_cmd::CommandInvestigator::new(command.clone()),
-        ));
-    }
+        )),
+        None => runtime.block_on(crate::investigate_cmd::with_configured(planner))?,
+    };
     let mut request = build_request(&args)?;
     if let Some(conversation) = &args.conversation {
         request.turns =
             crate::plan_review::conversation_turns(args.save.store.store.as_deref(), conversation)?;
     }
-    let runtime = crate::plans_cmd::runtime()?;
     let planned = match PlanProgress::new(args.progress, model_name) {
         Some(mut progress) => {
             let planned = runtime

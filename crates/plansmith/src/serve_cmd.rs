@@ -158,6 +158,7 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
             crate::retrieval::kind(None).map_err(CliError::input)?,
         );
         let planner = Planner::with_retrieval(catalog.clone(), retriever.clone(), model.clone());
+        let planner = crate::investigate_cmd::with_configured(planner).await?;
         // Many clients: new plans share transactions (group commit, see PlanStore).
         let store = crate::plans_cmd::open(layer.store.as_deref())
             .await?

@@ -59,6 +59,8 @@ pub struct Planner {
     investigator: Option<Arc<dyn Investigator>>,
     /// Output schemas already built for this catalog.
     schemas: Arc<SchemaCache>,
+    /// Investigate every request, not only those whose options ask for it.
+    investigate_always: bool,
 }
 
 impl std::fmt::Debug for Planner {
@@ -92,12 +94,21 @@ impl Planner {
             model,
             investigator: None,
             schemas: Arc::default(),
+            investigate_always: false,
         }
     }
 
     /// Uses this background investigator when a request asks for investigation.
     pub fn with_investigator(mut self, investigator: Arc<dyn Investigator>) -> Planner {
         self.investigator = Some(investigator);
+        self
+    }
+
+    /// Investigates every request with the investigator (when one is set), as if each asked
+    /// for it ([`PlanOptions::investigate`](crate::PlanOptions)): for a service whose
+    /// operator chose the investigation, not its callers.
+    pub fn investigating_every_request(mut self) -> Planner {
+        self.investigate_always = true;
         self
     }
 
@@ -135,6 +146,7 @@ impl Planner {
             model: Arc::clone(&self.model),
             investigator: self.investigator.clone(),
             schemas: Arc::default(),
+            investigate_always: self.investigate_always,
         }
     }
 
@@ -245,7 +257,7 @@ impl Planner {
             return Ok(outcome);
         }
         // After triage: a request it answered or handed off needs no search.
-        if request.options.investigate {
+        if request.options.investigate || self.investigate_always {
             context.findings = investigation::investigate(&mut call)
                 .await
                 .iter()

@@ -141,6 +141,7 @@ impl PlansmithMcp {
                 "strategy": diagnostics.strategy.map(|s| s.as_str()),
                 "model": diagnostics.model,
                 "total_ms": diagnostics.timings.total_us / 1000,
+                "investigation": diagnostics.investigation,
             },
         });
         let mut text = format!("{status}: plan `{}`\n{}", plan.id, plan.render_text());

@@ -195,8 +195,19 @@ fn mcp_stdio_answers_a_malformed_message_with_its_error() {
 
 /// `plansmith serve` on a free port; returns the child and its base URL.
 fn serve(store: &str, model: &str, tokens: Option<&str>) -> (std::process::Child, String) {
+    serve_with(&[], store, model, tokens)
+}
+
+/// [`serve`] with global options (`--config FILE`) before the command.
+fn serve_with(
+    global: &[&str],
+    store: &str,
+    model: &str,
+    tokens: Option<&str>,
+) -> (std::process::Child, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
     command
+        .args(global)
         .args([
             "serve",
             "--addr",
@@ -549,4 +560,158 @@ fn mcp_questions_asked_through_elicitation_with_the_python_sdk() {
     child.wait().unwrap();
     assert_exit(&output, 0);
     check_elicitation(&report);
+}
+
+/// The config file's `[investigate]` names a read-only tool of a real MCP server (the memory
+/// server's `search_nodes`, a keyword search, so each name in the request is looked up):
+/// `plan`, `serve` and `mcp` all investigate with it before planning, and a tool that is not
+/// read-only is refused by name.
+#[test]
+fn plan_serve_and_mcp_investigate_with_a_read_only_mcp_tool() {
+    let test = "plan_serve_and_mcp_investigate_with_a_read_only_mcp_tool";
+    let (Some(memory), Some(python)) = (
+        installed("PLANSMITH_TEST_MCP_MEMORY", test),
+        installed("PLANSMITH_TEST_MCP_PYTHON", test),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let graph = dir.path().join("memory.jsonl");
+    std::fs::write(
+        &graph,
+        [
+            json!({"type": "entity", "name": "Bob", "entityType": "person",
+                   "observations": ["email address: bob@example.com", "lives in Lyon"]}),
+            json!({"type": "entity", "name": "Carol", "entityType": "person",
+                   "observations": ["email address: carol@example.com"]}),
+        ]
+        .map(|line| line.to_string())
+        .join("\n"),
+    )
+    .unwrap();
+    let servers = write(
+        dir.path(),
+        "servers.json",
+        &json!({"mcpServers": {"memory": {"command": memory,
+            "env": {"MEMORY_FILE_PATH": graph.display().to_string()}}}}),
+    );
+    let config = |tool: &str| {
+        let path = dir.path().join(format!("{tool}.toml"));
+        std::fs::write(
+            &path,
+            format!("[investigate]\nmcp = {servers:?}\ntool = \"{tool}\"\nlookup = \"terms\"\n"),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let good = config("search_nodes");
+    let script: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/replies/weather-email.json")).unwrap(),
+    )
+    .unwrap();
+    let model = format!(
+        "scripted:{}",
+        write(
+            dir.path(),
+            "model.json",
+            &json!({"capabilities": script["capabilities"], "turns": [script["turns"][0]],
+                    "repeat": true}),
+        )
+    );
+    let query = "What's the weather in Paris? Email it to Bob";
+    let found_bob = |investigation: &Value| {
+        let findings = investigation["findings"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(investigation["investigator"], "mcp:memory/search_nodes");
+        assert!(
+            findings
+                .iter()
+                .any(|f| f["source"] == "memory/search_nodes \"bob\""
+                    && f["text"].as_str().unwrap().contains("bob@example.com")),
+            "{investigation}"
+        );
+        assert!(
+            !findings
+                .iter()
+                .any(|f| f["text"].as_str().unwrap().contains("carol")),
+            "only what the request names is looked up: {investigation}"
+        );
+    };
+
+    // plan
+    let planned = plansmith(&[
+        "--config",
+        &good,
+        "plan",
+        query,
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        &model,
+        "--outcome-json",
+    ]);
+    assert_exit(&planned, 0);
+    let outcome: Value = serde_json::from_slice(&planned.stdout).unwrap();
+    found_bob(&outcome["diagnostics"]["investigation"]);
+
+    // mcp, driven by the Python SDK
+    let store = format!("sqlite:{}", dir.path().join("mcp.db").display());
+    let (output, report) = python_client(
+        &python,
+        &[
+            "--plan",
+            query,
+            "stdio",
+            env!("CARGO_BIN_EXE_plansmith"),
+            "--config",
+            &good,
+            "mcp",
+            "--tools",
+            "examples/tools.json",
+            "--model",
+            &model,
+            "--store",
+            &store,
+        ],
+    );
+    assert_exit(&output, 0);
+    found_bob(&report["plan"]["structured"]["diagnostics"]["investigation"]);
+
+    // serve
+    let store = format!("sqlite:{}", dir.path().join("serve.db").display());
+    let (mut child, base) = serve_with(&["--config", &good], &store, &model, None);
+    let addr = base.trim_start_matches("http://");
+    let (status, response) = crate::http_request(
+        addr,
+        "POST /v1/plans",
+        "",
+        &json!({"query": query}).to_string(),
+    )
+    .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(status, 201, "{response}");
+    let body: Value = serde_json::from_str(&response).unwrap();
+    found_bob(&body["diagnostics"]["investigation"]);
+
+    // A tool that writes is refused, by name, before anything is planned.
+    let bad = config("create_entities");
+    let refused = plansmith(&[
+        "--config",
+        &bad,
+        "plan",
+        query,
+        "--tools",
+        "examples/tools.json",
+        "--model",
+        &model,
+    ]);
+    assert_exit(&refused, 2);
+    assert!(
+        text(&refused.stderr).contains("`create_entities` does not declare `readOnlyHint: true`"),
+        "{}",
+        text(&refused.stderr)
+    );
 }
