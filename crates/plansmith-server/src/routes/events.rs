@@ -11,12 +11,12 @@ use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use plansmith_core::PlanEvent;
 use plansmith_store::StoredPlan;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::broadcast;
 use utoipa::ToSchema;
 
-use super::extract::{ApiPath, Caller};
+use super::extract::{ApiPath, ApiQuery, Caller};
 use super::plans::load;
 use crate::AppState;
 use crate::error::ApiError;
@@ -87,14 +87,31 @@ pub(super) fn replan_events(state: &AppState, id: &str) -> impl FnMut(PlanEvent)
 /// kinds other crates publish (execution: `exec_run_started`, `exec_run_finished`, …). A reader
 /// that falls more than 256 events behind gets a new `snapshot` and `exec_run` (as they are
 /// then) in place of the events it missed.
+///
+/// With `?protocol=ag-ui` the same plan is followed as one AG-UI run instead (see `POST` on
+/// this path).
 #[utoipa::path(get, path = "/v1/plans/{id}/events", tag = "plans",
-    params(("id" = String, Path, description = "The plan id")),
+    params(("id" = String, Path, description = "The plan id"), EventsQuery),
     responses((status = 200, description = "Server-Sent Events; each `data:` is a `PlanBusEvent` (the first, `snapshot`, is the `StoredPlan`)", content_type = "text/event-stream", body = SseEvent)))]
 pub(super) async fn events(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Response, ApiError> {
+    match query.protocol.as_deref() {
+        None | Some("plansmith") => {}
+        Some("ag-ui") => {
+            load(&state, &caller, &id).await?;
+            return super::agui::watch(state, id);
+        }
+        Some(other) => {
+            return Err(ApiError::new(
+                "bad_request",
+                format!("unknown protocol `{other}` (plansmith, ag-ui)"),
+            ));
+        }
+    }
     let receiver = state
         .bus
         .subscribe(&id)
@@ -134,6 +151,14 @@ pub(super) async fn events(
     )
     .take_until(closed);
     Ok(sse(stream).into_response())
+}
+
+/// Query of `GET /v1/plans/{id}/events`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct EventsQuery {
+    /// `plansmith` (the default: the kinds above) or `ag-ui` (AG-UI 1.0 events).
+    protocol: Option<String>,
 }
 
 /// What a reader of the plan's events starts from: `snapshot` (the stored plan), then

@@ -1,6 +1,7 @@
 //! The routes and their handlers: the router, with the CORS layer and the guard every request
 //! passes, and the `/v1` API registered once for both the router and the OpenAPI document.
 
+mod agui;
 mod create;
 mod events;
 mod extract;
@@ -48,7 +49,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(feedback::feedback))
         .routes(routes!(feedback::check_edit))
         .routes(routes!(steps::update_step))
-        .routes(routes!(events::events))
+        .routes(routes!(events::events, agui::agui_run))
         .routes(routes!(runs::run_plan))
         .routes(routes!(runs::stop_run))
         .routes(routes!(runs::pending_approvals, runs::decide_approvals))

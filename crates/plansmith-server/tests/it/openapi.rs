@@ -97,7 +97,7 @@ async fn openapi_document_covers_every_route() {
         ("/v1/plans/{id}", &["delete", "get"]),
         ("/v1/plans/{id}/approvals", &["get", "post"]),
         ("/v1/plans/{id}/check", &["post"]),
-        ("/v1/plans/{id}/events", &["get"]),
+        ("/v1/plans/{id}/events", &["get", "post"]),
         ("/v1/plans/{id}/feedback", &["post"]),
         ("/v1/plans/{id}/history", &["get"]),
         ("/v1/plans/{id}/run", &["post"]),

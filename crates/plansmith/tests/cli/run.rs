@@ -1261,16 +1261,11 @@ fn completed_plan(addr: &str, id: &str, log: impl Fn() -> String) -> serde_json:
     }
 }
 
-/// `plansmith serve --mcp`: a plan made over HTTP runs its tool on the real `time` MCP server
-/// through `POST /v1/plans/{id}/run` (no `--commands`: MCP alone turns execution on).
-#[test]
-fn serve_runs_plans_on_mcp_servers() {
-    let test = "serve_runs_plans_on_mcp_servers";
-    let Some(time) = mcp_server(test, "PLANSMITH_TEST_MCP_TIME") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let servers = dir.path().join("servers.json");
+/// `plansmith serve --mcp` with the `time` MCP server (its command: `time`) on a free port,
+/// with a scripted model whose one plan asks it for the time in Paris, logging into `dir/serve.log`; started and
+/// listening. Returns the child and its address.
+fn serve_time_plan(dir: &Path, time: &str) -> (std::process::Child, String) {
+    let servers = dir.join("servers.json");
     write(
         &servers,
         &serde_json::json!({"mcpServers": {
@@ -1280,20 +1275,20 @@ fn serve_runs_plans_on_mcp_servers() {
     let plan = serde_json::json!({"thought": "One call answers it.", "title": "Time in Paris",
         "steps": [{"id": "s1", "type": "tool", "title": "Time in Paris",
                    "name": "get_current_time", "arguments": {"timezone": "Europe/Paris"}}]});
-    let replies = dir.path().join("replies.json");
+    let replies = dir.join("replies.json");
     write(
         &replies,
         &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [plan.to_string()]}),
     );
     let addr = format!("127.0.0.1:{}", crate::free_port());
-    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
         .args(["serve", "--addr", &addr, "--mcp"])
         .arg(&servers)
         .arg("--model")
         .arg(format!("scripted:{}", replies.display()))
         .arg("--store")
-        .arg(format!("sqlite:{}", dir.path().join("plans.db").display()))
+        .arg(format!("sqlite:{}", dir.join("plans.db").display()))
         .env_remove("PLANSMITH_MODEL")
         .env_remove("PLANSMITH_TOKENS")
         .env_remove("PLANSMITH_COMMANDS")
@@ -1301,18 +1296,148 @@ fn serve_runs_plans_on_mcp_servers() {
         .stderr(log)
         .spawn()
         .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "serve did not start:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, addr)
+}
+
+/// `plansmith serve --mcp`: a plan made over HTTP runs its tool on the real `time` MCP server
+/// through `POST /v1/plans/{id}/run` (no `--commands`: MCP alone turns execution on).
+#[test]
+fn serve_runs_plans_on_mcp_servers() {
+    let test = "serve_runs_plans_on_mcp_servers";
+    let Some(time) = mcp_server(test, "PLANSMITH_TEST_MCP_TIME") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = serve_time_plan(dir.path(), &time);
     let log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "serve did not start:\n{}", log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
         let id = plan_and_run(&addr, "What time is it in Paris?", log);
         let stored = completed_plan(&addr, &id, log);
         assert_eq!(
             stored["plan"]["steps"][0]["result"]["timezone"], "Europe/Paris",
             "{stored}"
+        );
+    }));
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// An AG-UI front end follows and drives a plan on `plansmith serve`, through the official
+/// AG-UI TypeScript client (`HttpAgent`, which checks the event order and applies the state
+/// events): its first run ends in the review interrupt; resuming it with "accept and run"
+/// reaches the same review decision as the feedback route, and the second run streams the
+/// plan's run on the real `time` MCP server to its successful end.
+#[test]
+fn an_agui_client_reviews_and_runs_a_plan() {
+    let test = "an_agui_client_reviews_and_runs_a_plan";
+    let Some(time) = mcp_server(test, "PLANSMITH_TEST_MCP_TIME") else {
+        return;
+    };
+    if std::env::var("PLANSMITH_TEST_AGUI")
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but PLANSMITH_TEST_AGUI is not set (.ci/setup.d/35-agui-client.sh)"
+        );
+        println!("NOTE: {test} NOT RUN: eval \"$(scripts/agui-client.sh)\"");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = serve_time_plan(dir.path(), &time);
+    let log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (status, created) = http(
+            &addr,
+            "POST",
+            "/v1/plans",
+            &serde_json::json!({"query": "What time is it in Paris?"}),
+        );
+        assert_eq!(status, 201, "{created}\n{}", log());
+        let id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+        let output = Command::new("node")
+            .arg(crate::root().join("scripts/agui-client.mjs"))
+            .arg(format!("http://{addr}/v1/plans/{id}/events"))
+            .arg(&id)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", crate::text(&output.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let runs = report["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{report}");
+
+        let review = &runs[0];
+        assert_eq!(review["error"], serde_json::Value::Null, "{review}");
+        let types: Vec<&str> = review["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(types[..2], ["RUN_STARTED", "STATE_SNAPSHOT"], "{review}");
+        assert_eq!(types.last(), Some(&"RUN_FINISHED"));
+        assert!(types.contains(&"TEXT_MESSAGE_CONTENT"), "{types:?}");
+        assert_eq!(review["interrupts"][0]["id"], "review@v1", "{review}");
+        assert_eq!(review["state"]["state"], "awaiting_review");
+
+        let run = &runs[1];
+        assert_eq!(run["error"], serde_json::Value::Null, "{run}\n{}", log());
+        let types: Vec<&str> = run["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        let at = |kind: &str| {
+            types
+                .iter()
+                .position(|t| *t == kind)
+                .unwrap_or_else(|| panic!("no {kind} in {types:?}"))
+        };
+        assert!(at("STEP_STARTED") < at("STEP_FINISHED"), "{types:?}");
+        assert!(types.contains(&"STATE_DELTA"), "{types:?}");
+        assert_eq!(types.last(), Some(&"RUN_FINISHED"));
+        assert_eq!(run["result"]["state"], "completed", "{run}");
+        assert_eq!(run["interrupts"], serde_json::json!([]));
+        // The client applied the snapshot and the deltas: its state has the step completed.
+        assert_eq!(run["state"]["state"], "accepted", "{run}");
+        assert_eq!(run["state"]["steps"][0]["status"], "completed", "{run}");
+
+        // The resume was the review's accept, recorded as any accept is.
+        let (_, history) = http(
+            &addr,
+            "GET",
+            &format!("/v1/plans/{id}/history"),
+            &serde_json::json!({}),
+        );
+        assert!(history.to_string().contains("\"accept"), "{history}");
+        let stored = completed_plan(&addr, &id, log);
+        assert_eq!(
+            stored["plan"]["steps"][0]["result"]["timezone"],
+            "Europe/Paris"
+        );
+        // Watched afterwards, the plan is an AG-UI run that ends at once, successfully.
+        let (status, body) = crate::http_request(
+            &addr,
+            &format!("GET /v1/plans/{id}/events?protocol=ag-ui"),
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(status, 200);
+        assert!(
+            body.contains("\"RUN_FINISHED\"") && body.contains("\"success\""),
+            "{body}"
         );
     }));
     let _ = child.kill();
