@@ -15,12 +15,18 @@
 //!
 //! A client without the capability, a protocol that forbids server-to-client requests, or a
 //! plan that was not stored (`save: false`) gets the questions in the tool's answer, as before.
+//!
+//! The `run` tool, for such a client, follows the run to its end ([`PlansmithMcp::follow_run`])
+//! and asks each approval the run waits for (`{"approve": bool, "remember"?}`): accept decides
+//! it as the form says; decline or no answer in time denies it (the step is skipped: the safe
+//! answer for a call that needs approval); cancel leaves the run waiting for a decision through
+//! `feedback`, and the tool answers at once.
 
 use std::time::Duration;
 
 use plansmith_core::{Answer, Question};
 use plansmith_service::Decision;
-use plansmith_store::StoredPlan;
+use plansmith_store::{ExecRun, Remember, RunState, StepVerdict, StoredPlan};
 use rmcp::model::{ElicitRequestParams, ElicitationAction};
 use rmcp::service::{ElicitationMode, RequestContext, RoleServer};
 use serde_json::json;
@@ -41,6 +47,9 @@ pub(super) struct Asked {
     /// The person cancelled: the plan was left waiting for answers.
     pub(super) cancelled: bool,
 }
+
+/// How often a followed run is read again.
+const RUN_POLL: Duration = Duration::from_millis(100);
 
 /// One question's reply.
 enum Reply {
@@ -63,11 +72,7 @@ impl PlansmithMcp {
         actor: &str,
     ) -> (StoredPlan, Asked) {
         let mut asked = Asked::default();
-        if !context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form)
-        {
+        if !can_elicit(context) {
             return (stored, asked);
         }
         for _ in 0..MAX_ROUNDS {
@@ -142,6 +147,141 @@ impl PlansmithMcp {
         }
         (stored, asked)
     }
+}
+
+impl PlansmithMcp {
+    /// Follows plan `id`'s run until it ends (or the client cancels the call), asking each
+    /// approval it waits for through the client (see the module docs). Answers the run as it
+    /// was last read and what was asked.
+    pub(super) async fn follow_run(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+        actor: &str,
+    ) -> (Option<ExecRun>, Asked) {
+        let mut asked = Asked::default();
+        let mut decided = std::collections::HashSet::new();
+        loop {
+            let run = match self.store().exec_run(id).await {
+                Ok(run) => run,
+                Err(err) => {
+                    asked.log.push(format!("the run could not be read: {err}"));
+                    return (None, asked);
+                }
+            };
+            let Some(current) = run else {
+                return (None, asked);
+            };
+            if current.state.is_final() || context.ct.is_cancelled() {
+                return (Some(current), asked);
+            }
+            if current.state == RunState::Waiting {
+                let pending = self.service.pending_approvals(id).await.unwrap_or_default();
+                let fresh: Vec<_> = pending
+                    .into_iter()
+                    .filter(|p| !decided.contains(&p.step_id))
+                    .collect();
+                if fresh.is_empty() && decided.is_empty() {
+                    // Waiting on something else (a failed step under `ask`): for `feedback`.
+                    asked
+                        .log
+                        .push("the run waits for a decision on a failed step".into());
+                    return (Some(current), asked);
+                }
+                for approval in fresh {
+                    let schema = json!({"type": "object", "properties": {
+                        "approve": {"type": "boolean", "title": "Approve",
+                            "description": "run this step (false: skip it)"},
+                        "remember": {"type": "string", "title": "Remember",
+                            "enum": ["run", "plan", "call"], "default": "run",
+                            "description": "for this run, every run of this plan, or this exact call"}},
+                        "required": ["approve"]});
+                    let message = format!(
+                        "Run step {} \"{}\": {} {}?",
+                        approval.step_id, approval.title, approval.tool, approval.arguments
+                    );
+                    let (verdict, remember, line) = match elicit(&message, schema, context).await {
+                        Ok(Some(content)) => {
+                            let approve = content["approve"].as_bool().unwrap_or(false);
+                            let remember = content["remember"]
+                                .as_str()
+                                .and_then(|r| r.parse::<Remember>().ok())
+                                .unwrap_or(Remember::Run);
+                            if approve {
+                                (StepVerdict::Approve, remember, "approved")
+                            } else {
+                                (StepVerdict::Deny, Remember::Run, "denied")
+                            }
+                        }
+                        Ok(None) => (StepVerdict::Deny, Remember::Run, "declined: denied"),
+                        Err(Reply::Cancelled) => {
+                            asked.log.push(format!(
+                                "{}: cancelled; the run waits for a decision",
+                                approval.step_id
+                            ));
+                            asked.cancelled = true;
+                            return (Some(current), asked);
+                        }
+                        Err(_) => {
+                            asked.log.push(format!(
+                                "{}: could not be asked; the run waits for a decision",
+                                approval.step_id
+                            ));
+                            return (Some(current), asked);
+                        }
+                    };
+                    let decision = Decision::Step {
+                        step: approval.step_id.clone(),
+                        verdict,
+                        note: "asked through the MCP client".into(),
+                        remember,
+                    };
+                    if let Err(err) = self.service.decide(id, decision, None, actor, None).await {
+                        asked
+                            .log
+                            .push(format!("{}: the decision failed: {err}", approval.step_id));
+                        return (Some(current), asked);
+                    }
+                    asked.log.push(format!("{}: {line}", approval.step_id));
+                    decided.insert(approval.step_id);
+                }
+            }
+            tokio::time::sleep(RUN_POLL).await;
+        }
+    }
+}
+
+/// One elicitation with `schema`: the accepted content, `None` when declined, empty or late,
+/// or why nothing more can be asked.
+async fn elicit(
+    message: &str,
+    schema: serde_json::Value,
+    context: &RequestContext<RoleServer>,
+) -> Result<Option<serde_json::Value>, Reply> {
+    let params = json!({"mode": "form", "message": message, "requestedSchema": schema});
+    let params: ElicitRequestParams = serde_json::from_value(params)
+        .map_err(|err| Reply::Unreachable(format!("the form is not valid: {err}")))?;
+    match context
+        .peer
+        .create_elicitation_with_timeout(params, Some(QUESTION_TIMEOUT))
+        .await
+    {
+        Ok(result) => match result.action {
+            ElicitationAction::Accept => Ok(result.content.filter(|c| c.is_object())),
+            ElicitationAction::Decline => Ok(None),
+            _ => Err(Reply::Cancelled),
+        },
+        Err(rmcp::service::ServiceError::Timeout { .. }) => Ok(None),
+        Err(err) => Err(Reply::Unreachable(err.to_string())),
+    }
+}
+
+/// Whether the client takes form elicitation requests.
+pub(super) fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Form)
 }
 
 /// Asks one question; the answer read from the form as the planner reads answers.

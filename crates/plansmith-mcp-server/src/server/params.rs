@@ -254,4 +254,8 @@ pub struct RunParams {
     /// "max_replans", "on_cap": "finish" | "cancel"}`. Not with `resume`.
     #[serde(default)]
     pub budget: Option<Value>,
+    /// For a client that takes elicitation: follow the run to its end, asking each approval
+    /// it waits for (the default), or answer at once (`false`).
+    #[serde(default)]
+    pub wait: Option<bool>,
 }

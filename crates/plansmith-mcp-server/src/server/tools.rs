@@ -329,7 +329,7 @@ impl PlansmithMcp {
     }
 
     #[tool(
-        description = "Run an accepted plan on the server's executor (in the background; its progress and end, with `stop_reason`, show in the plan's `metadata.last_run`, as `planning get` returns it), or continue its unfinished run (`resume`). `budget` caps a new run: tool calls, model tokens, seconds, replans.",
+        description = "Run an accepted plan on the server's executor (in the background; its progress and end, with `stop_reason`, show in the plan's `metadata.last_run`, as `planning get` returns it), or continue its unfinished run (`resume`). `budget` caps a new run: tool calls, model tokens, seconds, replans. A client that takes elicitation is asked each approval the run waits for, and the call answers when the run ends (`wait: false`: at once).",
         annotations(
             read_only_hint = false,
             destructive_hint = true,
@@ -359,7 +359,27 @@ impl PlansmithMcp {
             Err(err) => return failure(err.to_string()),
         };
         let plan_id = current.plan.id.clone();
+        let follow = params.wait.unwrap_or(true) && super::elicit::can_elicit(&context);
         match self.service.run(&plan_id, start).await {
+            Ok(_) if follow => {
+                let (run, asked) = self
+                    .follow_run(&plan_id, &context, &self.actor_for(&owner))
+                    .await;
+                let state = run.as_ref().map(|r| r.state);
+                let stop_reason = run.as_ref().and_then(|r| r.stop_reason);
+                let mut text = format!(
+                    "Run of plan {plan_id}: {}",
+                    state.map_or("unknown", |s| s.as_str())
+                );
+                for line in &asked.log {
+                    text.push_str(&format!("\nAsked {line}"));
+                }
+                answer(
+                    json!({"plan_id": plan_id, "state": state, "stop_reason": stop_reason,
+                        "asked": asked.log, "cancelled": asked.cancelled}),
+                    text,
+                )
+            }
             Ok(run) => answer(
                 json!({"plan_id": plan_id, "state": run.state, "base_version": run.base_version}),
                 format!(

@@ -747,22 +747,20 @@ async fn the_checked_in_mcp_tools_reference_is_what_the_server_lists() {
     );
 }
 
-/// The `run` tool starts an accepted plan's run on the service's runner under the caller's
-/// budget; its end, with the stop reason, shows in the plan's `last_run`.
-#[tokio::test(flavor = "multi_thread")]
-async fn run_takes_a_budget_and_the_plan_says_why_it_stopped() {
+/// A server whose service has a runner (tools answer `{"summary": "sunny"}`, each call's tool
+/// name recorded in the returned list), over a store holding `steps` as the accepted plan
+/// `p-run`; and a client with `handler`.
+async fn with_runner<H: ClientHandler>(
+    steps: Value,
+    handler: H,
+) -> (Session<H>, PlanStore, Arc<std::sync::Mutex<Vec<String>>>) {
     use plansmith_exec::{ExecConfig, Executor, FnInvoker, Invokers};
     let dir = tempfile::tempdir().unwrap();
     let store = PlanStore::open(&Location::Sqlite(dir.path().join("plans.db")))
         .await
         .unwrap();
     let mut plan = plansmith_core::Plan::new("p-run", "Weather in three cities");
-    plan.steps = serde_json::from_value(json!([
-        {"id": "s1", "title": "a", "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}},
-        {"id": "s2", "title": "b", "depends_on": ["s1"], "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Lyon"}}},
-        {"id": "s3", "title": "c", "depends_on": ["s2"], "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Nice"}}}
-    ]))
-    .unwrap();
+    plan.steps = serde_json::from_value(steps).unwrap();
     store
         .create(
             plan,
@@ -772,7 +770,14 @@ async fn run_takes_a_budget_and_the_plan_says_why_it_stopped() {
         )
         .await
         .unwrap();
-    let tools = FnInvoker::new(|_call| Ok(json!({"summary": "sunny"})));
+    let called = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = Arc::clone(&called);
+    let tools = FnInvoker::new(move |call| {
+        if let plansmith_core::Action::Tool { name, .. } = &call.action {
+            record.lock().unwrap().push(name.clone());
+        }
+        Ok(json!({"summary": "sunny"}))
+    });
     let invokers = Invokers {
         tools: Some(Arc::new(tools)),
         ..Invokers::default()
@@ -793,10 +798,26 @@ async fn run_takes_a_budget_and_the_plan_says_why_it_stopped() {
             let _ = running.waiting().await;
         }
     });
-    let s = Session {
-        client: ().serve(client_io).await.unwrap(),
+    let session = Session {
+        client: handler.serve(client_io).await.unwrap(),
         _dir: dir,
     };
+    (session, store, called)
+}
+
+/// The `run` tool starts an accepted plan's run on the service's runner under the caller's
+/// budget; its end, with the stop reason, shows in the plan's `last_run`.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_takes_a_budget_and_the_plan_says_why_it_stopped() {
+    let (s, store, _) = with_runner(
+        json!([
+            {"id": "s1", "title": "a", "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}},
+            {"id": "s2", "title": "b", "depends_on": ["s1"], "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Lyon"}}},
+            {"id": "s3", "title": "c", "depends_on": ["s2"], "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Nice"}}}
+        ]),
+        (),
+    )
+    .await;
     let error = s
         .fails(
             "run",
@@ -835,4 +856,92 @@ async fn run_takes_a_budget_and_the_plan_says_why_it_stopped() {
         )
         .await;
     assert!(error.contains("keeps the caps"), "{error}");
+}
+
+/// Answers every elicitation with `reply` (`approve`, `deny`, `decline`, `cancel`) and records
+/// each message it was asked.
+#[derive(Clone)]
+struct Approver {
+    reply: &'static str,
+    asked: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for Approver {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({"protocolVersion": "2025-06-18",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "approver", "version": "0"}}))
+        .unwrap()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use rmcp::model::{ElicitResult, ElicitationAction};
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.asked.lock().unwrap().push(message);
+        }
+        Ok(match self.reply {
+            "approve" => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(json!({"approve": true}))
+            }
+            "deny" => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(json!({"approve": false}))
+            }
+            "decline" => ElicitResult::new(ElicitationAction::Decline),
+            _ => ElicitResult::new(ElicitationAction::Cancel),
+        })
+    }
+}
+
+/// For a client that takes elicitation, `run` follows the run and asks each approval it waits
+/// for: approved, the gated call is made; declined, it is denied and skipped; cancelled, the
+/// call answers with the run still waiting for a decision.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_asks_the_approvals_through_elicitation() {
+    let steps = json!([
+        {"id": "s1", "title": "Clean up", "requires_approval": true,
+         "action": {"type": "tool", "name": "delete_files", "arguments": {"glob": "*.tmp"}}},
+        {"id": "s2", "title": "Weather",
+         "action": {"type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}}
+    ]);
+    for (reply, line, state, calls) in [
+        (
+            "approve",
+            "s1: approved",
+            "completed",
+            vec!["delete_files", "get_weather"],
+        ),
+        (
+            "decline",
+            "s1: declined: denied",
+            "completed",
+            vec!["get_weather"],
+        ),
+        (
+            "cancel",
+            "s1: cancelled; the run waits for a decision",
+            "waiting",
+            vec!["get_weather"],
+        ),
+    ] {
+        let approver = Approver {
+            reply,
+            asked: Arc::default(),
+        };
+        let (s, _store, called) = with_runner(steps.clone(), approver.clone()).await;
+        let answer = s.ok("run", json!({"plan_id": "p-run"})).await;
+        assert_eq!(answer["asked"], json!([line]), "{reply}: {answer}");
+        assert_eq!(answer["state"], state, "{reply}: {answer}");
+        let mut made = called.lock().unwrap().clone();
+        made.sort();
+        assert_eq!(made, calls, "{reply}");
+        let asked = approver.asked.lock().unwrap().clone();
+        assert!(
+            asked.len() == 1 && asked[0].contains("delete_files") && asked[0].contains("*.tmp"),
+            "{asked:?}"
+        );
+    }
 }
