@@ -18,6 +18,8 @@
 //!   `{{param}}` parameters), `delete`, `instantiate` (arguments → a new plan, validated
 //!   against the catalog and stored for review). Templates are shared by all owners.
 //!
+//! A client that declares the tasks extension gets `plan` and `run` as tasks (`tasks.rs`).
+//!
 //! Every answer carries `structuredContent` (the JSON) and a text block; a failure is a tool
 //! result with `isError: true` and a message naming what is wrong, never a protocol error.
 //! Arguments a tool does not take (a misspelt `max_step`) are refused by name, as the HTTP API
@@ -32,6 +34,7 @@ mod http;
 mod params;
 mod planning;
 mod progress;
+mod tasks;
 mod templates;
 mod tools;
 
@@ -50,6 +53,7 @@ pub struct PlansmithMcp {
     service: Service,
     actor: String,
     tool_router: ToolRouter<PlansmithMcp>,
+    tasks: tasks::Tasks,
 }
 
 impl std::fmt::Debug for PlansmithMcp {
@@ -69,6 +73,7 @@ impl PlansmithMcp {
             service,
             actor: actor.into(),
             tool_router: PlansmithMcp::tool_router(),
+            tasks: tasks::Tasks::default(),
         }
     }
 

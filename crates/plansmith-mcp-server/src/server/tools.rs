@@ -421,6 +421,9 @@ impl ServerHandler for PlansmithMcp {
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        if PlansmithMcp::wants_task(&request, &context) {
+            return Ok(self.start_task(request, context));
+        }
         let cancelled = context.ct.clone();
         let call = self
             .tool_router
@@ -431,13 +434,49 @@ impl ServerHandler for PlansmithMcp {
         }
     }
 
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, rmcp::ErrorData> {
+        let manager = self.tasks.of_caller(&request.task_id, &context)?;
+        Ok(rmcp::model::GetTaskResult::new(
+            manager.get_task(&request.task_id)?,
+        ))
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), rmcp::ErrorData> {
+        self.tasks
+            .of_caller(&request.task_id, &context)?
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), rmcp::ErrorData> {
+        self.tasks
+            .of_caller(&request.task_id, &context)?
+            .cancel_task(&request.task_id)
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("plansmith", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "plansmith turns a request into a validated plan over the configured tools. \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("plansmith", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "plansmith turns a request into a validated plan over the configured tools. \
                  Call `plan` with the request; if the result has questions, ask the user and \
                  answer them with `feedback` (action answer). Manage stored plans with `planning`.",
-            )
+        )
     }
 }

@@ -945,3 +945,115 @@ async fn run_asks_the_approvals_through_elicitation() {
         );
     }
 }
+
+/// A client that declares the tasks extension.
+#[derive(Clone)]
+struct TasksClient;
+
+impl ClientHandler for TasksClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_tasks()
+                .build(),
+            rmcp::model::Implementation::new("tasks-client", "0"),
+        )
+    }
+}
+
+/// Polls task `id` until it is terminal (at most 10 s).
+async fn settled(s: &Session<TasksClient>, id: &str) -> rmcp::model::DetailedTask {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let info = s
+            .client
+            .peer()
+            .get_task(rmcp::model::GetTaskParams::new(id.to_owned()))
+            .await
+            .unwrap();
+        if info.task.status().is_terminal() {
+            return info.task;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "task {id} never ended"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The call of a tool as a task: its `CreateTaskResult`.
+async fn task_of(s: &Session<TasksClient>, tool: &str, arguments: Value) -> String {
+    let response = s
+        .client
+        .peer()
+        .call_tool_once(
+            CallToolRequestParams::new(tool.to_owned())
+                .with_arguments(arguments.as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    match response {
+        rmcp::model::CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("{tool} was not made a task: {other:?}"),
+    }
+}
+
+/// A client with the tasks extension gets `plan` as a task: polled to its end, the task's
+/// result is the tool's answer; cancelled, planning stops (the model's call is dropped) and the
+/// task ends `cancelled`; another tool is answered at once, and an unknown task id is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_runs_as_a_task_for_a_client_that_asks() {
+    let reply = r#"{"thought": "t", "title": "Weather", "steps": [{"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}}]}"#;
+    let s = start_with(
+        Arc::new(ScriptedModel::new([reply.to_owned()])),
+        TasksClient,
+    )
+    .await;
+    let id = task_of(&s, "plan", json!({"query": "Weather in Paris"})).await;
+    let task = settled(&s, &id).await;
+    let rmcp::model::TaskPayload::Completed { result } = task.payload else {
+        panic!("the task did not complete: {task:?}");
+    };
+    let result: CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    let answer = result.structured_content.unwrap();
+    assert_eq!(answer["status"], "ready", "{answer}");
+    assert_eq!(
+        answer["plan"]["steps"][0]["action"]["arguments"]["city"],
+        "Paris"
+    );
+    // `planning` is no task.
+    let listed = s
+        .client
+        .peer()
+        .call_tool_once(
+            CallToolRequestParams::new("planning")
+                .with_arguments(json!({"command": "list"}).as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(listed, rmcp::model::CallToolResponse::Complete(_)));
+    let unknown = s
+        .client
+        .peer()
+        .get_task(rmcp::model::GetTaskParams::new("no-such-task".to_owned()))
+        .await;
+    assert!(unknown.is_err());
+
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = start_with(Arc::new(Stalled(dropped.clone())), TasksClient).await;
+    let id = task_of(&s, "plan", json!({"query": "Weather"})).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst));
+    s.client
+        .peer()
+        .cancel_task(rmcp::model::CancelTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    let task = settled(&s, &id).await;
+    assert!(
+        matches!(task.payload, rmcp::model::TaskPayload::Cancelled),
+        "{task:?}"
+    );
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+}
