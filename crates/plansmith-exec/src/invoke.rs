@@ -53,6 +53,11 @@ pub struct Call {
     /// them).
     #[serde(skip)]
     pub tokens: TokenMeter,
+    /// For an attempt re-run after its node died: the task its tool's server made of the
+    /// first run's call (reported through [`CallProgress::task`]); an invoker that knows it
+    /// follows that task instead of calling again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_task: Option<String>,
 }
 
 /// Model tokens spent by one call, added by the invoker as it spends them. Clones share the
@@ -137,6 +142,9 @@ pub struct CallProgress {
     pub total: Option<f64>,
     /// What the tool is doing, when it says.
     pub message: Option<String>,
+    /// The call became a task on its server with this id (the MCP tasks extension): the run
+    /// records it, so a re-run of the attempt follows the task instead of calling again.
+    pub task: Option<String>,
 }
 
 /// The invokers of an executor, by action type.
@@ -695,6 +703,7 @@ mod tests {
             description: String::new(),
             attempt: 1,
             idempotency_key: "p:1:s1:1".into(),
+            remote_task: None,
             action: Action::Task {
                 kind: plansmith_core::TaskKind::Processing,
                 need_web_search: false,

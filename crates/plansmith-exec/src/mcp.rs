@@ -6,7 +6,9 @@
 //! its text content (as JSON when the text is JSON). MCP's `tools/call` has no idempotency
 //! slot: the key goes in the request's `_meta` (`plansmith/idempotency_key`, with
 //! `plansmith/plan_id`, `plansmith/step_id`, `plansmith/attempt`) for servers that read it;
-//! to the others an MCP call re-run after its node died is at-least-once.
+//! to the others an MCP call re-run after its node died is at-least-once. A server that makes
+//! the call a task (the tasks extension) is polled; the task id is recorded with the attempt,
+//! and a re-run of the attempt polls the same task instead of calling again.
 //!
 //! A provider key's value ([`ProviderKeys`]) is `[redacted]` in a result or error, as for
 //! commands; the servers themselves do not inherit the key variables
@@ -85,6 +87,16 @@ impl Invoker for McpInvoker {
                     progress: tool.progress,
                     total: tool.total,
                     message: tool.message.map(|text| secrets::redact_all(&text, &keys)),
+                    task: None,
+                });
+            };
+            // A server that makes the call a task: its id goes to the run, which keeps it.
+            let on_task = |task: &str| {
+                progress(CallProgress {
+                    progress: 0.0,
+                    total: None,
+                    message: None,
+                    task: Some(task.to_owned()),
                 });
             };
             // MCP's `tools/call` has no idempotency slot: the key goes in `_meta`, for servers
@@ -100,6 +112,8 @@ impl Invoker for McpInvoker {
             let extras = CallExtras {
                 meta,
                 on_progress: Some(&report),
+                task: call.remote_task.clone(),
+                on_task: Some(&on_task),
             };
             let output = self
                 .tools

@@ -49,6 +49,7 @@ impl Ctx<'_> {
             goal: self.plan.goal.clone(),
             inputs,
             tokens: crate::invoke::TokenMeter::default(),
+            remote_task: claim.remote_task.clone(),
         };
         let meter = call.tokens.clone();
         let timeout = crate::policy::policy_for(&self.plan, &step.id, self.ex.config.policy)
@@ -56,9 +57,11 @@ impl Ctx<'_> {
             .timeout;
         let reporter = Reporter {
             observer: self.ex.observer.clone(),
+            store: self.ex.store.clone(),
             plan_id: self.plan_id.clone(),
             step_id: step.id.clone(),
             attempt: claim.attempt,
+            idempotency_key: claim.idempotency_key.clone(),
             last: Mutex::new(None),
         };
         self.running.spawn(async move {
@@ -247,14 +250,31 @@ pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// per [`PROGRESS_EVERY`].
 struct Reporter {
     observer: Option<Observer>,
+    store: plansmith_store::PlanStore,
     plan_id: String,
     step_id: String,
     attempt: u32,
+    idempotency_key: String,
     last: Mutex<Option<Instant>>,
 }
 
 impl Reporter {
     fn report(&self, progress: CallProgress) {
+        if let Some(task) = progress.task {
+            // Kept with the attempt, so that a re-run follows the task. (A node that dies
+            // before this write lands calls the tool again: at-least-once, as without tasks.)
+            let (store, plan, key) = (
+                self.store.clone(),
+                self.plan_id.clone(),
+                self.idempotency_key.clone(),
+            );
+            tokio::spawn(async move {
+                if let Err(err) = store.exec_remember_task(&plan, &key, &task).await {
+                    tracing::warn!(%err, %key, "the remote task of an attempt was not recorded");
+                }
+            });
+            return;
+        }
         let Some(observer) = &self.observer else {
             return;
         };

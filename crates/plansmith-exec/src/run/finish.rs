@@ -167,6 +167,7 @@ impl Ctx<'_> {
                         row.attempt,
                     ),
                     rerun: false,
+                    remote_task: None,
                 };
                 let event = ExecEvent::StepEnded {
                     step_id: id.clone(),

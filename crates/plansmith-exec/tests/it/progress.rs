@@ -32,6 +32,7 @@ impl Invoker for Chatty {
                     progress: f64::from(n),
                     total: Some(f64::from(self.reports)),
                     message: Some(format!("report {n}")),
+                    task: None,
                 });
             }
             Ok(json!({"done": true}))

@@ -254,8 +254,9 @@ pub struct RunParams {
     /// "max_replans", "on_cap": "finish" | "cancel"}`. Not with `resume`.
     #[serde(default)]
     pub budget: Option<Value>,
-    /// For a client that takes elicitation: follow the run to its end, asking each approval
-    /// it waits for (the default), or answer at once (`false`).
+    /// Follow the run to its end before answering (`true`), or answer at once (`false`). By
+    /// default a client that takes elicitation waits, and is asked each approval the run
+    /// waits for; another answers at once.
     #[serde(default)]
     pub wait: Option<bool>,
 }

@@ -329,7 +329,7 @@ impl PlansmithMcp {
     }
 
     #[tool(
-        description = "Run an accepted plan on the server's executor (in the background; its progress and end, with `stop_reason`, show in the plan's `metadata.last_run`, as `planning get` returns it), or continue its unfinished run (`resume`). `budget` caps a new run: tool calls, model tokens, seconds, replans. A client that takes elicitation is asked each approval the run waits for, and the call answers when the run ends (`wait: false`: at once).",
+        description = "Run an accepted plan on the server's executor (in the background; its progress and end, with `stop_reason`, show in the plan's `metadata.last_run`, as `planning get` returns it), or continue its unfinished run (`resume`). `budget` caps a new run: tool calls, model tokens, seconds, replans. With `wait: true` the call answers when the run ends (as a task, for a client that asks for tasks); a client that takes elicitation waits by default and is asked each approval the run waits for (`wait: false`: answer at once).",
         annotations(
             read_only_hint = false,
             destructive_hint = true,
@@ -359,7 +359,11 @@ impl PlansmithMcp {
             Err(err) => return failure(err.to_string()),
         };
         let plan_id = current.plan.id.clone();
-        let follow = params.wait.unwrap_or(true) && super::elicit::can_elicit(&context);
+        // `wait: true` follows the run to its end; unset, a client that takes elicitation
+        // follows it too (and is asked its approvals).
+        let follow = params
+            .wait
+            .unwrap_or_else(|| super::elicit::can_elicit(&context));
         match self.service.run(&plan_id, start).await {
             Ok(_) if follow => {
                 let (run, asked) = self

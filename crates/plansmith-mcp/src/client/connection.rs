@@ -11,8 +11,9 @@ use process_wrap::tokio::CommandWrap;
 use process_wrap::tokio::ProcessGroup;
 use rmcp::ServiceExt;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    PaginatedRequestParams, RequestId, RequestMetaObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, CancelTaskParams, CancelledNotificationParam,
+    ClientRequest, GetTaskParams, PaginatedRequestParams, RequestId, RequestMetaObject,
+    ServerResult, TaskPayload,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -294,6 +295,12 @@ impl Connection {
     ) -> Result<ToolOutput, McpError> {
         let client = self.ensure(options).await?;
         let operation = format!("tools/call `{tool}`");
+        let total = self.spec.max_call.unwrap_or(options.max_call);
+        // A task an earlier attempt started is polled, not called again.
+        if let Some(task) = &extras.task {
+            let result = self.await_task(&client, task, None, total).await?;
+            return Ok(tool_output(result));
+        }
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         // Bounded by the time without an answer or a progress notification, and by a total.
         // Past either, rmcp sends `notifications/cancelled`; given up by the caller (a step
@@ -337,6 +344,14 @@ impl Connection {
         };
         let result = match answer {
             Ok(ServerResult::CallToolResult(result)) => result,
+            Ok(ServerResult::CreateTaskResult(created)) => {
+                let task = created.task.task_id.clone();
+                if let Some(on_task) = extras.on_task {
+                    on_task(&task);
+                }
+                self.await_task(&client, &task, created.task.poll_interval_ms, total)
+                    .await?
+            }
             Ok(ServerResult::InputRequiredResult(_)) => {
                 return Err(McpError::Protocol {
                     server: self.name().to_owned(),
@@ -367,22 +382,72 @@ impl Connection {
                 return Err(self.service_error(&operation, err));
             }
         };
-        let content: Vec<Value> = result
-            .content
-            .iter()
-            .filter_map(|block| serde_json::to_value(block).ok())
-            .collect();
-        let text = content
-            .iter()
-            .filter_map(|block| block.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n");
-        Ok(ToolOutput {
-            is_error: result.is_error.unwrap_or(false),
-            text,
-            structured: result.structured_content,
-            content,
-        })
+        Ok(tool_output(result))
+    }
+
+    /// Polls task `task` (the tasks extension) until it ends, at the interval the server
+    /// suggests (within 100 ms and 5 s), for at most `total`; its tool result. Dropped before
+    /// the end (the step was stopped), the task is cancelled on the server.
+    async fn await_task(
+        &self,
+        client: &Client,
+        task: &str,
+        poll_ms: Option<u64>,
+        total: Duration,
+    ) -> Result<rmcp::model::CallToolResult, McpError> {
+        let operation = format!("task `{task}`");
+        let poll = Duration::from_millis(poll_ms.unwrap_or(500).clamp(100, 5_000));
+        let started = tokio::time::Instant::now();
+        let mut guard = TaskGuard {
+            peer: Some(client.peer().clone()),
+            task: task.to_owned(),
+        };
+        loop {
+            let info = client
+                .peer()
+                .get_task(GetTaskParams::new(task.to_owned()))
+                .await
+                .map_err(|err| self.service_error(&operation, err))?;
+            let failed = |message: String| McpError::Protocol {
+                server: self.name().to_owned(),
+                message: format!("{operation}: {message}"),
+            };
+            match info.task.payload {
+                TaskPayload::Completed { result } => {
+                    guard.disarm();
+                    return serde_json::from_value(Value::Object(result))
+                        .map_err(|err| failed(format!("its result is not a tool result: {err}")));
+                }
+                TaskPayload::Failed { error } => {
+                    guard.disarm();
+                    let message = error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| Value::Object(error.clone()).to_string(), str::to_owned);
+                    return Err(failed(format!("failed: {message}")));
+                }
+                TaskPayload::Cancelled => {
+                    guard.disarm();
+                    return Err(failed("cancelled on the server".into()));
+                }
+                TaskPayload::InputRequired { .. } => {
+                    return Err(failed(
+                        "the tool asks for input (elicitation or sampling), which plansmith \
+                         does not answer"
+                            .into(),
+                    ));
+                }
+                _ => {}
+            }
+            if started.elapsed() >= total {
+                return Err(McpError::Timeout {
+                    server: self.name().to_owned(),
+                    operation,
+                    after: total,
+                });
+            }
+            tokio::time::sleep(poll).await;
+        }
     }
 
     fn service_error(&self, operation: &str, err: ServiceError) -> McpError {
@@ -398,6 +463,52 @@ impl Connection {
         McpError::Protocol {
             server: self.name().to_owned(),
             message,
+        }
+    }
+}
+
+/// A call's result as plansmith reads it: the text blocks joined, the structured content, every
+/// block as sent.
+fn tool_output(result: rmcp::model::CallToolResult) -> ToolOutput {
+    let content: Vec<Value> = result
+        .content
+        .iter()
+        .filter_map(|block| serde_json::to_value(block).ok())
+        .collect();
+    let text = content
+        .iter()
+        .filter_map(|block| block.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n");
+    ToolOutput {
+        is_error: result.is_error.unwrap_or(false),
+        text,
+        structured: result.structured_content,
+        content,
+    }
+}
+
+/// Sends `tasks/cancel` for a task given up before its end, unless disarmed.
+struct TaskGuard {
+    peer: Option<Peer<RoleClient>>,
+    task: String,
+}
+
+impl TaskGuard {
+    fn disarm(&mut self) {
+        self.peer = None;
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if let Some(peer) = self.peer.take() {
+            let task = std::mem::take(&mut self.task);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = peer.cancel_task(CancelTaskParams::new(task)).await;
+                });
+            }
         }
     }
 }

@@ -295,6 +295,12 @@ pub struct CallExtras<'a> {
     pub meta: Map<String, Value>,
     /// Receives each progress notification of the call as it comes (must be quick).
     pub on_progress: Option<&'a (dyn Fn(ToolProgress) + Send + Sync)>,
+    /// A task of this call that an earlier attempt started on the server (the tasks
+    /// extension): it is polled to its end instead of calling the tool again.
+    pub task: Option<String>,
+    /// Told the task id when the server makes the call a task, before it is polled (must be
+    /// quick): keep it to poll the same task after a restart.
+    pub on_task: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
 impl fmt::Debug for CallExtras<'_> {
@@ -302,6 +308,8 @@ impl fmt::Debug for CallExtras<'_> {
         f.debug_struct("CallExtras")
             .field("meta", &self.meta)
             .field("on_progress", &self.on_progress.is_some())
+            .field("task", &self.task)
+            .field("on_task", &self.on_task.is_some())
             .finish()
     }
 }

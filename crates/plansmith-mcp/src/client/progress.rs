@@ -55,6 +55,17 @@ impl Drop for RouteGuard {
 }
 
 impl ClientHandler for ProgressRoutes {
+    /// plansmith's client: it declares the tasks extension, so a server may answer a long
+    /// call with a task, which the connection polls (and a resumed run polls again).
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_tasks()
+                .build(),
+            rmcp::model::Implementation::new("plansmith", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
     fn on_progress(
         &self,
         params: ProgressNotificationParam,

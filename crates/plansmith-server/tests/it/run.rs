@@ -35,6 +35,7 @@ impl Invoker for Reporting {
                     progress: 1.0,
                     total: Some(2.0),
                     message: Some("asking the weather service".into()),
+                    task: None,
                 });
                 // As a real tool does, it works on after its report: a page that got the
                 // report and the result in one batch of events would only ever show the result.

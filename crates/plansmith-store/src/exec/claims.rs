@@ -103,15 +103,50 @@ impl PlanStore {
             .bind(timestamp(at))
             .execute(&mut *tx)
             .await?;
+            let remote_task = if reruns > 0 {
+                sqlx::query("SELECT task_id FROM exec_remote_tasks WHERE idempotency_key = $1")
+                    .bind(key.clone())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .map(|row| row.try_get::<String, _>(0))
+                    .transpose()?
+            } else {
+                None
+            };
             claims.push(Claim {
                 step_id,
                 attempt,
                 idempotency_key: key,
                 rerun: reruns > 0,
+                remote_task,
             });
         }
         tx.commit().await?;
         Ok(claims)
+    }
+
+    /// Records that the tool's server made the attempt with `idempotency_key` (of plan
+    /// `plan_id`) a task with
+    /// `task_id` (the MCP tasks extension); a rerun of that attempt gets it in its
+    /// [`Claim::remote_task`].
+    pub async fn exec_remember_task(
+        &self,
+        plan_id: &str,
+        idempotency_key: &str,
+        task_id: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO exec_remote_tasks (idempotency_key, plan_id, task_id, created_at)
+             VALUES ($1, $4, $2, $3)
+             ON CONFLICT (idempotency_key) DO UPDATE SET task_id = $2, created_at = $3",
+        )
+        .bind(idempotency_key.to_owned())
+        .bind(task_id.to_owned())
+        .bind(timestamp(now()))
+        .bind(plan_id.to_owned())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// Extends `node`'s leases on these running steps; returns how many it still holds.

@@ -288,6 +288,11 @@ pub struct Claim {
     /// True when this attempt already started on a node that lost its lease (crashed): the
     /// call is repeated with the same key.
     pub rerun: bool,
+    /// For a rerun: the task the tool's server made of the attempt's call, when one was
+    /// recorded ([`PlanStore::exec_remember_task`]); polled instead of calling again.
+    ///
+    /// [`PlanStore::exec_remember_task`]: crate::PlanStore::exec_remember_task
+    pub remote_task: Option<String>,
 }
 
 /// How an attempt ended, for [`PlanStore::exec_finish`].

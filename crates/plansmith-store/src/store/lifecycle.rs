@@ -158,6 +158,7 @@ impl PlanStore {
             "exec_attempts",
             "exec_decisions",
             "exec_budgets",
+            "exec_remote_tasks",
             "standing_approvals",
         ] {
             sqlx::query(AssertSqlSafe(format!(

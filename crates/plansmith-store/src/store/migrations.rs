@@ -218,6 +218,22 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
         )",
         ],
     ),
+    (
+        11,
+        "remote tasks of attempts",
+        // The task an MCP server made of an attempt's tool call (the tasks extension), by the
+        // attempt's idempotency key: a rerun of the attempt after its node died polls that task
+        // instead of calling the tool again.
+        &[
+            "CREATE TABLE IF NOT EXISTS exec_remote_tasks (
+            idempotency_key TEXT PRIMARY KEY,
+            plan_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )",
+            "CREATE INDEX IF NOT EXISTS exec_remote_tasks_by_plan ON exec_remote_tasks (plan_id)",
+        ],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every

@@ -76,13 +76,20 @@ async fn claims_leases_and_fencing(db: TestDb) {
         .await
         .unwrap();
     assert!(ok);
-    // a dies holding s2: after the lease, b takes it over with the same attempt and key.
+    // a's call of s2 became a task on the tool's server; a dies holding s2: after the lease, b
+    // takes it over with the same attempt and key, and the task to poll.
+    assert_eq!(claims[1].remote_task, None);
+    store
+        .exec_remember_task("p", &claims[1].idempotency_key, "task-7")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let taken = store.exec_claim("p", 1, &ids, "b", lease, 8).await.unwrap();
     assert_eq!(taken.len(), 1, "{taken:?}");
     assert_eq!(taken[0].step_id, "s2");
     assert_eq!(taken[0].idempotency_key, "p:1:s2:1");
     assert!(taken[0].rerun);
+    assert_eq!(taken[0].remote_task.as_deref(), Some("task-7"));
     // a comes back too late: its write is fenced off.
     let late = store
         .exec_finish("p", &claims[1], "a", &StepEnd::Completed(json!("late")), "")
@@ -118,6 +125,8 @@ async fn claims_leases_and_fencing(db: TestDb) {
     assert_eq!(second.len(), 1);
     assert_eq!(second[0].idempotency_key, "p:1:s2:2");
     assert!(!second[0].rerun);
+    // A new attempt is a new call: no task of the earlier one.
+    assert_eq!(second[0].remote_task, None);
 
     // Completed never changes.
     assert!(

@@ -1620,3 +1620,144 @@ fn the_example_commands_run_the_example_plan() {
     again("another key");
     assert_eq!(lines(&outbox).len(), 2);
 }
+
+/// A long MCP tool call that its server makes a task survives a restart of the run: `plansmith
+/// run` calls `serve`'s `/mcp` tool `run` (which follows another plan's 4-second step to its
+/// end) and the server answers with a task; the run is killed (SIGKILL) while the task works,
+/// and `--resume` polls the same task to its end instead of calling the tool again: the other
+/// plan's step ran once, and the resumed run completes with the task's result.
+#[test]
+fn a_tool_call_made_a_task_survives_a_restart_of_the_run() {
+    // The inner plan, run by `serve`: one slow step with a side effect.
+    let inner = SideEffects::new(
+        "4",
+        serde_json::json!([
+            {"id": "s1", "type": "tool", "title": "slow", "name": "append_slow", "arguments": {}}
+        ]),
+    );
+    let dir = inner.dir.path();
+    let tools = dir.join("tools.json");
+    write(
+        &tools,
+        &serde_json::json!([{"name": "append_slow", "description": "Append slowly",
+            "input_schema": {"type": "object", "properties": {}}}]),
+    );
+    let reply = serde_json::json!({"title": "Slow", "steps": [
+        {"id": "s1", "type": "tool", "title": "slow", "name": "append_slow", "arguments": {}}]});
+    let replies = dir.join("replies.json");
+    write(
+        &replies,
+        &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [reply.to_string()]}),
+    );
+    let addr = format!("127.0.0.1:{}", crate::free_port());
+    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+        .args(["serve", "--addr", &addr, "--commands", &inner.commands])
+        .arg("--tools")
+        .arg(&tools)
+        .arg("--model")
+        .arg(format!("scripted:{}", replies.display()))
+        .arg("--store")
+        .arg(format!("sqlite:{}", dir.join("serve.db").display()))
+        .env_remove("PLANSMITH_MODEL")
+        .env_remove("PLANSMITH_TOKENS")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let serve_log = || std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "serve did not start:\n{}",
+                serve_log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (status, created) = http(
+            &addr,
+            "POST",
+            "/v1/plans",
+            &serde_json::json!({"query": "Append slowly", "auto_accept": true}),
+        );
+        assert_eq!(status, 201, "{created}\n{}", serve_log());
+        let inner_id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
+
+        // The outer plan, run by `plansmith run`: one call of serve's MCP `run` tool.
+        let servers = dir.join("servers.json");
+        write(
+            &servers,
+            &serde_json::json!({"mcpServers": {"serve": {"url": format!("http://{addr}/mcp")}}}),
+        );
+        let outer = dir.join("outer.json");
+        write(
+            &outer,
+            &serde_json::json!({"title": "Run the slow plan", "steps": [
+                {"id": "s1", "type": "tool", "title": "run it", "name": "run",
+                 "arguments": {"plan_id": inner_id, "wait": true}}]}),
+        );
+        let store = format!("sqlite:{}", dir.join("outer.db").display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
+            .args(["run", outer.to_str().unwrap(), "--store", &store, "--mcp"])
+            .arg(&servers)
+            // (`run` is a destructive tool: approved up front.)
+            .args(["--lease-secs", "1", "--approve-all"])
+            .current_dir(root())
+            .env_remove("PLANSMITH_MODEL")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("outer.stderr")).unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        wait_for_start(&inner.effects, "s1");
+        // The task's id reaches the store as soon as the server answers; give it a moment.
+        std::thread::sleep(Duration::from_millis(500));
+        let killed = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        assert!(!child.wait().unwrap().success());
+        let outer_stderr = std::fs::read_to_string(dir.join("outer.stderr")).unwrap();
+        let outer_id = stored_id(&outer_stderr);
+
+        let resumed = plansmith(&[
+            "run",
+            &outer_id,
+            "--resume",
+            "--store",
+            &store,
+            "--mcp",
+            servers.to_str().unwrap(),
+            "--lease-secs",
+            "1",
+            "--approve-all",
+            "--json",
+        ]);
+        assert_exit(&resumed, 0);
+        assert!(
+            text(&resumed.stderr).contains("(re-run after a lost lease)"),
+            "{}",
+            text(&resumed.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&resumed.stdout).unwrap();
+        assert_eq!(report["state"], "completed", "{report}\n{}", serve_log());
+        assert_eq!(
+            report["steps"][0]["result"]["state"], "completed",
+            "{report}"
+        );
+        let log = lines(&inner.effects);
+        assert_eq!(
+            log.iter().filter(|l| l.starts_with("start s1 ")).count(),
+            1,
+            "the inner step ran again: {log:?}"
+        );
+    }));
+    let _ = server.kill();
+    let _ = server.wait();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
