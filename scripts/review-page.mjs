@@ -42,6 +42,9 @@ try {
   await page.waitForSelector("#main[data-live]");
   problems.push(...(await audit(page, "plan with a question")));
   await page.screenshot({ path: `${shots}/1-question.png`, fullPage: true });
+  // The question asks for the `to` argument, an email address: its field is typed so.
+  const fieldType = await page.getAttribute("form.question input", "type");
+  if (fieldType !== "email") await fail(`the recipient's field is of type '${fieldType}', not 'email'`);
   if (!(await tabTo(page, "form.question input"))) await fail("Tab never reaches the question's field");
   await page.keyboard.type("bob@example.com");
   await page.keyboard.press("Enter");

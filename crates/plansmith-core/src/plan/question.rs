@@ -259,6 +259,7 @@ fn answer_string(value: &Value) -> String {
 /// One answer to a question, given or assumed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Answer {
     /// The question's id.
     pub question: String,

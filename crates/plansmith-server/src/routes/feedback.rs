@@ -68,6 +68,16 @@ pub enum Feedback {
         #[serde(default)]
         expected_version: Option<u32>,
     },
+    /// Answers to the plan's questions by id (`[{"question": "q1", "value": "Paris"}]`):
+    /// replanned by the model, as the `answer` action.
+    Answers {
+        /// The answers; each names a question the plan asks.
+        answers: Vec<plansmith_core::Answer>,
+        /// Apply only if the plan is still at this version, the one the reviewer read
+        /// (else `conflict`).
+        #[serde(default)]
+        expected_version: Option<u32>,
+    },
     /// A decision about one step of a running plan: `approve` / `deny` a gated step, or
     /// `retry` / `skip` / `abort` after a failure under the `ask` policy.
     Step {
@@ -111,6 +121,10 @@ impl Feedback {
                 text,
                 expected_version,
             } => (Decision::Answer(text), expected_version),
+            Feedback::Answers {
+                answers,
+                expected_version,
+            } => (Decision::Answers(answers), expected_version),
             Feedback::Step {
                 step,
                 verdict,

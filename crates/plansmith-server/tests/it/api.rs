@@ -340,11 +340,28 @@ async fn feedback_accept_reject_patch_answer() {
             .is_empty()
     );
     let path = format!("/v1/plans/{}/feedback", id(&c));
+    // Answers by question id: one the plan does not ask is refused, naming those it asks.
     let (status, body) = call(
         &s,
         Method::POST,
         &path,
-        Some(json!({"action": "answer", "text": "bob@example.com"})),
+        Some(json!({"action": "answers", "answers": [{"question": "q9", "value": "x"}]})),
+        None,
+    )
+    .await;
+    assert_error(status, &body, 400, "bad_request");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("asks no question `q9` (it asks: q1)"),
+        "{body}"
+    );
+    let (status, body) = call(
+        &s,
+        Method::POST,
+        &path,
+        Some(json!({"action": "answers", "answers": [{"question": "q1", "value": "bob@example.com"}]})),
         None,
     )
     .await;
@@ -951,7 +968,7 @@ async fn body_errors_name_what_would_do() {
             feedback.as_str(),
             json!({"action": "fly"}),
             "/action",
-            r#""fly" is not one of "accept", "reject", "edit", "patch", "answer", "step""#,
+            r#""fly" is not one of "accept", "reject", "edit", "patch", "answer", "answers", "step""#,
         ),
         (
             Method::POST,
