@@ -311,6 +311,9 @@ fn answer_replan(current: &StoredPlan, answers: &str) -> Replan {
     }
 }
 
+/// The longest answer to one question, in characters.
+const MAX_ANSWER_CHARS: usize = 4_000;
+
 /// The replan of answers by question id to `current`'s questions. Refused when there is no
 /// answer or one names a question the plan does not ask. A confirmation given to a question
 /// about a recurring schedule allows recurring schedules.
@@ -318,6 +321,25 @@ fn answers_replan(current: &StoredPlan, answers: &[Answer]) -> Result<Replan> {
     let questions = &current.plan.questions;
     if answers.is_empty() {
         return Err(StoreError::BadEdit("no answers were given".into()).into());
+    }
+    // Bounds: every answer goes into the replan's prompt.
+    if answers.len() > questions.len().max(1) {
+        return Err(StoreError::BadEdit(format!(
+            "{} answers to {} question(s)",
+            answers.len(),
+            questions.len()
+        ))
+        .into());
+    }
+    if let Some(long) = answers
+        .iter()
+        .find(|a| a.value.chars().count() > MAX_ANSWER_CHARS)
+    {
+        return Err(StoreError::BadEdit(format!(
+            "the answer to `{}` is longer than {MAX_ANSWER_CHARS} characters",
+            long.question
+        ))
+        .into());
     }
     if let Some(unknown) = answers
         .iter()

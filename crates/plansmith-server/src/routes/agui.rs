@@ -537,6 +537,9 @@ fn review_interrupt(version: u32) -> Value {
             "required": ["decision"]}})
 }
 
+/// Most resume entries of one input (each may be a store write).
+const MAX_RESUME: usize = 100;
+
 /// Applies the resume entries as review decisions (see the module docs); all are checked
 /// before any is applied.
 async fn resume(
@@ -546,6 +549,12 @@ async fn resume(
     entries: &[ResumeEntry],
 ) -> Result<(), ApiError> {
     let bad = |message: String| ApiError::new("bad_request", message);
+    if entries.len() > MAX_RESUME {
+        return Err(bad(format!(
+            "{} resume entries; a run answers at most {MAX_RESUME}",
+            entries.len()
+        )));
+    }
     let version = stored.version();
     let of_version = |rest: &str, id: &str| -> Result<String, ApiError> {
         let (name, v) = rest

@@ -69,6 +69,9 @@ struct Op {
     new_id: Option<String>,
     #[serde(default)]
     filter: Option<Value>,
+    /// For `answers`: the answers by question id.
+    #[serde(default)]
+    answers: Option<Value>,
     #[serde(default)]
     expect: Value,
 }
@@ -168,6 +171,10 @@ async fn run_scenario(mut db: TestDb, scenario: &Scenario) -> TestDb {
             "reject" => decide(Decision::Reject(op.text.clone())).await,
             "edit" => decide(Decision::Edit(text())).await,
             "answer" => decide(Decision::Answer(text())).await,
+            "answers" => {
+                let answers = serde_json::from_value(op.answers.clone().unwrap()).unwrap();
+                decide(Decision::Answers(answers)).await
+            }
             "patch" => decide(Decision::Patch(op.patch.clone().unwrap())).await,
             "create" => {
                 let mut plan_json = op.plan.clone().unwrap();
