@@ -123,8 +123,17 @@ enum PlansCommand {
     Answer {
         /// Plan id.
         id: String,
-        /// The answers.
-        text: String,
+        /// The answers, in free text (or give them by question with `--to`, or take the
+        /// recommended ones with `--recommended`).
+        #[arg(required_unless_present_any = ["to", "recommended"], conflicts_with_all = ["to", "recommended"])]
+        text: Option<String>,
+        /// One question's answer, `QUESTION=VALUE` (`q1=Paris`); repeat for each.
+        #[arg(long, value_name = "QUESTION=VALUE", conflicts_with = "recommended")]
+        to: Vec<String>,
+        /// Take each question's recommended answer (recorded as an assumption in the plan's
+        /// `metadata.assumptions`); questions without one stay open.
+        #[arg(long)]
+        recommended: bool,
         #[command(flatten)]
         planner: PlannerArgs,
     },
@@ -637,11 +646,50 @@ async fn run_async(args: PlansArgs) -> Result<Exit, CliError> {
                 "give feedback text or --patch JSON"
             ))),
         },
-        PlansCommand::Answer { id, text, planner } => {
+        PlansCommand::Answer {
+            id,
+            text,
+            to,
+            recommended,
+            planner,
+        } => {
             refuse_early(&store, &id, ReviewAction::Answer, &planner).await?;
+            let decision = match text {
+                Some(text) => Decision::Answer(text),
+                None if recommended => {
+                    let current = store.get(&id).await.map_err(store_error)?;
+                    let answers = plansmith_core::recommended_answers(
+                        &current.plan.questions,
+                        "taken with `plans answer --recommended`",
+                    );
+                    if answers.is_empty() {
+                        return Err(CliError::input(anyhow!(
+                            "no question of plan `{id}` has a recommended answer: answer them \
+                             with TEXT or --to QUESTION=VALUE"
+                        )));
+                    }
+                    Decision::Answers(answers)
+                }
+                None => Decision::Answers(
+                    to.iter()
+                        .map(|pair| match pair.split_once('=') {
+                            Some((question, value)) if !question.trim().is_empty() => {
+                                Ok(plansmith_core::Answer {
+                                    question: question.trim().to_owned(),
+                                    value: value.to_owned(),
+                                    assumed: None,
+                                })
+                            }
+                            _ => Err(CliError::input(anyhow!(
+                                "--to `{pair}`: write QUESTION=VALUE (`q1=Paris`)"
+                            ))),
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
             show_replanned(
                 service(&store, planner.planner()?)
-                    .decide(&id, Decision::Answer(text), None, actor, None)
+                    .decide(&id, decision, None, actor, None)
                     .await,
             )
         }

@@ -575,6 +575,88 @@ fn recurring_schedule_waits_for_confirmation_in_chinese() {
     assert_eq!(stored["plan"]["steps"][0]["schedule"]["type"], "daily");
 }
 
+/// `plans answer` by question (`--to q1=VALUE`) or with the recommended answers
+/// (`--recommended`): an unknown question is refused before the model is asked; the
+/// recommended "no" to a daily schedule makes a one-off plan and is recorded as an assumption.
+#[test]
+fn plans_answer_by_question_or_with_the_recommended_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let model = script(dir.path(), "d.json", &[digest()]);
+    let base = ["--agents", "examples/agents.json", "--model"];
+    let saved = run(
+        &store,
+        &[
+            "plan",
+            "Send me NVDA news every morning at 9",
+            "--shape",
+            "agent_tasks",
+            base[0],
+            base[1],
+            base[2],
+            &model,
+            "--save",
+        ],
+        "",
+    );
+    assert_exit(&saved, 10);
+    let id = saved_id(&saved);
+    let shown = run(&store, &["plans", "show", &id, "--json"], "");
+    let stored: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(stored["plan"]["questions"][0]["default"], "no", "{stored}");
+
+    let unknown = run(
+        &store,
+        &[
+            "plans", "answer", &id, "--to", "q9=yes", base[0], base[1], base[2], &model,
+        ],
+        "",
+    );
+    assert_exit(&unknown, 2);
+    assert!(
+        text(&unknown.stderr).contains("asks no question `q9`"),
+        "{}",
+        text(&unknown.stderr)
+    );
+    let mut once = digest();
+    once["tasks"][0]["pattern"] = serde_json::json!("once");
+    once["tasks"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("schedule_config");
+    let model = script(dir.path(), "once.json", &[once]);
+    let answered = run(
+        &store,
+        &[
+            "plans",
+            "answer",
+            &id,
+            "--recommended",
+            base[0],
+            base[1],
+            base[2],
+            &model,
+        ],
+        "",
+    );
+    assert_exit(&answered, 0);
+    let shown = run(&store, &["plans", "show", &id, "--json"], "");
+    let stored: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(stored["state"], "awaiting_review", "{stored}");
+    assert!(
+        stored["plan"]["steps"][0].get("schedule").is_none(),
+        "{stored}"
+    );
+    let assumed = &stored["plan"]["metadata"]["assumptions"][0];
+    assert_eq!(assumed["answer"], "no", "{stored}");
+    assert!(
+        assumed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("--recommended")
+    );
+}
+
 #[test]
 fn bad_store_location_is_bad_input() {
     let output = run("mysql://nope", &["plans", "list"], "");
