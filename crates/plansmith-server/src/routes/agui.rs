@@ -540,8 +540,9 @@ fn review_interrupt(version: u32) -> Value {
 /// Most resume entries of one input (each may be a store write).
 const MAX_RESUME: usize = 100;
 
-/// Applies the resume entries as review decisions (see the module docs); all are checked
-/// before any is applied.
+/// Applies the resume entries as review decisions (see the module docs). Every entry is read
+/// and checked against the plan before any decision is made; the service may still refuse one
+/// (a step decision with no run to read it), and the decisions made before it stand.
 async fn resume(
     state: &AppState,
     caller: &Caller,
