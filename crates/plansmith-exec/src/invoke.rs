@@ -58,6 +58,10 @@ pub struct Call {
     /// follows that task instead of calling again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_task: Option<String>,
+    /// A person's answer to the task that an earlier attempt of this step left asking
+    /// ([`InvokeError::asks`]): the invoker sends it to the task and follows the task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<TaskInput>,
 }
 
 /// Model tokens spent by one call, added by the invoker as it spends them. Clones share the
@@ -87,7 +91,7 @@ impl PartialEq for TokenMeter {
 }
 
 /// Why a call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct InvokeError {
     /// What went wrong, for people and for the replanner.
@@ -95,6 +99,21 @@ pub struct InvokeError {
     /// Whether another attempt may succeed (a crash, a timeout, a non-zero exit); false for
     /// a call that cannot work as written (no such tool, bad arguments).
     pub retryable: bool,
+    /// The call did not fail: its tool waits for a person's answer (an MCP task in
+    /// `input_required`). The task and its requests; the step waits for a decision whose note
+    /// is the answer, and the next attempt answers the task and follows it.
+    pub asks: Option<Box<TaskInput>>,
+}
+
+/// An MCP task that asks for input, and, once a person answered, the answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskInput {
+    /// The task.
+    pub task: String,
+    /// Its `inputRequests`, by key.
+    pub requests: Value,
+    /// The person's answer (empty until they give it).
+    pub answer: String,
 }
 
 impl InvokeError {
@@ -103,6 +122,7 @@ impl InvokeError {
         InvokeError {
             message: message.into(),
             retryable: true,
+            asks: None,
         }
     }
 
@@ -111,6 +131,16 @@ impl InvokeError {
         InvokeError {
             message: message.into(),
             retryable: false,
+            asks: None,
+        }
+    }
+
+    /// The tool waits for a person's answer to `input` (see [`InvokeError::asks`]).
+    pub fn asks(message: impl Into<String>, input: TaskInput) -> InvokeError {
+        InvokeError {
+            message: message.into(),
+            retryable: false,
+            asks: Some(Box::new(input)),
         }
     }
 }
@@ -617,6 +647,7 @@ impl Invoker for TaskInvoker {
                     // A rejected request or a refusal fails the same way on every attempt.
                     retryable: err.is_retryable(),
                     message: err.to_string(),
+                    asks: None,
                 })?;
             call.tokens.add(completion.usage);
             Ok(json!({ "text": completion.text.trim() }))
@@ -704,6 +735,7 @@ mod tests {
             attempt: 1,
             idempotency_key: "p:1:s1:1".into(),
             remote_task: None,
+            input: None,
             action: Action::Task {
                 kind: plansmith_core::TaskKind::Processing,
                 need_web_search: false,

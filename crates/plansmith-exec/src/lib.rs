@@ -79,7 +79,7 @@ mod summary;
 pub use events::{DocumentObserver, ExecEvent, Observer};
 pub use invoke::{
     Call, CallProgress, CommandInvoker, CommandMap, Endpoint, FnInvoker, InvokeError, Invoker,
-    Invokers, TaskInvoker, TokenMeter,
+    Invokers, TaskInput, TaskInvoker, TokenMeter,
 };
 pub use policy::{FailurePolicy, MAX_ATTEMPTS, OnFailure, Siblings};
 pub use run::{

@@ -8,7 +8,9 @@
 //! `plansmith/plan_id`, `plansmith/step_id`, `plansmith/attempt`) for servers that read it;
 //! to the others an MCP call re-run after its node died is at-least-once. A server that makes
 //! the call a task (the tasks extension) is polled; the task id is recorded with the attempt,
-//! and a re-run of the attempt polls the same task instead of calling again.
+//! and a re-run of the attempt polls the same task instead of calling again. A task that asks
+//! for input (`input_required`) leaves the step waiting for a person; their answer (the note
+//! of a `retry` decision) goes to the task with `tasks/update`, and the next attempt follows it.
 //!
 //! A provider key's value ([`ProviderKeys`]) is `[redacted]` in a result or error, as for
 //! commands; the servers themselves do not inherit the key variables
@@ -114,6 +116,10 @@ impl Invoker for McpInvoker {
                 on_progress: Some(&report),
                 task: call.remote_task.clone(),
                 on_task: Some(&on_task),
+                input_responses: call
+                    .input
+                    .as_ref()
+                    .map(|input| responses(&input.requests, &input.answer)),
             };
             let output = self
                 .tools
@@ -121,6 +127,14 @@ impl Invoker for McpInvoker {
                 .await
                 .map_err(|err| match err {
                     McpError::UnknownTool(_) => InvokeError::permanent(err.to_string()),
+                    McpError::InputRequired(asked) => InvokeError::asks(
+                        secrets::redact_all(&format!("`{name}` asks: {}", asked.message), &keys),
+                        crate::invoke::TaskInput {
+                            task: asked.task,
+                            requests: asked.requests,
+                            answer: String::new(),
+                        },
+                    ),
                     other => InvokeError::transient(secrets::redact_all(&other.to_string(), &keys)),
                 })?;
             if output.is_error {
@@ -137,4 +151,40 @@ impl Invoker for McpInvoker {
             Ok(secrets::redact_json(result, &keys))
         })
     }
+}
+
+/// The answers to a task's elicitation requests (`requests`, by key) from a person's `answer`:
+/// each form's first field takes it (a number or yes/no read as one). Requests of other kinds
+/// (sampling) get no answer.
+fn responses(requests: &Value, answer: &str) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    for (key, request) in requests.as_object().into_iter().flatten() {
+        if request["method"] != "elicitation/create" {
+            continue;
+        }
+        let properties = request["params"]["requestedSchema"]["properties"].as_object();
+        let (field, schema) = properties
+            .and_then(|p| p.iter().next())
+            .map_or(("answer".to_owned(), Value::Null), |(k, v)| {
+                (k.clone(), v.clone())
+            });
+        let value = match schema["type"].as_str() {
+            Some("boolean") => serde_json::json!(matches!(
+                answer.trim().to_lowercase().as_str(),
+                "yes" | "y" | "true" | "ok"
+            )),
+            Some("number" | "integer") => answer.trim().parse::<f64>().map_or_else(
+                |_| Value::String(answer.to_owned()),
+                |n| serde_json::json!(n),
+            ),
+            _ => Value::String(answer.to_owned()),
+        };
+        let mut content = serde_json::Map::new();
+        content.insert(field, value);
+        out.insert(
+            key.clone(),
+            serde_json::json!({"action": "accept", "content": content}),
+        );
+    }
+    out
 }

@@ -96,4 +96,21 @@ pub enum McpError {
     /// No imported tool has this name.
     #[error("no MCP tool named `{0}` in the catalog")]
     UnknownTool(String),
+    /// The call's task waits for input from a person (`input_required`).
+    #[error("server `{}`: task `{}` asks: {}", .0.server, .0.task, .0.message)]
+    InputRequired(Box<TaskQuestion>),
+}
+
+/// What a tool's task asks a person ([`McpError::InputRequired`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskQuestion {
+    /// The server.
+    pub server: String,
+    /// The task.
+    pub task: String,
+    /// The questions, as the tool words them.
+    pub message: String,
+    /// The task's `inputRequests`, as the server sent them (answered by key, later, in a
+    /// call of the same task).
+    pub requests: serde_json::Value,
 }

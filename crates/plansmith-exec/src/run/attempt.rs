@@ -50,7 +50,10 @@ impl Ctx<'_> {
             inputs,
             tokens: crate::invoke::TokenMeter::default(),
             remote_task: claim.remote_task.clone(),
+            input: None,
         };
+        let store = self.ex.store.clone();
+        let rerun = claim.rerun;
         let meter = call.tokens.clone();
         let timeout = crate::policy::policy_for(&self.plan, &step.id, self.ex.config.policy)
             .0
@@ -66,43 +69,62 @@ impl Ctx<'_> {
         };
         self.running.spawn(async move {
             let begun = Instant::now();
-            let outcome =
-                match prepared {
-                    Err(failure) => Err(failure),
-                    Ok(action) => {
-                        let call = Call { action, ..call };
-                        let report = |progress: CallProgress| reporter.report(progress);
-                        let invoked = invokers.invoke_reporting(&call, &report);
-                        // Past the step's timeout the call is dropped (a command tool's
-                        // processes are killed with it) and the attempt fails, retryable.
-                        let invoked = match timeout {
-                            Some(limit) => match tokio::time::timeout(limit, invoked).await {
-                                Ok(invoked) => invoked,
-                                Err(_) => Err(crate::invoke::InvokeError {
-                                    message: format!(
-                                        "timed out after {} s (the step's timeout)",
-                                        limit.as_secs_f64()
-                                    ),
-                                    retryable: true,
-                                }),
-                            },
-                            None => invoked.await,
-                        };
-                        match invoked {
-                            Ok(value) => match output_schema {
+            let outcome = match prepared {
+                Err(failure) => Err(failure),
+                Ok(action) => {
+                    let mut call = Call { action, ..call };
+                    // A person answered what the tool's task asked an earlier attempt: this
+                    // attempt answers the task and follows it (a re-run of it too).
+                    if !rerun
+                        && let Ok(Some((task, requests, answer))) = store
+                            .exec_take_task_input(&call.plan_id, &call.step_id)
+                            .await
+                    {
+                        if let Err(err) = store
+                            .exec_remember_task(&call.plan_id, &call.idempotency_key, &task)
+                            .await
+                        {
+                            tracing::warn!(%err, "the task of an answered step was not recorded");
+                        }
+                        call.remote_task = Some(task.clone());
+                        call.input = Some(crate::invoke::TaskInput {
+                            task,
+                            requests,
+                            answer,
+                        });
+                    }
+                    let report = |progress: CallProgress| reporter.report(progress);
+                    let invoked = invokers.invoke_reporting(&call, &report);
+                    // Past the step's timeout the call is dropped (a command tool's
+                    // processes are killed with it) and the attempt fails, retryable.
+                    let invoked = match timeout {
+                        Some(limit) => match tokio::time::timeout(limit, invoked).await {
+                            Ok(invoked) => invoked,
+                            Err(_) => Err(crate::invoke::InvokeError::transient(format!(
+                                "timed out after {} s (the step's timeout)",
+                                limit.as_secs_f64()
+                            ))),
+                        },
+                        None => invoked.await,
+                    };
+                    match invoked {
+                        Ok(value) => {
+                            match output_schema {
                                 Some(schema) => check_output(&schema, &value)
                                     .map(|()| value)
                                     .map_err(|message| Failure {
                                         message,
                                         retryable: false,
                                         contradiction: true,
+                                        asks: None,
                                     }),
                                 None => Ok(value),
-                            },
-                            Err(err) => Err(Failure::from(err)),
+                            }
                         }
+                        Err(err) => Err(Failure::from(err)),
                     }
-                };
+                }
+            };
             Finished {
                 claim,
                 outcome,
@@ -127,6 +149,7 @@ impl Ctx<'_> {
                             ),
                             retryable: false,
                             contradiction: true,
+                            asks: None,
                         });
                     }
                 }
@@ -173,13 +196,33 @@ impl Ctx<'_> {
                 };
                 (StepEnd::Completed(value), event)
             }
+            // The tool's task waits for a person: the step waits for their answer (a `retry`
+            // decision whose note is the answer), whatever its failure policy.
+            Err(Failure {
+                message,
+                asks: Some(asks),
+                ..
+            }) => {
+                self.ex
+                    .store
+                    .exec_task_asks(&self.plan_id, &step.id, &asks.task, &asks.requests)
+                    .await?;
+                let error =
+                    format!("{message} (answer with a retry decision whose note is the answer)");
+                let event = ExecEvent::StepEnded {
+                    step_id: step.id.clone(),
+                    status: ExecStatus::Blocked,
+                    reason: error.clone(),
+                };
+                (StepEnd::Blocked(error), event)
+            }
             Err(failure) => self.on_failure(&step, &claim, failure),
         };
         let note = match &end {
             StepEnd::Completed(_) | StepEnd::Failed(_) => String::new(),
             StepEnd::Retry { .. } => format!("attempt {} failed", claim.attempt),
             StepEnd::Skipped(_) => "skipped by policy".to_owned(),
-            StepEnd::Blocked(_) => "failed: decide retry, skip or abort".to_owned(),
+            StepEnd::Blocked(_) => "waiting: decide retry, skip or abort".to_owned(),
         };
         self.record_end(&claim, end, note, event).await
     }

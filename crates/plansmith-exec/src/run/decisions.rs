@@ -36,6 +36,13 @@ impl Ctx<'_> {
                         .await?;
                 }
                 StepVerdict::Retry => {
+                    // A step whose tool asked a person: the note is the answer.
+                    if !decision.note.trim().is_empty() {
+                        self.ex
+                            .store
+                            .exec_task_answer(&self.plan_id, &id, &decision.note)
+                            .await?;
+                    }
                     self.ex
                         .store
                         .consume_step_decision(&self.plan_id, &id)

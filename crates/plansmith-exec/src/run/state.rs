@@ -26,6 +26,8 @@ pub(super) struct Failure {
     pub(super) retryable: bool,
     /// The plan expected something the results do not have: a replan trigger.
     pub(super) contradiction: bool,
+    /// The tool waits for a person's answer ([`InvokeError::asks`]).
+    pub(super) asks: Option<Box<crate::invoke::TaskInput>>,
 }
 
 impl From<InvokeError> for Failure {
@@ -34,6 +36,7 @@ impl From<InvokeError> for Failure {
             message: err.message,
             retryable: err.retryable,
             contradiction: false,
+            asks: err.asks,
         }
     }
 }
@@ -44,6 +47,7 @@ impl From<RefError> for Failure {
             message: err.0,
             retryable: false,
             contradiction: true,
+            asks: None,
         }
     }
 }

@@ -27,8 +27,11 @@ use std::time::Duration;
 use plansmith_core::{Answer, Question};
 use plansmith_service::Decision;
 use plansmith_store::{ExecRun, Remember, RunState, StepVerdict, StoredPlan};
-use rmcp::model::{ElicitRequestParams, ElicitationAction};
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, InputRequest,
+};
 use rmcp::service::{ElicitationMode, RequestContext, RoleServer};
+use rmcp::task_manager::TaskContext;
 use serde_json::json;
 
 use super::PlansmithMcp;
@@ -75,13 +78,13 @@ impl PlansmithMcp {
         if !can_elicit(context) {
             return (stored, asked);
         }
-        for _ in 0..MAX_ROUNDS {
+        for round in 0..MAX_ROUNDS {
             if stored.plan.questions.is_empty() {
                 break;
             }
             let mut answers = Vec::new();
             for question in &stored.plan.questions {
-                match ask(question, context).await {
+                match ask(question, round, context).await {
                     Reply::Answer(value) => {
                         asked.log.push(format!("{}: answered", question.id));
                         answers.push(Answer {
@@ -200,7 +203,14 @@ impl PlansmithMcp {
                         "Run step {} \"{}\": {} {}?",
                         approval.step_id, approval.title, approval.tool, approval.arguments
                     );
-                    let (verdict, remember, line) = match elicit(&message, schema, context).await {
+                    let (verdict, remember, line) = match elicit(
+                        &message,
+                        schema,
+                        &format!("approve-{}", approval.step_id),
+                        context,
+                    )
+                    .await
+                    {
                         Ok(Some(content)) => {
                             let approve = content["approve"].as_bool().unwrap_or(false);
                             let remember = content["remember"]
@@ -256,16 +266,13 @@ impl PlansmithMcp {
 async fn elicit(
     message: &str,
     schema: serde_json::Value,
+    key: &str,
     context: &RequestContext<RoleServer>,
 ) -> Result<Option<serde_json::Value>, Reply> {
     let params = json!({"mode": "form", "message": message, "requestedSchema": schema});
     let params: ElicitRequestParams = serde_json::from_value(params)
         .map_err(|err| Reply::Unreachable(format!("the form is not valid: {err}")))?;
-    match context
-        .peer
-        .create_elicitation_with_timeout(params, Some(QUESTION_TIMEOUT))
-        .await
-    {
+    match send(params, key, context).await {
         Ok(result) => match result.action {
             ElicitationAction::Accept => Ok(result.content.filter(|c| c.is_object())),
             ElicitationAction::Decline => Ok(None),
@@ -284,8 +291,34 @@ pub(super) fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
         .contains(&ElicitationMode::Form)
 }
 
+/// Sends one elicitation: through the task's `inputRequests` when the call runs as a task
+/// (answered with `tasks/update`), else as a request to the client.
+async fn send(
+    params: ElicitRequestParams,
+    key: &str,
+    context: &RequestContext<RoleServer>,
+) -> Result<ElicitResult, rmcp::service::ServiceError> {
+    if let Some(task) = context.extensions.get::<TaskContext>() {
+        let request = InputRequest::Elicitation(ElicitRequest::new(params));
+        let answered = tokio::time::timeout(QUESTION_TIMEOUT, task.request_input(key, request))
+            .await
+            .map_err(|_| rmcp::service::ServiceError::Timeout {
+                timeout: QUESTION_TIMEOUT,
+            })?;
+        return match answered {
+            Ok(value) => serde_json::from_value(value)
+                .map_err(|_| rmcp::service::ServiceError::UnexpectedResponse),
+            Err(_) => Err(rmcp::service::ServiceError::UnexpectedResponse),
+        };
+    }
+    context
+        .peer
+        .create_elicitation_with_timeout(params, Some(QUESTION_TIMEOUT))
+        .await
+}
+
 /// Asks one question; the answer read from the form as the planner reads answers.
-async fn ask(question: &Question, context: &RequestContext<RoleServer>) -> Reply {
+async fn ask(question: &Question, round: usize, context: &RequestContext<RoleServer>) -> Reply {
     let params = json!({
         "mode": "form",
         "message": question.text,
@@ -295,10 +328,7 @@ async fn ask(question: &Question, context: &RequestContext<RoleServer>) -> Reply
         Ok(params) => params,
         Err(err) => return Reply::Unreachable(format!("the question's form is not valid: {err}")),
     };
-    let result = context
-        .peer
-        .create_elicitation_with_timeout(params, Some(QUESTION_TIMEOUT))
-        .await;
+    let result = send(params, &format!("{}-{round}", question.id), context).await;
     match result {
         Ok(result) => match result.action {
             ElicitationAction::Accept => match result

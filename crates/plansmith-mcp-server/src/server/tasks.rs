@@ -28,6 +28,10 @@ const TASK_TOOLS: &[&str] = &["plan", "run"];
 /// Task ids kept with their owner before the expired ones are swept.
 const MAX_OWNED: usize = 4096;
 
+/// How long a task lives, in milliseconds: past its questions' time to answer (10 minutes
+/// each) and a run it follows.
+const TTL_MS: u64 = 6 * 60 * 60 * 1000;
+
 /// How often a client is told to poll, in milliseconds.
 const POLL_MS: u64 = 500;
 
@@ -88,8 +92,12 @@ impl PlansmithMcp {
         let stop = CancellationToken::new();
         context.ct = stop.clone();
         let task = self.tasks.manager.spawn(
-            TaskOptions::new().with_poll_interval_ms(POLL_MS),
+            TaskOptions::new()
+                .with_poll_interval_ms(POLL_MS)
+                .with_ttl_ms(TTL_MS),
             move |task| {
+                // Questions asked while the task runs go through its `inputRequests`.
+                context.extensions.insert(task.clone());
                 Box::pin(async move {
                     let call = server
                         .tool_router

@@ -13,7 +13,7 @@ use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelTaskParams, CancelledNotificationParam,
     ClientRequest, GetTaskParams, PaginatedRequestParams, RequestId, RequestMetaObject,
-    ServerResult, TaskPayload,
+    ServerResult, TaskPayload, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -298,6 +298,16 @@ impl Connection {
         let total = self.spec.max_call.unwrap_or(options.max_call);
         // A task an earlier attempt started is polled, not called again.
         if let Some(task) = &extras.task {
+            if let Some(responses) = extras.input_responses.clone() {
+                client
+                    .peer()
+                    .update_task(UpdateTaskParams::new(
+                        task.clone(),
+                        responses.into_iter().collect(),
+                    ))
+                    .await
+                    .map_err(|err| self.service_error(&format!("task `{task}`"), err))?;
+            }
             let result = self.await_task(&client, task, None, total).await?;
             return Ok(tool_output(result));
         }
@@ -430,12 +440,26 @@ impl Connection {
                     guard.disarm();
                     return Err(failed("cancelled on the server".into()));
                 }
-                TaskPayload::InputRequired { .. } => {
-                    return Err(failed(
-                        "the tool asks for input (elicitation or sampling), which plansmith \
-                         does not answer"
-                            .into(),
-                    ));
+                TaskPayload::InputRequired { input_requests } => {
+                    // The task waits for a person; it lives on, to be answered and polled again.
+                    guard.disarm();
+                    let requests = serde_json::to_value(&input_requests).unwrap_or(Value::Null);
+                    let message = requests
+                        .as_object()
+                        .map(|all| {
+                            all.values()
+                                .filter_map(|r| r["params"]["message"].as_str())
+                                .collect::<Vec<_>>()
+                                .join(" / ")
+                        })
+                        .filter(|m| !m.is_empty())
+                        .unwrap_or_else(|| "input the tool needs".to_owned());
+                    return Err(McpError::InputRequired(Box::new(crate::TaskQuestion {
+                        server: self.name().to_owned(),
+                        task: task.to_owned(),
+                        message,
+                        requests,
+                    })));
                 }
                 _ => {}
             }

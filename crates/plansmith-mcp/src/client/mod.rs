@@ -301,6 +301,9 @@ pub struct CallExtras<'a> {
     /// Told the task id when the server makes the call a task, before it is polled (must be
     /// quick): keep it to poll the same task after a restart.
     pub on_task: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// With `task`: answers to the task's input requests (by key), sent with `tasks/update`
+    /// before it is polled again.
+    pub input_responses: Option<Map<String, Value>>,
 }
 
 impl fmt::Debug for CallExtras<'_> {
@@ -310,6 +313,7 @@ impl fmt::Debug for CallExtras<'_> {
             .field("on_progress", &self.on_progress.is_some())
             .field("task", &self.task)
             .field("on_task", &self.on_task.is_some())
+            .field("input_responses", &self.input_responses)
             .finish()
     }
 }

@@ -56,11 +56,14 @@ impl Drop for RouteGuard {
 
 impl ClientHandler for ProgressRoutes {
     /// plansmith's client: it declares the tasks extension, so a server may answer a long
-    /// call with a task, which the connection polls (and a resumed run polls again).
+    /// call with a task, which the connection polls (and a resumed run polls again), and
+    /// elicitation, which a task asks through its `inputRequests` for a person to answer (an
+    /// elicitation sent as a request of its own is declined).
     fn get_info(&self) -> rmcp::model::ClientConfig {
         rmcp::model::ClientConfig::new(
             rmcp::model::ClientCapabilities::builder()
                 .enable_tasks()
+                .enable_elicitation()
                 .build(),
             rmcp::model::Implementation::new("plansmith", env!("CARGO_PKG_VERSION")),
         )

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::{AttemptRecord, Claim, ExecStatus, StepEnd, idempotency_key, now, to_text};
@@ -147,6 +148,82 @@ impl PlanStore {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Records that step `step_id` waits for a person: its tool's task `task_id` asks
+    /// `requests` (the task's `inputRequests`). Replaces what the step asked before.
+    pub async fn exec_task_asks(
+        &self,
+        plan_id: &str,
+        step_id: &str,
+        task_id: &str,
+        requests: &Value,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO exec_task_inputs (plan_id, step_id, task_id, requests, answer, created_at)
+             VALUES ($1, $2, $3, $4, NULL, $5)
+             ON CONFLICT (plan_id, step_id) DO UPDATE SET task_id = $3, requests = $4,
+                answer = NULL, created_at = $5",
+        )
+        .bind(plan_id.to_owned())
+        .bind(step_id.to_owned())
+        .bind(task_id.to_owned())
+        .bind(requests.to_string())
+        .bind(timestamp(now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records a person's answer to what step `step_id`'s task asks; false when it asks nothing.
+    pub async fn exec_task_answer(
+        &self,
+        plan_id: &str,
+        step_id: &str,
+        answer: &str,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE exec_task_inputs SET answer = $3 WHERE plan_id = $1 AND step_id = $2",
+        )
+        .bind(plan_id.to_owned())
+        .bind(step_id.to_owned())
+        .bind(answer.to_owned())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Takes (reads and forgets) the answered question of step `step_id`'s task: the task,
+    /// its requests and the answer, for the attempt that answers it.
+    pub async fn exec_take_task_input(
+        &self,
+        plan_id: &str,
+        step_id: &str,
+    ) -> Result<Option<(String, Value, String)>> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "SELECT task_id, requests, answer FROM exec_task_inputs
+             WHERE plan_id = $1 AND step_id = $2 AND answer IS NOT NULL",
+        )
+        .bind(plan_id.to_owned())
+        .bind(step_id.to_owned())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        sqlx::query("DELETE FROM exec_task_inputs WHERE plan_id = $1 AND step_id = $2")
+            .bind(plan_id.to_owned())
+            .bind(step_id.to_owned())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let requests: String = row.try_get("requests")?;
+        Ok(Some((
+            row.try_get("task_id")?,
+            serde_json::from_str(&requests).unwrap_or(Value::Null),
+            row.try_get("answer")?,
+        )))
     }
 
     /// Extends `node`'s leases on these running steps; returns how many it still holds.

@@ -159,6 +159,7 @@ impl PlanStore {
             "exec_decisions",
             "exec_budgets",
             "exec_remote_tasks",
+            "exec_task_inputs",
             "standing_approvals",
         ] {
             sqlx::query(AssertSqlSafe(format!(

@@ -234,6 +234,21 @@ const MIGRATIONS: &[(i64, &str, &[&str])] = &[
             "CREATE INDEX IF NOT EXISTS exec_remote_tasks_by_plan ON exec_remote_tasks (plan_id)",
         ],
     ),
+    (
+        12,
+        "tasks that ask a person",
+        // A step whose tool's task waits for input (`input_required`): the task, what it asks,
+        // and the answer a person gave with a retry decision, until the next attempt takes it.
+        &["CREATE TABLE IF NOT EXISTS exec_task_inputs (
+            plan_id TEXT NOT NULL,
+            step_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            requests TEXT NOT NULL,
+            answer TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (plan_id, step_id)
+        )"],
+    ),
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating (`"plansmth"` in ASCII): every

@@ -489,3 +489,28 @@ both_backends!(
     released_leases_are_taken_over_at_once,
     super::released_leases_are_taken_over_at_once
 );
+
+/// What a step's task asks a person: recorded, answered, then taken once by the attempt that
+/// answers it; an answer to a step that asks nothing is not recorded.
+async fn a_task_question_is_answered_and_taken_once(db: TestDb) {
+    let store = &db.store;
+    let asks = json!({"q1-0": {"method": "elicitation/create", "params": {"message": "To whom?"}}});
+    assert!(!store.exec_task_answer("p", "s1", "bob").await.unwrap());
+    store
+        .exec_task_asks("p", "s1", "task-1", &asks)
+        .await
+        .unwrap();
+    // Not answered yet: nothing to take.
+    assert_eq!(store.exec_take_task_input("p", "s1").await.unwrap(), None);
+    assert!(store.exec_task_answer("p", "s1", "bob").await.unwrap());
+    assert_eq!(
+        store.exec_take_task_input("p", "s1").await.unwrap(),
+        Some(("task-1".to_owned(), asks, "bob".to_owned()))
+    );
+    assert_eq!(store.exec_take_task_input("p", "s1").await.unwrap(), None);
+}
+
+both_backends!(
+    a_task_question_is_answered_and_taken_once,
+    super::a_task_question_is_answered_and_taken_once
+);

@@ -1275,20 +1275,33 @@ fn serve_time_plan(dir: &Path, time: &str) -> (std::process::Child, String) {
     let plan = serde_json::json!({"thought": "One call answers it.", "title": "Time in Paris",
         "steps": [{"id": "s1", "type": "tool", "title": "Time in Paris",
                    "name": "get_current_time", "arguments": {"timezone": "Europe/Paris"}}]});
+    serve_scripted(dir, &["--mcp", servers.to_str().unwrap()], &[plan])
+}
+
+/// `plansmith serve ARGS` on a free port over `dir/serve.db`, logging into `dir/serve.log`,
+/// with a scripted model answering `turns` (plans as JSON) in order; started and listening.
+/// Returns the child and its address.
+fn serve_scripted(
+    dir: &Path,
+    args: &[&str],
+    turns: &[serde_json::Value],
+) -> (std::process::Child, String) {
     let replies = dir.join("replies.json");
+    let turns: Vec<String> = turns.iter().map(ToString::to_string).collect();
     write(
         &replies,
-        &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [plan.to_string()]}),
+        &serde_json::json!({"capabilities": {"json_schema": true}, "turns": turns}),
     );
     let addr = format!("127.0.0.1:{}", crate::free_port());
     let log = std::fs::File::create(dir.join("serve.log")).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args(["serve", "--addr", &addr, "--mcp"])
-        .arg(&servers)
+        .args(["serve", "--addr", &addr])
+        .args(args)
         .arg("--model")
         .arg(format!("scripted:{}", replies.display()))
         .arg("--store")
-        .arg(format!("sqlite:{}", dir.join("plans.db").display()))
+        .arg(format!("sqlite:{}", dir.join("serve.db").display()))
+        .current_dir(root())
         .env_remove("PLANSMITH_MODEL")
         .env_remove("PLANSMITH_TOKENS")
         .env_remove("PLANSMITH_COMMANDS")
@@ -1303,6 +1316,16 @@ fn serve_time_plan(dir: &Path, time: &str) -> (std::process::Child, String) {
         std::thread::sleep(Duration::from_millis(100));
     }
     (child, addr)
+}
+
+/// An MCP servers file with `serve`'s `/mcp` at `addr` as server `serve`.
+fn serve_as_mcp_server(dir: &Path, addr: &str) -> std::path::PathBuf {
+    let servers = dir.join("servers.json");
+    write(
+        &servers,
+        &serde_json::json!({"mcpServers": {"serve": {"url": format!("http://{addr}/mcp")}}}),
+    );
+    servers
 }
 
 /// `plansmith serve --mcp`: a plan made over HTTP runs its tool on the real `time` MCP server
@@ -1644,38 +1667,18 @@ fn a_tool_call_made_a_task_survives_a_restart_of_the_run() {
     );
     let reply = serde_json::json!({"title": "Slow", "steps": [
         {"id": "s1", "type": "tool", "title": "slow", "name": "append_slow", "arguments": {}}]});
-    let replies = dir.join("replies.json");
-    write(
-        &replies,
-        &serde_json::json!({"capabilities": {"json_schema": true}, "turns": [reply.to_string()]}),
+    let (mut server, addr) = serve_scripted(
+        dir,
+        &[
+            "--commands",
+            &inner.commands,
+            "--tools",
+            tools.to_str().unwrap(),
+        ],
+        &[reply],
     );
-    let addr = format!("127.0.0.1:{}", crate::free_port());
-    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_plansmith"))
-        .args(["serve", "--addr", &addr, "--commands", &inner.commands])
-        .arg("--tools")
-        .arg(&tools)
-        .arg("--model")
-        .arg(format!("scripted:{}", replies.display()))
-        .arg("--store")
-        .arg(format!("sqlite:{}", dir.join("serve.db").display()))
-        .env_remove("PLANSMITH_MODEL")
-        .env_remove("PLANSMITH_TOKENS")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
     let serve_log = || std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "serve did not start:\n{}",
-                serve_log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
         let (status, created) = http(
             &addr,
             "POST",
@@ -1686,11 +1689,7 @@ fn a_tool_call_made_a_task_survives_a_restart_of_the_run() {
         let inner_id = created["stored"]["plan"]["id"].as_str().unwrap().to_owned();
 
         // The outer plan, run by `plansmith run`: one call of serve's MCP `run` tool.
-        let servers = dir.join("servers.json");
-        write(
-            &servers,
-            &serde_json::json!({"mcpServers": {"serve": {"url": format!("http://{addr}/mcp")}}}),
-        );
+        let servers = serve_as_mcp_server(dir, &addr);
         let outer = dir.join("outer.json");
         write(
             &outer,
@@ -1753,6 +1752,99 @@ fn a_tool_call_made_a_task_survives_a_restart_of_the_run() {
             log.iter().filter(|l| l.starts_with("start s1 ")).count(),
             1,
             "the inner step ran again: {log:?}"
+        );
+    }));
+    let _ = server.kill();
+    let _ = server.wait();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A tool's task that asks a person (`input_required`) leaves the step waiting: `plansmith run`
+/// calls `serve`'s `/mcp` `plan` (made a task), whose plan lacks the recipient and asks for it
+/// through the task; the run waits with the question as the step's error; a `retry` decision
+/// whose note is the answer, then `--resume`, answers the same task, and the step completes
+/// with the replanned plan carrying the answer.
+#[test]
+fn a_task_that_asks_a_person_waits_for_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let weather_email: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/replies/weather-email.json")).unwrap(),
+    )
+    .unwrap();
+    let no_recipient = serde_json::json!({"title": "Paris weather to a friend", "steps": [
+        {"id": "s1", "type": "tool", "name": "get_weather", "arguments": {"city": "Paris"}},
+        {"id": "s2", "type": "tool", "name": "send_email", "depends_on": ["s1"],
+         "arguments": {"subject": "Weather", "body": {"$ref": "s1.output.summary"}}}]});
+    // The recorded reply of the README's request, without its Markdown fence.
+    let fenced = weather_email["turns"][0].as_str().unwrap().trim();
+    let with_recipient: serde_json::Value =
+        serde_json::from_str(fenced.trim_start_matches("```json").trim_end_matches("```")).unwrap();
+    let (mut server, addr) = serve_scripted(
+        dir.path(),
+        &["--tools", "examples/tools.json"],
+        &[no_recipient, with_recipient],
+    );
+    let serve_log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let servers = serve_as_mcp_server(dir.path(), &addr);
+        let outer = dir.path().join("outer.json");
+        write(
+            &outer,
+            &serde_json::json!({"title": "Plan the mail", "steps": [
+                {"id": "s1", "type": "tool", "title": "plan it", "name": "plan",
+                 "arguments": {"query": "What's the weather in Paris? Email it to my friend",
+                               "options": {"max_repairs": 0}}}]}),
+        );
+        let store = format!("sqlite:{}", dir.path().join("outer.db").display());
+        let mcp = servers.to_str().unwrap();
+        let first = plansmith(&[
+            "run",
+            outer.to_str().unwrap(),
+            "--store",
+            &store,
+            "--mcp",
+            mcp,
+            "--json",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&first.stdout)
+            .unwrap_or_else(|_| panic!("{}\n{}", text(&first.stderr), serve_log()));
+        assert_eq!(report["state"], "waiting", "{report}");
+        let asked = report["steps"][0]["error"].as_str().unwrap_or_default();
+        assert!(asked.contains("What should `to` be"), "{report}");
+        let id = report["plan_id"].as_str().unwrap().to_owned();
+
+        let decided = plansmith(&[
+            "plans",
+            "decide",
+            &id,
+            "s1",
+            "retry",
+            "--note",
+            "bob@example.com",
+            "--store",
+            &store,
+        ]);
+        assert_exit(&decided, 0);
+        let resumed = plansmith(&[
+            "run", &id, "--resume", "--store", &store, "--mcp", mcp, "--json",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&resumed.stdout)
+            .unwrap_or_else(|_| panic!("{}\n{}", text(&resumed.stderr), serve_log()));
+        assert_eq!(report["state"], "completed", "{report}\n{}", serve_log());
+        let planned = &report["steps"][0]["result"];
+        assert_eq!(planned["status"], "ready", "{planned}");
+        assert_eq!(
+            planned["plan"]["steps"][1]["action"]["arguments"]["to"], "bob@example.com",
+            "{planned}"
+        );
+        // The answer reached the question through the task (the server's log of what it asked).
+        assert!(
+            planned["asked"]
+                .as_array()
+                .is_some_and(|asked| asked.contains(&serde_json::json!("q1: answered"))),
+            "{planned}"
         );
     }));
     let _ = server.kill();
