@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use plansmith_core::pipeline::OnEvent;
 use plansmith_core::{
-    Answer, Assumption, Diagnostic, Feedback, OutcomeStatus, Planner, answers_text, assumptions,
-    record_assumptions,
+    Answer, Assumption, Diagnostic, Feedback, OutcomeStatus, Planner, Question, answers_text,
+    assumptions, record_assumptions,
 };
 use plansmith_store::review::initial_state;
 use plansmith_store::{
@@ -285,30 +285,45 @@ impl Service {
 /// schedule and the answer is a confirmation ([`is_confirmation`]), the replan allows recurring
 /// schedules.
 fn answer_replan(current: &StoredPlan, answers: &str) -> Replan {
-    let asks_schedule = current.plan.questions.iter().any(|q| {
-        q.argument.is_none()
-            && q.step
-                .as_deref()
-                .and_then(|s| current.plan.step(s))
-                .and_then(|s| s.schedule.as_ref())
-                .is_some_and(|s| s.is_recurring())
-    });
-    let mut text = String::from("Answers to the questions:\n");
-    match current.plan.questions.as_slice() {
-        [only] => text.push_str(&format!("{}: {}\n", only.text, answers.trim())),
+    let questions = &current.plan.questions;
+    let text = match questions.as_slice() {
+        // One question: its answer, as answers by id are written.
+        [only] => answers_text(
+            questions,
+            &[Answer {
+                question: only.id.clone(),
+                value: answers.trim().to_owned(),
+                assumed: None,
+            }],
+        ),
         questions => {
+            let mut text = String::from("Answers to the questions:\n");
             for question in questions {
                 text.push_str(&format!("- {} ({})\n", question.text, question.id));
             }
             text.push_str(answers.trim());
+            text
         }
-    }
+    };
     Replan {
         text,
-        confirm_schedule: asks_schedule && is_confirmation(answers),
+        confirm_schedule: is_confirmation(answers)
+            && questions.iter().any(|q| confirms_schedule(current, q)),
         trigger: Trigger::Answer,
         assumed: Vec::new(),
     }
+}
+
+/// Whether `question` asks to confirm a recurring schedule of `current`'s plan (a question
+/// about a step, not one of its arguments, whose step recurs).
+fn confirms_schedule(current: &StoredPlan, question: &Question) -> bool {
+    question.argument.is_none()
+        && question
+            .step
+            .as_deref()
+            .and_then(|s| current.plan.step(s))
+            .and_then(|s| s.schedule.as_ref())
+            .is_some_and(|s| s.is_recurring())
 }
 
 /// The longest answer to one question, in characters.
@@ -359,15 +374,9 @@ fn answers_replan(current: &StoredPlan, answers: &[Answer]) -> Result<Replan> {
     }
     let confirm_schedule = answers.iter().any(|answer| {
         is_confirmation(&answer.value)
-            && questions.iter().any(|q| {
-                q.id == answer.question
-                    && q.argument.is_none()
-                    && q.step
-                        .as_deref()
-                        .and_then(|s| current.plan.step(s))
-                        .and_then(|s| s.schedule.as_ref())
-                        .is_some_and(|s| s.is_recurring())
-            })
+            && questions
+                .iter()
+                .any(|q| q.id == answer.question && confirms_schedule(current, q))
     });
     Ok(Replan {
         text: answers_text(questions, answers),

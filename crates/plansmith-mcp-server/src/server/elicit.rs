@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use plansmith_core::{Answer, Question};
+use plansmith_core::Answer;
 use plansmith_service::Decision;
 use plansmith_store::{ExecRun, Remember, RunState, StepVerdict, StoredPlan};
 use rmcp::model::{
@@ -51,12 +51,30 @@ pub(super) struct Asked {
     pub(super) cancelled: bool,
 }
 
+impl Asked {
+    /// Adds what was asked to a tool's answer: `asked` and `cancelled` in its JSON, and an
+    /// `Asked …` line per question at the end of its text.
+    pub(super) fn report(&self, value: &mut serde_json::Value, text: &mut String) {
+        value["asked"] = json!(self.log);
+        value["cancelled"] = json!(self.cancelled);
+        for line in &self.log {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!("Asked {line}\n"));
+        }
+    }
+}
+
 /// How often a followed run is read again.
 const RUN_POLL: Duration = Duration::from_millis(100);
 
-/// One question's reply.
+/// One elicitation's reply.
 enum Reply {
+    /// A question's answer, as the planner reads it.
     Answer(String),
+    /// An accepted form's content.
+    Content(serde_json::Value),
     /// Declined, empty or too late: the recommended answer when there is one.
     Declined(&'static str),
     Cancelled,
@@ -84,7 +102,16 @@ impl PlansmithMcp {
             }
             let mut answers = Vec::new();
             for question in &stored.plan.questions {
-                match ask(question, round, context).await {
+                let key = format!("{}-{round}", question.id);
+                let reply = elicit(&question.text, question.answer_schema(), &key, context).await;
+                // The form's content as the planner reads answers; an empty one is a decline.
+                let reply = match reply {
+                    Reply::Content(content) => question
+                        .answer_from(&content)
+                        .map_or(Reply::Declined("gave an empty answer"), Reply::Answer),
+                    other => other,
+                };
+                match reply {
                     Reply::Answer(value) => {
                         asked.log.push(format!("{}: answered", question.id));
                         answers.push(Answer {
@@ -109,7 +136,8 @@ impl PlansmithMcp {
                             .log
                             .push(format!("{}: {why}; left unanswered", question.id)),
                     },
-                    Reply::Cancelled => {
+                    // (A form's content was read as the answer above.)
+                    Reply::Content(_) | Reply::Cancelled => {
                         asked.log.push(format!(
                             "{}: cancelled; the plan waits for answers",
                             question.id
@@ -211,7 +239,7 @@ impl PlansmithMcp {
                     )
                     .await
                     {
-                        Ok(Some(content)) => {
+                        Reply::Content(content) => {
                             let approve = content["approve"].as_bool().unwrap_or(false);
                             let remember = content["remember"]
                                 .as_str()
@@ -223,8 +251,10 @@ impl PlansmithMcp {
                                 (StepVerdict::Deny, Remember::Run, "denied")
                             }
                         }
-                        Ok(None) => (StepVerdict::Deny, Remember::Run, "declined: denied"),
-                        Err(Reply::Cancelled) => {
+                        Reply::Declined(_) | Reply::Answer(_) => {
+                            (StepVerdict::Deny, Remember::Run, "declined: denied")
+                        }
+                        Reply::Cancelled => {
                             asked.log.push(format!(
                                 "{}: cancelled; the run waits for a decision",
                                 approval.step_id
@@ -232,7 +262,7 @@ impl PlansmithMcp {
                             asked.cancelled = true;
                             return (Some(current), asked);
                         }
-                        Err(_) => {
+                        Reply::Unreachable(_) => {
                             asked.log.push(format!(
                                 "{}: could not be asked; the run waits for a decision",
                                 approval.step_id
@@ -261,25 +291,33 @@ impl PlansmithMcp {
     }
 }
 
-/// One elicitation with `schema`: the accepted content, `None` when declined, empty or late,
-/// or why nothing more can be asked.
+/// One elicitation with `schema`: the accepted form's content, a decline (an empty form and
+/// no answer in time count as one), a cancel, or why the client could not be asked.
 async fn elicit(
     message: &str,
     schema: serde_json::Value,
     key: &str,
     context: &RequestContext<RoleServer>,
-) -> Result<Option<serde_json::Value>, Reply> {
+) -> Reply {
     let params = json!({"mode": "form", "message": message, "requestedSchema": schema});
-    let params: ElicitRequestParams = serde_json::from_value(params)
-        .map_err(|err| Reply::Unreachable(format!("the form is not valid: {err}")))?;
+    let params: ElicitRequestParams = match serde_json::from_value(params) {
+        Ok(params) => params,
+        Err(err) => return Reply::Unreachable(format!("the form is not valid: {err}")),
+    };
     match send(params, key, context).await {
         Ok(result) => match result.action {
-            ElicitationAction::Accept => Ok(result.content.filter(|c| c.is_object())),
-            ElicitationAction::Decline => Ok(None),
-            _ => Err(Reply::Cancelled),
+            ElicitationAction::Accept => match result.content.filter(|c| c.is_object()) {
+                Some(content) => Reply::Content(content),
+                None => Reply::Declined("gave an empty answer"),
+            },
+            ElicitationAction::Decline => Reply::Declined("declined to answer"),
+            // Cancel, and any action a later protocol adds: ask nothing more.
+            _ => Reply::Cancelled,
         },
-        Err(rmcp::service::ServiceError::Timeout { .. }) => Ok(None),
-        Err(err) => Err(Reply::Unreachable(err.to_string())),
+        Err(rmcp::service::ServiceError::Timeout { .. }) => {
+            Reply::Declined("did not answer in time")
+        }
+        Err(err) => Reply::Unreachable(err.to_string()),
     }
 }
 
@@ -315,37 +353,4 @@ async fn send(
         .peer
         .create_elicitation_with_timeout(params, Some(QUESTION_TIMEOUT))
         .await
-}
-
-/// Asks one question; the answer read from the form as the planner reads answers.
-async fn ask(question: &Question, round: usize, context: &RequestContext<RoleServer>) -> Reply {
-    let params = json!({
-        "mode": "form",
-        "message": question.text,
-        "requestedSchema": question.answer_schema(),
-    });
-    let params: ElicitRequestParams = match serde_json::from_value(params) {
-        Ok(params) => params,
-        Err(err) => return Reply::Unreachable(format!("the question's form is not valid: {err}")),
-    };
-    let result = send(params, &format!("{}-{round}", question.id), context).await;
-    match result {
-        Ok(result) => match result.action {
-            ElicitationAction::Accept => match result
-                .content
-                .as_ref()
-                .and_then(|content| question.answer_from(content))
-            {
-                Some(answer) => Reply::Answer(answer),
-                None => Reply::Declined("gave an empty answer"),
-            },
-            ElicitationAction::Decline => Reply::Declined("declined to answer"),
-            // Cancel, and any action a later protocol adds: ask nothing more.
-            _ => Reply::Cancelled,
-        },
-        Err(rmcp::service::ServiceError::Timeout { .. }) => {
-            Reply::Declined("did not answer in time")
-        }
-        Err(err) => Reply::Unreachable(err.to_string()),
-    }
 }

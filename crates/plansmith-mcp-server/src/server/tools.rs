@@ -124,7 +124,7 @@ impl PlansmithMcp {
             OutcomeStatus::Incomplete { reason, .. } => ("Incomplete", Some(reason.clone())),
             _ => ("", None),
         };
-        let value = json!({
+        let mut value = json!({
             "status": status,
             "reason": reason,
             "plan_id": plan.id,
@@ -132,8 +132,6 @@ impl PlansmithMcp {
             "plan": plan,
             "questions": plan.questions,
             "needs_approval": plan.steps.iter().filter(|s| s.requires_approval).map(|s| s.id.clone()).collect::<Vec<_>>(),
-            "asked": asked.log,
-            "cancelled": asked.cancelled,
             "diagnostics": {
                 "findings": diagnostics.findings,
                 "attempts": diagnostics.attempts.len(),
@@ -145,9 +143,7 @@ impl PlansmithMcp {
             },
         });
         let mut text = format!("{status}: plan `{}`\n{}", plan.id, plan.render_text());
-        for line in &asked.log {
-            text.push_str(&format!("Asked {line}\n"));
-        }
+        asked.report(&mut value, &mut text);
         for question in &plan.questions {
             text.push_str(&format!("Question {}: {}\n", question.id, question.text));
         }
@@ -305,23 +301,20 @@ impl PlansmithMcp {
             }
             _ => {
                 // A replan's new questions are asked through the client, as `plan` asks them.
-                let (stored, asked) =
-                    if matches!(params.action, FeedbackAction::Edit | FeedbackAction::Answer) {
-                        self.ask_questions(decided.stored, &context, &actor).await
-                    } else {
-                        (decided.stored, Asked::default())
-                    };
+                let replanned =
+                    matches!(params.action, FeedbackAction::Edit | FeedbackAction::Answer);
+                let (stored, asked) = if replanned {
+                    self.ask_questions(decided.stored, &context, &actor).await
+                } else {
+                    (decided.stored, Asked::default())
+                };
                 let mut value = stored_json(&stored);
                 if matches!(params.action, FeedbackAction::Patch) {
                     value["diagnostics"] = json!(decided.diagnostics);
                 }
                 let mut text = stored.render_text();
-                if !asked.log.is_empty() {
-                    value["asked"] = json!(asked.log);
-                    value["cancelled"] = json!(asked.cancelled);
-                    for line in &asked.log {
-                        text.push_str(&format!("\nAsked {line}"));
-                    }
+                if replanned {
+                    asked.report(&mut value, &mut text);
                 }
                 answer(value, text)
             }
@@ -375,14 +368,10 @@ impl PlansmithMcp {
                     "Run of plan {plan_id}: {}",
                     state.map_or("unknown", |s| s.as_str())
                 );
-                for line in &asked.log {
-                    text.push_str(&format!("\nAsked {line}"));
-                }
-                answer(
-                    json!({"plan_id": plan_id, "state": state, "stop_reason": stop_reason,
-                        "asked": asked.log, "cancelled": asked.cancelled}),
-                    text,
-                )
+                let mut value =
+                    json!({"plan_id": plan_id, "state": state, "stop_reason": stop_reason});
+                asked.report(&mut value, &mut text);
+                answer(value, text)
             }
             Ok(run) => answer(
                 json!({"plan_id": plan_id, "state": run.state, "base_version": run.base_version}),
