@@ -67,38 +67,42 @@ def main():
         json.dump({"tools": {"get_weather": {"command": ["python3", "-c", weather]},
                              "send_email": {"command": ["python3", "-c", email]}}}, f)
     env.pop("PLANSMITH_CONFIG", None)
+
+    def plansmith_json(command):
+        """`plansmith COMMAND… --json`: its JSON, or None and the end of its stderr."""
+        done = subprocess.run([args.plansmith, *command, "--json"], capture_output=True,
+                              text=True, env=env, cwd=ROOT)
+        try:
+            return json.loads(done.stdout), ""
+        except json.JSONDecodeError:
+            return None, done.stderr.strip()[-200:]
+
     missed = completed = 0
     for query, cities, addresses in REQUESTS:
         want = {("city", c) for c in cities} | {("to", a) for a in addresses}
-        planned = subprocess.run(
-            [args.plansmith, "plan", query, "--tools", "examples/tools.json", "--model",
-             args.model, "--save", "--auto-accept", "--store", store, "--json"],
-            capture_output=True, text=True, env=env, cwd=ROOT)
-        try:
-            stored = json.loads(planned.stdout)
-        except json.JSONDecodeError:
-            print(f"- {query}: no plan ({planned.stderr.strip()[-200:]})")
+        stored, why = plansmith_json(
+            ["plan", query, "--tools", "examples/tools.json", "--model", args.model, "--save",
+             "--auto-accept", "--store", store])
+        if stored is None:
+            print(f"- {query}: no plan ({why})")
             continue
         plan = stored.get("plan") or stored.get("stored", {}).get("plan") or stored
         plan_id = plan.get("id")
         first = [(s["action"].get("name"), s["action"].get("arguments", {}))
                  for s in plan.get("steps", []) if s.get("action", {}).get("type") == "tool"]
         first_done = parts_done(first, cities, addresses)
-        ran = subprocess.run(
-            [args.plansmith, "run", plan_id, "--store", store, "--commands",
-             commands, "--tools", "examples/tools.json", "--model", args.model,
-             "--goal-check", "--json"],
-            capture_output=True, text=True, env=env, cwd=ROOT)
-        try:
-            report = json.loads(ran.stdout)
-        except json.JSONDecodeError:
-            print(f"- {query}: the run gave no report ({ran.stderr.strip()[-200:]})")
+        report, why = plansmith_json(
+            ["run", plan_id, "--store", store, "--commands", commands, "--tools",
+             "examples/tools.json", "--model", args.model, "--goal-check"])
+        if report is None:
+            print(f"- {query}: the run gave no report ({why})")
             continue
         # What ran: the stored plan's completed tool steps, as the run left them.
-        shown = subprocess.run(
-            [args.plansmith, "plans", "show", plan_id, "--store", store, "--json"],
-            capture_output=True, text=True, env=env, cwd=ROOT)
-        final = json.loads(shown.stdout)["plan"]
+        shown, why = plansmith_json(["plans", "show", plan_id, "--store", store])
+        if shown is None:
+            print(f"- {query}: the plan could not be read ({why})")
+            continue
+        final = shown["plan"]
         ran_calls = [(s["action"].get("name"), s["action"].get("arguments", {}))
                      for s in final["steps"]
                      if s.get("action", {}).get("type") == "tool" and s.get("status") == "completed"]

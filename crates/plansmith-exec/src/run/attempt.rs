@@ -53,7 +53,9 @@ impl Ctx<'_> {
             input: None,
         };
         let store = self.ex.store.clone();
-        let rerun = claim.rerun;
+        // Only a later attempt can follow one whose tool asked a person (a first attempt, or a
+        // re-run of one, has nothing to take: no store read for them).
+        let may_answer = !claim.rerun && claim.attempt > 1;
         let meter = call.tokens.clone();
         let timeout = crate::policy::policy_for(&self.plan, &step.id, self.ex.config.policy)
             .0
@@ -75,7 +77,7 @@ impl Ctx<'_> {
                     let mut call = Call { action, ..call };
                     // A person answered what the tool's task asked an earlier attempt: this
                     // attempt answers the task and follows it (a re-run of it too).
-                    if !rerun
+                    if may_answer
                         && let Ok(Some((task, requests, answer))) = store
                             .exec_take_task_input(&call.plan_id, &call.step_id)
                             .await

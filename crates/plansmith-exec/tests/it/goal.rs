@@ -23,6 +23,20 @@ fn verdict(verdict: &str, gaps: &[&str]) -> String {
     json!({"verdict": verdict, "gaps": gaps, "reason": format!("judged {verdict}")}).to_string()
 }
 
+/// The executor of these tests: `lookup` and `notify` echo, `model` plans and judges.
+fn goal_executor(env: &Env, model: &Arc<ScriptedModel>) -> Executor {
+    Executor::new(
+        env.store.clone(),
+        invokers(vec![
+            ("lookup", script("echo.sh", &[])),
+            ("notify", script("echo.sh", &[])),
+        ]),
+        config("n"),
+    )
+    .with_catalog(catalog())
+    .with_planner(Arc::new(Planner::new(catalog(), model.clone())))
+}
+
 /// A run of `lookup` whose goal also asks to notify Bob, judged by `turns`.
 async fn judged(
     id: &str,
@@ -37,16 +51,7 @@ async fn judged(
     )
     .await;
     let model = Arc::new(ScriptedModel::new(turns));
-    let executor = Executor::new(
-        env.store.clone(),
-        invokers(vec![
-            ("lookup", script("echo.sh", &[])),
-            ("notify", script("echo.sh", &[])),
-        ]),
-        config("n"),
-    )
-    .with_catalog(catalog())
-    .with_planner(Arc::new(Planner::new(catalog(), model.clone())));
+    let executor = goal_executor(&env, &model);
     let report = executor.run_with(id, &budget).await.unwrap();
     // Keep the store alive until the report is read.
     drop(env);
@@ -189,19 +194,7 @@ async fn a_part_no_completed_call_carries_is_a_gap_without_asking() {
         replan.to_string(),
         verdict("satisfied", &[]),
     ]));
-    let report = Executor::new(
-        env.store.clone(),
-        invokers(vec![
-            ("lookup", script("echo.sh", &[])),
-            ("notify", script("echo.sh", &[])),
-        ]),
-        config("n"),
-    )
-    .with_catalog(catalog())
-    .with_planner(Arc::new(Planner::new(catalog(), model.clone())))
-    .run("seen")
-    .await
-    .unwrap();
+    let report = goal_executor(&env, &model).run("seen").await.unwrap();
     assert_eq!(
         report.stop_reason,
         Some(StopReason::Completed),

@@ -25,7 +25,7 @@
 //! `review@vN` with `{"decision": "accept" | "reject" | "edit", "text"?, "run"?}` (`run: true`
 //! starts the accepted plan on the server's runner), `question:qK@vN` with the question's form,
 //! `approval:sK` with `{"approve": bool, "remember"?}`, `decision:sK` with `{"verdict": "retry"
-//! | "skip" | "abort"}`. Each goes through the same [`Service::decide`] as the feedback route;
+//! | "skip" | "abort", "note"?}` (the note of a retry answers a tool that asked a question). Each goes through the same [`Service::decide`] as the feedback route;
 //! the answers of one run's questions make one replan. An id of an older version is a conflict.
 //!
 //! [`Service::decide`]: plansmith_service::Service::decide
@@ -480,11 +480,15 @@ async fn end_of(state: &AppState, stored: &StoredPlan, exec: Option<&ExecRun>) -
                 let failed = step.status == StepStatus::Blocked
                     && !approvals.iter().any(|a| a.step_id == step.id);
                 if failed {
+                    // The step's error says why it waits: a failure, or its tool's question.
+                    let why = step.error.as_deref().unwrap_or("it failed");
                     interrupts.push(json!({"id": format!("decision:{}", step.id),
                         "reason": "plansmith/step_failed",
-                        "message": format!("Step {} \"{}\" failed: retry, skip or abort?", step.id, step.title),
+                        "message": format!("Step {} \"{}\": {why}. Retry, skip or abort?", step.id, step.title),
                         "responseSchema": {"type": "object", "properties": {
-                            "verdict": {"type": "string", "enum": ["retry", "skip", "abort"]}},
+                            "verdict": {"type": "string", "enum": ["retry", "skip", "abort"]},
+                            "note": {"type": "string",
+                                "description": "for a retry of a step whose tool asked a question: the answer"}},
                             "required": ["verdict"]}}));
                 }
             }
@@ -639,7 +643,7 @@ async fn resume(
             } else {
                 StepVerdict::Deny
             };
-            steps.push((step.to_owned(), verdict, remember));
+            steps.push((step.to_owned(), verdict, remember, String::new()));
         } else if let Some(step) = id.strip_prefix("decision:") {
             if entry.status == ResumeStatus::Cancelled {
                 continue;
@@ -654,18 +658,19 @@ async fn resume(
                     )));
                 }
             };
-            steps.push((step.to_owned(), verdict, Remember::Run));
+            let note = payload["note"].as_str().unwrap_or_default().to_owned();
+            steps.push((step.to_owned(), verdict, Remember::Run, note));
         } else {
             return Err(bad(format!("no interrupt `{id}` of this plan")));
         }
     }
     let actor = caller.actor();
     let id = &stored.plan.id;
-    for (step, verdict, remember) in steps {
+    for (step, verdict, remember, note) in steps {
         let decision = Decision::Step {
             step,
             verdict,
-            note: "AG-UI resume".into(),
+            note,
             remember,
         };
         state
