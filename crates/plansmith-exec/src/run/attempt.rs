@@ -76,12 +76,33 @@ impl Ctx<'_> {
                 Ok(action) => {
                     let mut call = Call { action, ..call };
                     // A person answered what the tool's task asked an earlier attempt: this
-                    // attempt answers the task and follows it (a re-run of it too).
-                    if may_answer
-                        && let Ok(Some((task, requests, answer))) = store
+                    // attempt answers the task and follows it (a re-run of it too). An answer
+                    // that cannot be read fails the attempt, retryable: calling the tool anew
+                    // would drop it.
+                    let taken = if may_answer {
+                        store
                             .exec_take_task_input(&call.plan_id, &call.step_id)
                             .await
-                    {
+                            .map_err(|err| {
+                                crate::invoke::InvokeError::transient(format!(
+                                    "the answer to the step's question could not be read: {err}"
+                                ))
+                            })
+                    } else {
+                        Ok(None)
+                    };
+                    let taken = match taken {
+                        Ok(taken) => taken,
+                        Err(err) => {
+                            return Finished {
+                                claim,
+                                outcome: Err(Failure::from(err)),
+                                elapsed: begun.elapsed(),
+                                tokens: 0,
+                            };
+                        }
+                    };
+                    if let Some((task, requests, answer)) = taken {
                         if let Err(err) = store
                             .exec_remember_task(&call.plan_id, &call.idempotency_key, &task)
                             .await

@@ -200,24 +200,20 @@ impl PlanStore {
         plan_id: &str,
         step_id: &str,
     ) -> Result<Option<(String, Value, String)>> {
-        let mut tx = self.pool.begin().await?;
+        // One statement, no read-then-write transaction: SQLite refuses to upgrade a read
+        // whose snapshot another writer has moved past, and the answer would seem absent.
         let row = sqlx::query(
-            "SELECT task_id, requests, answer FROM exec_task_inputs
-             WHERE plan_id = $1 AND step_id = $2 AND answer IS NOT NULL",
+            "DELETE FROM exec_task_inputs
+             WHERE plan_id = $1 AND step_id = $2 AND answer IS NOT NULL
+             RETURNING task_id, requests, answer",
         )
         .bind(plan_id.to_owned())
         .bind(step_id.to_owned())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else {
             return Ok(None);
         };
-        sqlx::query("DELETE FROM exec_task_inputs WHERE plan_id = $1 AND step_id = $2")
-            .bind(plan_id.to_owned())
-            .bind(step_id.to_owned())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
         let requests: String = row.try_get("requests")?;
         Ok(Some((
             row.try_get("task_id")?,

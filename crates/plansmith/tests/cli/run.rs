@@ -1839,12 +1839,13 @@ fn a_task_that_asks_a_person_waits_for_the_answer() {
             planned["plan"]["steps"][1]["action"]["arguments"]["to"], "bob@example.com",
             "{planned}"
         );
-        // The answer reached the question through the task (the server's log of what it asked).
-        assert!(
-            planned["asked"]
-                .as_array()
-                .is_some_and(|asked| asked.contains(&serde_json::json!("q1: answered"))),
-            "{planned}"
+        // The answer reached the question through the same task (the server's log of what it
+        // asked; a new call of the tool would plan afresh and ask nothing).
+        assert_eq!(
+            planned["asked"],
+            serde_json::json!(["q1: answered"]),
+            "{planned}\n{}",
+            text(&resumed.stderr)
         );
     }));
     let _ = server.kill();
