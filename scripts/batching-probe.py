@@ -3,7 +3,7 @@
 llama.cpp's own server (continuous batching over parallel slots), before the embedded model
 builds the same thing.
 
-    S=target/tools/llama.cpp-0.3.36/bin/llama-server     # built by scripts/llama-server.sh
+    S="$(scripts/llama-server.sh)/bin/llama-server"
     python3 scripts/batching-probe.py --server $S --mode prompt 1 4   # a new 1,207-token prompt
     python3 scripts/batching-probe.py --server $S --mode cached 1 4   # the system part cached
     python3 scripts/batching-probe.py --server $S --mode generation 1 4  # 67 tokens in, 150 out

@@ -8,12 +8,13 @@
 #
 #   scripts/llama-cpp-python.sh      # prints the venv's python
 #
-# Idempotent: a finished install is reused. Output: $PLANSMITH_TOOLS_DIR (default target/tools).
+# Idempotent: a finished install is reused. Output: $PLANSMITH_TOOLS_DIR (default ~/.cache/plansmith/tools: outside
+# the clone, so that a new clone on the same machine, as CI's, reuses the build: ~10 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version=0.3.36 # the sdist pinned in scripts/llama-sdist.sh
-root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
+root=${PLANSMITH_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/plansmith/tools}
 out="$root/llama-cpp-python-$version"
 # Reused only while it holds the libraries of the current llama.cpp build (their compiler flags,
 # recorded by scripts/llama-server.sh, are the same): the package keeps copies of them.

@@ -10,12 +10,13 @@
 # `$ORIGIN/../lib` rpath): scripts/llama-cpp-python.sh installs llama-cpp-python on these same
 # libraries instead of compiling llama.cpp a second time (~7 min of a CI run on 2 cores).
 #
-# Idempotent: a finished build is reused. Output: $PLANSMITH_TOOLS_DIR (default target/tools).
+# Idempotent: a finished build is reused. Output: $PLANSMITH_TOOLS_DIR (default ~/.cache/plansmith/tools: outside
+# the clone, so that a new clone on the same machine, as CI's, reuses the build: ~10 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version=0.3.36 # the sdist pinned in scripts/llama-sdist.sh
-root=${PLANSMITH_TOOLS_DIR:-$PWD/target/tools}
+root=${PLANSMITH_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/plansmith/tools}
 out="$root/llama.cpp-$version"
 # Built for this machine (GGML_NATIVE) but without ggml's AMX kernels: on a Xeon with AMX (a
 # development machine on 2026-12-01) `-march=native` compiles them in, and llama-server crashed
@@ -51,14 +52,17 @@ cmake --build "$work/build" --config Release -j "$(nproc)" --target llama-server
   tail -60 "$work/build.log" >&2
   exit 1
 }
-mkdir -p "$out.partial/bin" "$out.partial/lib"
-cp "$work/build/bin/llama-server" "$work/build/bin/llama-bench" "$out.partial/bin/"
-find "$work/build" -name '*.so*' \( -type f -o -type l \) -exec cp -P {} "$out.partial/lib/" \;
-"$out.partial/bin/llama-server" --version >/dev/null 2>&1 || {
-  echo "llama-server: the built server does not start (libraries: $(ls "$out.partial/lib"))" >&2
+# Assembled beside the output under a name of its own, then moved in place: two runs at once
+# (two clones on one machine share the cache) never mix their files.
+partial="$out.partial.$$"
+mkdir -p "$partial/bin" "$partial/lib"
+cp "$work/build/bin/llama-server" "$work/build/bin/llama-bench" "$partial/bin/"
+find "$work/build" -name '*.so*' \( -type f -o -type l \) -exec cp -P {} "$partial/lib/" \;
+"$partial/bin/llama-server" --version >/dev/null 2>&1 || {
+  echo "llama-server: the built server does not start (libraries: $(ls "$partial/lib"))" >&2
   exit 1
 }
-echo "$flags" >"$out.partial/flags"
+echo "$flags" >"$partial/flags"
 rm -rf "$out"
-mv "$out.partial" "$out"
+mv "$partial" "$out"
 echo "$out"

@@ -14,9 +14,9 @@
 //! JSON Schema to tool calling on its own, without retrying the refusal, and get a valid plan
 //! out of the tool call.
 //!
-//! Needs the servers: `PLANSMITH_LLAMA_SERVER` (or `target/tools/llama.cpp-*/bin/llama-server`)
+//! Needs the servers: `PLANSMITH_LLAMA_SERVER` (or `llama.cpp-*/bin/llama-server` where the script builds)
 //! and `PLANSMITH_LLAMA_CPP_PYTHON` (a Python with `llama_cpp.server`, or
-//! `target/tools/llama-cpp-python-*/bin/python`). Without one, its test is skipped with a
+//! `llama-cpp-python-*/bin/python` there). Without one, its test is skipped with a
 //! message, except under `CI=true`, where it fails.
 
 use std::io::Read;
@@ -76,15 +76,34 @@ fn built_server() -> Option<PathBuf> {
     binary
 }
 
+/// Where `scripts/llama-server.sh` and `scripts/llama-cpp-python.sh` build: `PLANSMITH_TOOLS_DIR`,
+/// else the user's cache (`$XDG_CACHE_HOME` or `~/.cache`, then `plansmith/tools`); and the
+/// clone's `target/tools`, where they once built.
+fn tools_entries() -> Vec<std::fs::DirEntry> {
+    let cache = std::env::var_os("PLANSMITH_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+                .map(|cache| cache.join("plansmith/tools"))
+        });
+    cache
+        .into_iter()
+        .chain([repo_root().join("target/tools")])
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flatten()
+        .filter_map(|entry| entry.ok())
+        .collect()
+}
+
 /// The `llama-server` binary, if built.
 fn server_binary() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("PLANSMITH_LLAMA_SERVER") {
         return Some(PathBuf::from(path));
     }
-    let tools = repo_root().join("target/tools");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(tools)
-        .ok()?
-        .filter_map(|entry| entry.ok())
+    let mut found: Vec<PathBuf> = tools_entries()
+        .into_iter()
         .map(|entry| entry.path().join("bin/llama-server"))
         .filter(|path| path.is_file())
         .collect();
@@ -431,10 +450,8 @@ fn python_server() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("PLANSMITH_LLAMA_CPP_PYTHON") {
         return Some(PathBuf::from(path));
     }
-    let tools = repo_root().join("target/tools");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(tools)
-        .ok()?
-        .filter_map(|entry| entry.ok())
+    let mut found: Vec<PathBuf> = tools_entries()
+        .into_iter()
         .filter(|entry| {
             entry
                 .file_name()
