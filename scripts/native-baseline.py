@@ -3,7 +3,7 @@
 server with its native tool calling (`--jinja`: the model's chat template renders the tools,
 llama.cpp parses the calls), asked each evaluation case once.
 
-    python3 scripts/native-baseline.py --server target/tools/llama.cpp-0.3.36/bin/llama-server \
+    python3 scripts/native-baseline.py --server "$(scripts/llama-server.sh)/bin/llama-server" \
         --model ~/.local/share/plansmith/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
         --cases ../shared/eval/data/bfcl_cases.jsonl --limit 20 --out /tmp/native.jsonl
 
@@ -143,7 +143,21 @@ def main():
     parser.add_argument("--category", action="append", default=[])
     parser.add_argument("--threads", type=int, default=1, help="generation threads (plansmith's default is 1)")
     parser.add_argument("--max-tokens", type=int, default=600)
+    parser.add_argument(
+        "--tools-from",
+        help="a `plansmith eval plan` output: each case is shown only the tools plansmith showed "
+        "the model (its `tools`), so a case with a whole library (NESTFUL) fits the context and "
+        "both are asked the same",
+    )
     args = parser.parse_args()
+    shown = {}
+    if args.tools_from:
+        with open(args.tools_from) as lines:
+            for line in lines:
+                if line.strip():
+                    row = json.loads(line)
+                    if isinstance(row.get("tools"), list):
+                        shown[row["id"]] = set(row["tools"])
 
     cases, seen = [], {}
     with open(args.cases) as lines:
@@ -157,6 +171,10 @@ def main():
             seen[category] = seen.get(category, 0) + 1
             if args.limit is not None and seen[category] > args.limit:
                 continue
+            if case["id"] in shown:
+                case["tools"] = [t for t in case["tools"] if t.get("name") in shown[case["id"]]]
+            elif args.tools_from:
+                continue  # not planned by plansmith: nothing to compare with
             cases.append(case)
 
     port = free_port()

@@ -225,7 +225,13 @@ mod tests {
             "{}",
             prompts[2]
         );
-        assert!(fs::read_to_string(&out).unwrap().contains("get_weather"));
+        // Each line names the tools the model was shown, so a baseline can be shown the same.
+        let line: serde_json::Value =
+            serde_json::from_str(fs::read_to_string(&out).unwrap().lines().next().unwrap())
+                .unwrap();
+        assert_eq!(line["plan"][0]["name"], "get_weather");
+        assert_eq!(line["tools"], serde_json::json!(["get_weather"]));
+        assert_eq!(line["tools_shown"], 1);
     }
 }
 
@@ -249,8 +255,9 @@ struct CaseFlags {
     parsed_first: bool,
     valid_first: bool,
     attempts: usize,
-    /// How many tools the model was shown.
-    tools_shown: usize,
+    /// The tools the model was shown, by name (the retriever's pick when the case has more
+    /// than `--top-k`): a baseline can be shown the same ones.
+    tools_shown: Vec<String>,
     /// The plan's warnings, as `code: message`: what the engine changed or refused (a
     /// follow-up added or dropped, a value grounded, a fit check), for a per-case diagnosis.
     warnings: Vec<String>,
@@ -357,7 +364,8 @@ fn read_catalog(path: &Path) -> anyhow::Result<(Catalog, Vec<plansmith_core::Cat
 /// `{"id", "plan": [steps]}` lines for `score.py plan`: tool steps as
 /// `{"type": "tool", "name", "arguments"}`, replies as `{"type": "reply", "text"}`. Each line also
 /// records `status` (ready, needs_input, fallback, error), `parsed_first`, `valid_first`,
-/// `attempts`, `tools_shown` and `seconds`, which `score.py` ignores.
+/// `attempts`, `tools_shown` (how many) and `tools` (their names), `warnings` and `seconds`,
+/// which `score.py` ignores.
 pub fn plan(
     cases_path: &Path,
     out_path: &Path,
@@ -504,7 +512,7 @@ pub fn plan(
                             .any(|d| d.severity == plansmith_core::Severity::Error)
                 });
                 flags.attempts = outcome.diagnostics.attempts.len();
-                flags.tools_shown = outcome.diagnostics.selected_tools.len();
+                flags.tools_shown = outcome.diagnostics.selected_tools.clone();
                 flags.status = outcome.status.name();
                 flags.warnings = outcome
                     .diagnostics
@@ -549,7 +557,8 @@ pub fn plan(
             "parsed_first": flags.parsed_first,
             "valid_first": flags.valid_first,
             "attempts": flags.attempts,
-            "tools_shown": flags.tools_shown,
+            "tools_shown": flags.tools_shown.len(),
+            "tools": flags.tools_shown,
             "warnings": flags.warnings,
             "seconds": (case_started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         });
