@@ -5,9 +5,11 @@
 //! stop. The request is cut into parts (sentences, then `then` and `and` joints), and a part is
 //! addressed when the calls' arguments carry its particulars: every number in it, and one of
 //! its addresses, links or capitalised names. A part without particulars ("and tell me when it
-//! is done") cannot be checked and counts as addressed. The planner asks the model for the
-//! calls of each part left (see `Planner::plan`), and keeps them only when they carry one of
-//! that part's particulars.
+//! is done") cannot be checked and counts as addressed, unless it is the next item of a list
+//! that a call began: in "the resistivity of copper and aluminum", a call that carries
+//! `copper` makes `aluminum` a part of its own, whose every word a call must carry (see
+//! [`list_items`]). The planner asks the model for the calls of each part left (see
+//! `Planner::plan`), and keeps them only when they carry one of that part's particulars.
 
 use serde_json::Value;
 
@@ -66,6 +68,10 @@ pub(crate) struct Part {
     pub text: String,
     /// Its particulars, lower-cased.
     pub particulars: Vec<String>,
+    /// Whether a call must carry every particular, not only its numbers and one other: the
+    /// item of a list is named by all its words ("rat hemoglobin" is not done by a call for
+    /// "normal hemoglobin").
+    pub every: bool,
 }
 
 /// The parts of `query`: its sentences, each cut at its joints; with each, whether it starts
@@ -153,6 +159,12 @@ fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
             after_number = true;
             continue;
         }
+        if without_unit(word).parse::<f64>().is_ok() {
+            // A number with its unit written on: kept whole, carried as the number or as text
+            // (`3D` is a name more than a quantity).
+            out.push(word.to_lowercase());
+            continue;
+        }
         let address = word.contains('@') || word.contains("://");
         let number = word.chars().any(|c| c.is_ascii_digit());
         let name = (i > 0 || !starts_sentence)
@@ -166,6 +178,26 @@ fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
         }
     }
     out
+}
+
+/// `word` without the unit written onto its number (`5m`, `0.01m²`, `100µF`, `300K` give
+/// `5`, `0.01`, `100`, `300`): a call carries the number, its unit in the argument's name or
+/// not at all. A word with more after its digits (`B12`, `v1.2.3`, `2020-12-13`) is left whole.
+fn without_unit(word: &str) -> &str {
+    let Some(at) = word.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | ',' | '-')))
+    else {
+        return word;
+    };
+    let (number, unit) = word.split_at(at);
+    let unit_like = unit.chars().count() <= 3
+        && unit
+            .chars()
+            .all(|c| c.is_alphabetic() || matches!(c, '²' | '³'));
+    if number.chars().any(|c| c.is_ascii_digit()) && unit_like {
+        number
+    } else {
+        word
+    }
 }
 
 /// The numbers `word` writes (`400,000` → `400000`; `5,10` → `5`, `10`; `-3`, `2.5`), or
@@ -269,13 +301,26 @@ impl Carried {
     }
 
     /// Whether particular `p` is carried: a number as that number (or as a percentage of it:
-    /// `0.04` for `4`), anything else as text.
+    /// `0.04` for `4`), a number with its unit (`5m`) as the number, as text, or scaled when
+    /// the unit may say so (`1m` as a million), anything else as text.
     fn has(&self, p: &str) -> bool {
-        match p.parse::<f64>() {
-            Ok(wanted) => self
-                .numbers
-                .iter()
-                .any(|&n| (n - wanted).abs() < 1e-9 || (n * 100.0 - wanted).abs() < 1e-6),
+        let number = without_unit(p);
+        if number != p && self.text.contains(p) {
+            return true;
+        }
+        // `1m` may be a million, `300k` three hundred thousand.
+        let scale = match &p[number.len()..] {
+            "k" => 1e3,
+            "m" | "mn" => 1e6,
+            "b" | "bn" => 1e9,
+            _ => 1.0,
+        };
+        match number.parse::<f64>() {
+            Ok(wanted) => self.numbers.iter().any(|&n| {
+                (n - wanted).abs() < 1e-9
+                    || (n * 100.0 - wanted).abs() < 1e-6
+                    || (n - wanted * scale).abs() < 1e-6 * scale
+            }),
             Err(_) => self.text.contains(p),
         }
     }
@@ -286,10 +331,13 @@ impl Carried {
 /// of 15, 20") needs them all; a name or an address needs to be there once.
 pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
     let carried = Carried::of(&plan.steps);
+    if part.every {
+        return part.particulars.iter().all(|p| carried.has(p));
+    }
     let (numbers, others): (Vec<&String>, Vec<&String>) = part
         .particulars
         .iter()
-        .partition(|p| p.parse::<f64>().is_ok());
+        .partition(|p| without_unit(p).parse::<f64>().is_ok());
     numbers.iter().all(|p| carried.has(p))
         && (others.is_empty() || others.iter().any(|p| carried.has(p)))
 }
@@ -320,17 +368,136 @@ pub(crate) fn unaddressed(query: &str, plan: &Plan) -> Vec<Part> {
         return Vec::new();
     }
     let pieces = parts(query);
-    if pieces.len() < 2 {
-        return Vec::new();
+    let mut out: Vec<Part> = Vec::new();
+    if pieces.len() >= 2 {
+        out.extend(pieces.iter().map(|(text, starts_sentence)| Part {
+            particulars: particulars(text, *starts_sentence),
+            text: text.clone(),
+            every: false,
+        }));
     }
-    pieces
-        .into_iter()
-        .map(|(text, starts_sentence)| Part {
-            particulars: particulars(&text, starts_sentence),
-            text,
-        })
-        .filter(|part| !part.particulars.is_empty() && !addresses(plan, part))
-        .collect()
+    // A list's next items are parts of their own, also inside one piece ("human HbA1c,
+    // normal hemoglobin"); an item that is a whole piece takes that piece's place.
+    for item in list_items(&pieces, &string_values(&plan.steps)) {
+        match out.iter_mut().find(|part| part.text == item.text) {
+            Some(part) if part.particulars.is_empty() => *part = item,
+            Some(_) => {}
+            None => out.push(item),
+        }
+    }
+    out.retain(|part| !part.particulars.is_empty() && !addresses(plan, part));
+    // In the request's order.
+    out.sort_by_key(|part| query.find(&part.text).unwrap_or(usize::MAX));
+    out
+}
+
+/// Words that name no item of a list by themselves.
+const ITEM_FILLERS: &[&str] = &[
+    "a", "an", "the", "their", "its", "his", "her", "my", "our", "your", "of", "for", "in", "on",
+    "to", "also", "both", "each", "all",
+];
+
+/// At most this many words make an item of a list; a longer piece is a request of its own.
+const ITEM_WORDS: usize = 3;
+
+/// The items of lists that a call began, as parts: a short piece (at most [`ITEM_WORDS`]
+/// words, after `and` or a comma) that comes right after a value a call carries, or right after
+/// such an item, and has no particular of its own (a name or number, which the parts check
+/// already). "…of copper and aluminum" with a call carrying `copper` gives `aluminum`;
+/// "human HbA1c, normal hemoglobin, and rat hemoglobin" with `HbA1c` gives the other two. The
+/// value must end the piece before, so "Italian food and has vegan options" is no list.
+fn list_items(pieces: &[(String, bool)], values: &[String]) -> Vec<Part> {
+    let mut out = Vec::new();
+    // Whether the last segment read ends a list's item or the value a call carries.
+    let mut open = false;
+    for (piece, starts_sentence) in pieces {
+        if *starts_sentence {
+            open = false;
+        }
+        for (j, segment) in piece.split(", ").enumerate() {
+            let segment = segment.trim();
+            let words: Vec<String> = segment
+                .split_whitespace()
+                .map(|w| {
+                    w.trim_matches(|c: char| !c.is_alphanumeric())
+                        .to_lowercase()
+                })
+                .filter(|w| !w.is_empty())
+                .collect();
+            let lower = words.join(" ");
+            let first = j == 0 && *starts_sentence;
+            let item = open
+                && !first
+                && !words.is_empty()
+                && words.len() <= ITEM_WORDS
+                && particulars(segment, false).is_empty()
+                && !values.iter().any(|v| contains_words(&lower, v));
+            if item {
+                let names: Vec<String> = words
+                    .into_iter()
+                    .filter(|w| !ITEM_FILLERS.contains(&w.as_str()))
+                    .collect();
+                if !names.is_empty() {
+                    out.push(Part {
+                        text: segment.to_owned(),
+                        particulars: names,
+                        every: true,
+                    });
+                }
+            }
+            open = item || values.iter().any(|v| ends_with_words(&lower, v));
+        }
+    }
+    out
+}
+
+/// Whether `text` holds the words of `value` as whole words.
+fn contains_words(text: &str, value: &str) -> bool {
+    text.match_indices(value).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + value.len()..].chars().next();
+        before.is_none_or(|c| c == ' ') && after.is_none_or(|c| c == ' ')
+    })
+}
+
+/// Whether `text` ends with the words of `value`.
+fn ends_with_words(text: &str, value: &str) -> bool {
+    text.strip_suffix(value)
+        .is_some_and(|rest| rest.is_empty() || rest.ends_with(' '))
+}
+
+/// The string values of every tool call's arguments in `steps` (inside arrays and objects
+/// too), lower-cased, as words separated by single spaces; values of one character or over
+/// [`ITEM_WORDS`] words are left out (no list is named by them).
+fn string_values(steps: &[Step]) -> Vec<String> {
+    fn walk(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::String(text) => {
+                let words: Vec<String> = text
+                    .split_whitespace()
+                    .map(|w| {
+                        w.trim_matches(|c: char| !c.is_alphanumeric())
+                            .to_lowercase()
+                    })
+                    .filter(|w| !w.is_empty())
+                    .collect();
+                let joined = words.join(" ");
+                if joined.chars().count() > 1 && words.len() <= ITEM_WORDS {
+                    out.push(joined);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| walk(item, out)),
+            Value::Object(map) => map.values().for_each(|item| walk(item, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for step in steps {
+        if let Action::Tool { arguments, .. } = &step.action {
+            arguments.values().for_each(|value| walk(value, &mut out));
+        }
+    }
+    out
 }
 
 /// The parts of `query` (as the request words them) that have particulars (numbers, names,
@@ -435,6 +602,66 @@ mod tests {
     }
 
     #[test]
+    fn the_next_items_of_a_list_a_call_began_are_parts() {
+        let texts = |left: Vec<Part>| -> Vec<String> { left.into_iter().map(|p| p.text).collect() };
+        let copper = plan(&[(
+            "calculate_resistance",
+            json!({"length": 5, "resistivity": "copper"}),
+        )]);
+        let query = "Calculate the resistance of a wire of 5 meters with the resistivity of copper and aluminum";
+        let left = unaddressed(query, &copper);
+        assert_eq!(texts(left.clone()), ["aluminum"]);
+        assert!(left[0].every);
+        let both = plan(&[
+            (
+                "calculate_resistance",
+                json!({"length": 5, "resistivity": "copper"}),
+            ),
+            (
+                "calculate_resistance",
+                json!({"length": 5, "resistivity": "aluminum"}),
+            ),
+        ]);
+        assert!(unaddressed(query, &both).is_empty());
+
+        // Inside one piece, after a comma; every word of an item must be carried.
+        let query =
+            "Get the protein sequence of human HbA1c, normal hemoglobin, and rat hemoglobin";
+        let first = plan(&[("get_protein", json!({"protein_name": "HbA1c"}))]);
+        assert_eq!(
+            texts(unaddressed(query, &first)),
+            ["normal hemoglobin", "rat hemoglobin"]
+        );
+        let two = plan(&[
+            ("get_protein", json!({"protein_name": "HbA1c"})),
+            ("get_protein", json!({"protein_name": "normal hemoglobin"})),
+        ]);
+        assert_eq!(texts(unaddressed(query, &two)), ["rat hemoglobin"]);
+
+        // No list: the value does not end the piece before, or nothing a call carries does;
+        // a long piece is a request of its own.
+        let food = plan(&[("find_restaurant", json!({"cuisine": "Italian"}))]);
+        assert!(
+            unaddressed(
+                "Find a place that serves Italian food and has vegan options",
+                &food
+            )
+            .is_empty()
+        );
+        let none = plan(&[("calculate", json!({"radius": 5}))]);
+        assert!(
+            unaddressed("the area of a circle of radius 5 and its perimeter", &none).is_empty()
+        );
+        assert!(
+            unaddressed(
+                "Find copper prices in the shop and tell me when it is done",
+                &plan(&[("find", json!({"item": "copper"}))])
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
     fn parts_the_calls_carry_or_that_have_no_particulars_are_addressed() {
         let area = plan(&[("triangle_area", json!({"base": 10, "height": 5}))]);
         assert!(
@@ -508,6 +735,25 @@ mod tests {
         );
         let texts: Vec<&str> = left.iter().map(|part| part.text.as_str()).collect();
         assert_eq!(texts, vec!["repeat with a time of 10 seconds."]);
+        // A unit written onto its number leaves the number.
+        assert_eq!(without_unit("0.01m²"), "0.01");
+        assert_eq!(without_unit("100µF"), "100");
+        assert_eq!(without_unit("B12"), "B12");
+        assert_eq!(without_unit("v1.2.3"), "v1.2.3");
+        assert_eq!(without_unit("12kilograms"), "12kilograms");
+        let growth = plan(&[(
+            "growth",
+            json!({"start": 1000000, "end": 1200000, "from": 2019, "to": 2020}),
+        )]);
+        assert!(unaddressed("Revenues of $1M in 2019 and $1.2M in 2020", &growth).is_empty());
+        let triangle = plan(&[("area", json!({"base": 6, "height": 10}))]);
+        assert!(
+            unaddressed(
+                "The area given its base and height as 6cm and 10cm.",
+                &triangle
+            )
+            .is_empty()
+        );
         // `a=1` is the number 1.
         let roots = plan(&[("roots", json!({"a": 1, "b": -3, "c": 2}))]);
         assert!(unaddressed("Solve it with a=1, b=-3, c=2. Then stop.", &roots).is_empty());
