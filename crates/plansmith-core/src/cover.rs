@@ -246,15 +246,13 @@ fn arguments_text(steps: &[Step]) -> String {
     text
 }
 
-/// The numbers in every tool call's arguments in `steps`: JSON numbers, and the numbers
-/// written inside strings.
-fn arguments_numbers(steps: &[Step]) -> Vec<f64> {
-    fn walk(value: &Value, out: &mut Vec<f64>) {
+/// Every number and string inside the arguments of every tool call in `steps`, at any depth.
+fn argument_leaves(steps: &[Step]) -> Vec<&Value> {
+    fn walk<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
         match value {
-            Value::Number(number) => out.extend(number.as_f64()),
-            Value::String(text) => out.extend(numbers_in(text)),
             Value::Array(items) => items.iter().for_each(|item| walk(item, out)),
             Value::Object(map) => map.values().for_each(|item| walk(item, out)),
+            Value::Number(_) | Value::String(_) => out.push(value),
             _ => {}
         }
     }
@@ -262,6 +260,20 @@ fn arguments_numbers(steps: &[Step]) -> Vec<f64> {
     for step in steps {
         if let Action::Tool { arguments, .. } = &step.action {
             arguments.values().for_each(|value| walk(value, &mut out));
+        }
+    }
+    out
+}
+
+/// The numbers in every tool call's arguments in `steps`: JSON numbers, and the numbers
+/// written inside strings.
+fn arguments_numbers(steps: &[Step]) -> Vec<f64> {
+    let mut out = Vec::new();
+    for value in argument_leaves(steps) {
+        match value {
+            Value::Number(number) => out.extend(number.as_f64()),
+            Value::String(text) => out.extend(numbers_in(text)),
+            _ => {}
         }
     }
     out
@@ -416,14 +428,7 @@ fn list_items(pieces: &[(String, bool)], values: &[String]) -> Vec<Part> {
         }
         for (j, segment) in piece.split(", ").enumerate() {
             let segment = segment.trim();
-            let words: Vec<String> = segment
-                .split_whitespace()
-                .map(|w| {
-                    w.trim_matches(|c: char| !c.is_alphanumeric())
-                        .to_lowercase()
-                })
-                .filter(|w| !w.is_empty())
-                .collect();
+            let words = plain_words(segment);
             let lower = words.join(" ");
             let first = j == 0 && *starts_sentence;
             let item = open
@@ -470,34 +475,26 @@ fn ends_with_words(text: &str, value: &str) -> bool {
 /// too), lower-cased, as words separated by single spaces; values of one character or over
 /// [`ITEM_WORDS`] words are left out (no list is named by them).
 fn string_values(steps: &[Step]) -> Vec<String> {
-    fn walk(value: &Value, out: &mut Vec<String>) {
-        match value {
-            Value::String(text) => {
-                let words: Vec<String> = text
-                    .split_whitespace()
-                    .map(|w| {
-                        w.trim_matches(|c: char| !c.is_alphanumeric())
-                            .to_lowercase()
-                    })
-                    .filter(|w| !w.is_empty())
-                    .collect();
-                let joined = words.join(" ");
-                if joined.chars().count() > 1 && words.len() <= ITEM_WORDS {
-                    out.push(joined);
-                }
-            }
-            Value::Array(items) => items.iter().for_each(|item| walk(item, out)),
-            Value::Object(map) => map.values().for_each(|item| walk(item, out)),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    for step in steps {
-        if let Action::Tool { arguments, .. } = &step.action {
-            arguments.values().for_each(|value| walk(value, &mut out));
-        }
-    }
-    out
+    argument_leaves(steps)
+        .into_iter()
+        .filter_map(Value::as_str)
+        .filter_map(|text| {
+            let words = plain_words(text);
+            let joined = words.join(" ");
+            (joined.chars().count() > 1 && words.len() <= ITEM_WORDS).then_some(joined)
+        })
+        .collect()
+}
+
+/// The words of `text`, lower-cased, without the punctuation around them.
+fn plain_words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
 }
 
 /// The parts of `query` (as the request words them) that have particulars (numbers, names,

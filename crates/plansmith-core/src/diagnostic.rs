@@ -80,6 +80,9 @@ pub enum Code {
     Truncated,
     /// No tool the plan called fits the request (the fit check); the calls became a question.
     NoToolFits,
+    /// Every call of the plan filled at least half of its tool's required arguments with
+    /// values the request does not give (the fit check); the calls became a question.
+    InventedArguments,
 }
 
 impl Code {
@@ -112,6 +115,7 @@ impl Code {
             Code::ModelError => "model_error",
             Code::Truncated => "truncated",
             Code::NoToolFits => "no_tool_fits",
+            Code::InventedArguments => "invented_arguments",
         }
     }
 }

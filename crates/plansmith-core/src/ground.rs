@@ -262,6 +262,149 @@ fn invented(value: &Value, known: &Known) -> Option<&'static str> {
     }
 }
 
+/// Numbers a request writes as words ("three countries", "a dozen eggs").
+const NUMBER_WORDS: &[(&str, f64)] = &[
+    ("zero", 0.0),
+    ("one", 1.0),
+    ("two", 2.0),
+    ("three", 3.0),
+    ("four", 4.0),
+    ("five", 5.0),
+    ("six", 6.0),
+    ("seven", 7.0),
+    ("eight", 8.0),
+    ("nine", 9.0),
+    ("ten", 10.0),
+    ("eleven", 11.0),
+    ("twelve", 12.0),
+    ("twenty", 20.0),
+    ("thirty", 30.0),
+    ("fifty", 50.0),
+    ("hundred", 100.0),
+    ("thousand", 1e3),
+    ("million", 1e6),
+    ("billion", 1e9),
+    ("dozen", 12.0),
+    ("twice", 2.0),
+    ("double", 2.0),
+    ("triple", 3.0),
+    ("half", 0.5),
+];
+
+/// Lengths a request gives by naming a period ("the next week" is 7 days, "the past decade"
+/// 10 years): the numbers a planner may take from the word.
+const PERIOD_WORDS: &[(&str, &[f64])] = &[
+    ("minute", &[60.0]),
+    ("hour", &[60.0]),
+    ("day", &[24.0]),
+    ("week", &[7.0]),
+    ("weekly", &[7.0]),
+    ("fortnight", &[14.0]),
+    ("month", &[30.0]),
+    ("monthly", &[30.0]),
+    ("quarter", &[3.0]),
+    ("year", &[12.0, 52.0, 365.0]),
+    ("yearly", &[12.0, 365.0]),
+    ("annual", &[12.0, 365.0]),
+    ("decade", &[10.0]),
+    ("century", &[100.0]),
+];
+
+/// Words that scale the number before them ("213 million").
+const SCALE_WORDS: &[(&str, f64)] = &[
+    ("thousand", 1e3),
+    ("million", 1e6),
+    ("billion", 1e9),
+    ("trillion", 1e12),
+];
+
+/// Text of more words than this is composed by the planner (a body, a query), not a name or a
+/// value the request should have given.
+const NAME_WORDS: usize = 4;
+
+/// The required arguments of a call to `tool` with `arguments` whose values the request does
+/// not give ([`invented`]: a number it does not write, a name whose words are mostly new to
+/// it), by name; and how many required arguments the call fills. Only free-form values count (a
+/// string, number or integer with no `enum`, `const` or `format`, not a date or time, not a
+/// `$ref`, and text of at most [`NAME_WORDS`] words); a number the request writes as a word
+/// ("three") or with a scale ("213 million"), the lengths of a period it names ("next week": 7),
+/// 0 and 1 (a planner's neutral values), and the current year are given.
+pub(crate) fn unstated(
+    arguments: &serde_json::Map<String, Value>,
+    tool: &crate::catalog::Tool,
+    request: &PlanRequest,
+) -> (Vec<String>, usize) {
+    let required = tool.required_parameters();
+    let properties = tool.input_schema.get("properties");
+    let mut known = Known::of(request);
+    let words: HashSet<String> = known
+        .text
+        .split(|c: char| !c.is_alphabetic())
+        .map(str::to_owned)
+        .collect();
+    known.numbers.extend(
+        NUMBER_WORDS
+            .iter()
+            .filter(|(word, _)| words.contains(*word))
+            .map(|(_, n)| *n),
+    );
+    for (word, lengths) in PERIOD_WORDS {
+        if words.contains(*word) || words.contains(&format!("{word}s")) {
+            known.numbers.extend(lengths.iter().copied());
+        }
+    }
+    // "213 million" is 213000000.
+    let tokens: Vec<&str> = known.text.split_whitespace().collect();
+    let mut scaled = Vec::new();
+    for pair in tokens.windows(2) {
+        let scale = SCALE_WORDS
+            .iter()
+            .find(|(word, _)| pair[1].trim_matches(|c: char| !c.is_alphabetic()) == *word);
+        if let Some((_, scale)) = scale {
+            scaled.extend(numbers_in(pair[0]).into_iter().map(|n| n * scale));
+        }
+    }
+    known.numbers.extend(scaled);
+    known.numbers.extend([0.0, 1.0]);
+    if let Some(now) = request.now {
+        known.numbers.push(f64::from(chrono::Datelike::year(&now)));
+    }
+    let mut filled = 0;
+    let mut out = Vec::new();
+    for key in required {
+        let Some(value) = arguments.get(key) else {
+            continue;
+        };
+        filled += 1;
+        if StepRef::reference_in(value).is_some() {
+            continue;
+        }
+        let schema = properties.and_then(|p| p.get(key)).unwrap_or(&Value::Null);
+        if ["enum", "const", "format"]
+            .iter()
+            .any(|k| schema.get(k).is_some())
+        {
+            continue;
+        }
+        let expected = types_of(schema);
+        if !expected.is_empty()
+            && !expected
+                .iter()
+                .any(|t| ["string", "number", "integer"].contains(t))
+        {
+            continue;
+        }
+        // Longer text is composed, not given: a message's body, a query, code.
+        let composed = value
+            .as_str()
+            .is_some_and(|text| text.split_whitespace().count() > NAME_WORDS);
+        if !composed && invented(value, &known).is_some() {
+            out.push(key.to_owned());
+        }
+    }
+    (out, filled)
+}
+
 /// How many of `words` occur, by stem, in `other`.
 fn overlap(words: &[String], other: &[String]) -> usize {
     words

@@ -291,8 +291,9 @@ pub struct PlanOptions {
     /// into one summary message.
     pub memory_tokens: usize,
     /// Check that some tool the plan calls fits the request, with a model that scores text
-    /// (the embedded one); when none does, the person is asked instead of the calls being
-    /// returned (see the pipeline's fit check).
+    /// (the embedded one), and that the calls do not guess half of their required values (any
+    /// model); when either fails, the person is asked instead of the calls being returned (see
+    /// the pipeline's fit check).
     pub check_fit: bool,
     /// Do not wait for answers: the plan's questions that have a recommended answer are
     /// answered with it (one replan), and the plan records each in `metadata.assumptions`.

@@ -250,7 +250,8 @@ struct EvalPlanArgs {
     /// (default 8) from it, as for a user's large catalog.
     #[arg(long, value_name = "FILE")]
     catalog: Option<PathBuf>,
-    /// Return the model's calls even when no called tool seems to fit (as `plan --no-fit-check`).
+    /// Return the model's calls even when no called tool seems to fit or they guess their values
+    /// (as `plan --no-fit-check`).
     #[arg(long)]
     no_fit_check: bool,
 }

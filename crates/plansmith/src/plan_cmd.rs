@@ -55,8 +55,8 @@ pub struct PlanArgs {
     /// Ask the model first whether to answer directly, hand off to an agent, or plan.
     #[arg(long)]
     triage: bool,
-    /// Return the model's calls even when no called tool seems to fit the request (by default
-    /// the embedded model checks, and asks instead).
+    /// Return the model's calls even when no called tool seems to fit the request, or every call
+    /// guesses half of its required values (by default the planner checks, and asks instead).
     #[arg(long)]
     no_fit_check: bool,
     /// Do not wait for answers: a question with a recommended answer (a risk to confirm, a

@@ -14,7 +14,12 @@
 //! metadata (`unfitting_calls`). An answer (a replan with feedback) is planned without the
 //! check, so "yes, use it" is heard.
 //!
-//! The check needs a model that scores text ([`crate::LanguageModel::likelihood`]: the
+//! A tool that fits a request is also given what it needs by the request. A plan whose every
+//! call fills at least half of its tool's required arguments with values the request does not
+//! give (see `invented_values`) asks the same way, naming the values the model guessed; this
+//! half needs no model, so it checks the plans of every model.
+//!
+//! The scoring needs a model that scores text ([`crate::LanguageModel::likelihood`]: the
 //! embedded model does, remote providers do not) and costs two short evaluations per scored
 //! text (the request, and its parts for a plan of several tools): one after the tool's
 //! sentence, one after the content-free one, shared by the tools; it stops at the first tool
@@ -150,7 +155,7 @@ async fn measure(
 /// Checks that some tool the candidate calls fits the request; when none does, the calls are
 /// replaced by a question. A model that cannot score, a failed scoring (a warning), a replan
 /// with feedback, a plan without tool calls or with errors: the candidate is returned as is.
-pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> Candidate {
+pub(super) async fn check(call: &mut Call<'_>, candidate: Candidate) -> Candidate {
     let request = call.request;
     if !request.options.check_fit
         || request.feedback.is_some()
@@ -172,78 +177,156 @@ pub(super) async fn check(call: &mut Call<'_>, mut candidate: Candidate) -> Cand
     let started = std::time::Instant::now();
     let measured = measure(call.model, call.catalog, &request.query, &tools).await;
     call.diagnostics.timings.fit_us += micros(started);
-    let fits = match measured {
-        Ok(Some(Measured::NoneFits(fits))) => fits,
-        Ok(Some(Measured::Fits)) => return candidate,
-        Ok(None) => return candidate,
+    match measured {
+        Ok(Some(Measured::NoneFits(fits))) => {
+            let Some(closest) = fits.iter().max_by(|a, b| a.nats.total_cmp(&b.nats)) else {
+                return candidate;
+            };
+            let zh = chinese(&candidate.plan.locale);
+            let text = if zh {
+                format!(
+                    "现有的工具似乎都做不了这件事：最接近的是 `{}`。要照样调用它，还是换一个工具？",
+                    closest.tool
+                )
+            } else {
+                format!(
+                    "None of the tools I can use seems to do this; the closest is `{}`. Should I \
+                     call it anyway, or which tool should do it?",
+                    closest.tool
+                )
+            };
+            let call_it = if zh {
+                format!("照样调用 `{}`", closest.tool)
+            } else {
+                format!("call `{}` anyway", closest.tool)
+            };
+            let scores: Vec<String> = fits
+                .iter()
+                .map(|f| format!("`{}` {:.2}", f.tool, f.nats))
+                .collect();
+            let finding = Diagnostic::warning(
+                Code::NoToolFits,
+                "/steps",
+                format!(
+                    "no called tool fits the request (nats per token over a content-free \
+                     function: {}; a fit needs {FIT_MIN}); the calls became a question and are \
+                     kept in the plan's metadata as `unfitting_calls`",
+                    scores.join(", ")
+                ),
+            )
+            .with_value(json!(fits.iter().map(|f| &f.tool).collect::<Vec<_>>()));
+            return ask(candidate, text, call_it, finding);
+        }
+        Ok(Some(Measured::Fits) | None) => {}
         Err(err) => {
             call.diagnostics.findings.push(Diagnostic::warning(
                 Code::ModelError,
                 "",
                 format!("the fit check could not score the request, so it was skipped: {err}"),
             ));
+        }
+    }
+    invented_values(call, candidate)
+}
+
+/// The second half of the fit check, which needs no model: a tool fits a request that gives
+/// it what it needs. A plan whose every call fills at least half of its tool's required
+/// arguments with values the request does not give ([`crate::ground::unstated`]: "the
+/// population growth of deer" as `current_population: 100000, birth_rate: 0.05`) asks
+/// instead, naming the values it would have used. Such a request is either for another tool
+/// (small models fill any tool's arguments) or misses what the person must say.
+fn invented_values(call: &Call<'_>, candidate: Candidate) -> Candidate {
+    let mut invented: Vec<(String, Vec<(String, Value)>)> = Vec::new();
+    for step in &candidate.plan.steps {
+        let Action::Tool { name, arguments } = &step.action else {
+            continue;
+        };
+        let Some(tool) = call.catalog.tool(name) else {
+            return candidate;
+        };
+        let (unstated, filled) = crate::ground::unstated(arguments, &tool.tool, call.request);
+        if unstated.is_empty() || unstated.len() * 2 < filled {
             return candidate;
         }
-    };
-    let Some(closest) = fits.iter().max_by(|a, b| a.nats.total_cmp(&b.nats)) else {
+        let values = unstated
+            .into_iter()
+            .map(|key| {
+                let value = arguments.get(&key).cloned().unwrap_or(Value::Null);
+                (key, value)
+            })
+            .collect();
+        invented.push((name.clone(), values));
+    }
+    let Some((tool, values)) = invented.first() else {
         return candidate;
     };
+    let shown: Vec<String> = values
+        .iter()
+        .map(|(key, value)| format!("`{key}` = {value}"))
+        .collect();
+    let zh = chinese(&candidate.plan.locale);
+    let text = if zh {
+        format!(
+            "请求里没有给出 `{tool}` 需要的这些值：{}。要用这些值调用它，还是告诉我该用什么值？",
+            shown.join("，")
+        )
+    } else {
+        format!(
+            "The request does not say what `{tool}` needs: I would guess {}. Should I call it \
+             with these values, or what should they be?",
+            shown.join(", ")
+        )
+    };
+    let call_it = if zh {
+        format!("用这些值调用 `{tool}`")
+    } else {
+        format!("call `{tool}` with these values")
+    };
+    let listed: Vec<String> = invented
+        .iter()
+        .map(|(tool, values)| {
+            let keys: Vec<&str> = values.iter().map(|(k, _)| k.as_str()).collect();
+            format!("`{tool}` ({})", keys.join(", "))
+        })
+        .collect();
+    let finding = Diagnostic::warning(
+        Code::InventedArguments,
+        "/steps",
+        format!(
+            "every call fills at least half of its tool's required arguments with values the \
+             request does not give: {}; the calls became a question and are kept in the plan's \
+             metadata as `unfitting_calls`",
+            listed.join(", ")
+        ),
+    )
+    .with_value(json!(invented.iter().map(|(t, _)| t).collect::<Vec<_>>()));
+    ask(candidate, text, call_it, finding)
+}
+
+/// Replaces the candidate's calls by `text`, a choice between `call_it` and a reply without a
+/// tool (recommended: the safe answer to assume is not to call a tool that may not fit), and
+/// keeps the calls in the plan's metadata as `unfitting_calls`.
+fn ask(mut candidate: Candidate, text: String, call_it: String, finding: Diagnostic) -> Candidate {
     let plan = &mut candidate.plan;
     let calls: Vec<Value> = plan
         .steps
         .iter()
         .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
         .collect();
-    let zh = chinese(&plan.locale);
-    let text = if zh {
-        format!(
-            "现有的工具似乎都做不了这件事：最接近的是 `{}`。要照样调用它，还是换一个工具？",
-            closest.tool
-        )
+    let reply = if chinese(&plan.locale) {
+        "不调用工具，直接回复".to_owned()
     } else {
-        format!(
-            "None of the tools I can use seems to do this; the closest is `{}`. Should I call it \
-             anyway, or which tool should do it?",
-            closest.tool
-        )
+        "reply without calling a tool".to_owned()
     };
     plan.steps.clear();
     plan.metadata
         .insert("unfitting_calls".into(), Value::Array(calls));
-    // The safe answer to assume is the reply that no tool does this, not the unfitting call.
-    let (call_it, reply) = if zh {
-        (
-            format!("照样调用 `{}`", closest.tool),
-            "不调用工具，直接回复".to_owned(),
-        )
-    } else {
-        (
-            format!("call `{}` anyway", closest.tool),
-            "reply without calling a tool".to_owned(),
-        )
-    };
     plan.questions.push(
         Question::new(String::new(), text)
             .of_kind(QuestionKind::ApproachChoice)
             .choice(vec![call_it, reply.clone()])
             .recommend(reply),
     );
-    let scores: Vec<String> = fits
-        .iter()
-        .map(|f| format!("`{}` {:.2}", f.tool, f.nats))
-        .collect();
-    candidate.diagnostics.push(
-        Diagnostic::warning(
-            Code::NoToolFits,
-            "/steps",
-            format!(
-                "no called tool fits the request (nats per token over a content-free function: \
-                 {}; a fit needs {FIT_MIN}); the calls became a question and are kept in the \
-                 plan's metadata as `unfitting_calls`",
-                scores.join(", ")
-            ),
-        )
-        .with_value(json!(fits.iter().map(|f| &f.tool).collect::<Vec<_>>())),
-    );
+    candidate.diagnostics.push(finding);
     candidate
 }

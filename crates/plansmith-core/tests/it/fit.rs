@@ -200,3 +200,109 @@ fn a_tool_that_fits_its_part_of_the_request_keeps_the_plan() {
             .any(|d| d.code == Code::NoToolFits)
     );
 }
+
+/// A call whose required values the request does not give asks too, with the guessed values
+/// named, also for a model that cannot score; values the request gives (as digits or words)
+/// keep the call, and so does an answer.
+#[test]
+fn a_call_of_values_the_request_does_not_give_becomes_a_question() {
+    let factorial = |n: u32| {
+        format!(
+            "<tool_call>\n{{\"name\": \"math.factorial\", \"arguments\": {{\"number\": {n}}}}}\n</tool_call>"
+        )
+    };
+    let (outcome, _) = plan(
+        "What is the factorial of my age?",
+        &factorial(37),
+        &[],
+        |_| {},
+    );
+    assert_eq!(outcome.status, OutcomeStatus::NeedsInput);
+    assert!(outcome.plan.steps.is_empty(), "{:?}", outcome.plan.steps);
+    let question = &outcome.plan.questions[0];
+    assert!(question.text.contains("`number` = 37"), "{}", question.text);
+    assert_eq!(
+        question.default.as_deref(),
+        Some("reply without calling a tool")
+    );
+    assert_eq!(
+        outcome.plan.metadata["unfitting_calls"][0]["action"]["arguments"]["number"],
+        37
+    );
+    let finding = outcome
+        .diagnostics
+        .findings
+        .iter()
+        .find(|d| d.code == Code::InventedArguments)
+        .expect("an invented_arguments warning");
+    assert!(
+        finding.message.contains("`math.factorial` (number)"),
+        "{}",
+        finding.message
+    );
+
+    for (query, n) in [
+        ("What is the factorial of 7?", 7),
+        ("What is the factorial of three?", 3),
+    ] {
+        let (outcome, _) = plan(query, &factorial(n), &[], |_| {});
+        assert_eq!(tools(&outcome), ["math.factorial"], "{query}");
+    }
+    let answered = |request: &mut PlanRequest| {
+        request.feedback = Some(Feedback {
+            text: Some("Call it with these values.".into()),
+            ..Feedback::default()
+        });
+    };
+    let (outcome, _) = plan(
+        "What is the factorial of my age?",
+        &factorial(37),
+        &[],
+        answered,
+    );
+    assert_eq!(tools(&outcome), ["math.factorial"]);
+}
+
+/// Text the planner composes (a body, a query) is not a value the request should have given,
+/// and a call that guesses fewer than half of its required values keeps its plan.
+#[test]
+fn composed_text_and_a_minority_of_guesses_keep_the_call() {
+    let mail = "<tool_call>\n{\"name\": \"send_email\", \"arguments\": {\"to\": \"bob@example.com\", \"subject\": \"Quarterly Planning Sync\", \"body\": \"Hi Bob, could we meet on Monday to go over the plans for the next quarter?\"}}\n</tool_call>";
+    let (outcome, _) = plan("Ask bob@example.com for a meeting", mail, &[], |_| {});
+    assert_eq!(
+        tools(&outcome),
+        ["send_email"],
+        "{:?}",
+        outcome.diagnostics.findings
+    );
+}
+
+/// Numbers given with a scale word or by naming a period are given.
+#[test]
+fn scaled_numbers_and_named_periods_are_given() {
+    let factorial = |n: u64| {
+        format!(
+            "<tool_call>\n{{\"name\": \"math.factorial\", \"arguments\": {{\"number\": {n}}}}}\n</tool_call>"
+        )
+    };
+    for (query, n) in [
+        ("The factorial of 2 million", 2_000_000),
+        ("The factorial of the days in a week", 7),
+    ] {
+        let (outcome, _) = plan(query, &factorial(n), &[], |_| {});
+        assert_eq!(
+            tools(&outcome),
+            ["math.factorial"],
+            "{query}: {:?}",
+            outcome.diagnostics.findings
+        );
+    }
+    // Not any number: a million is not 3 million.
+    let (outcome, _) = plan(
+        "The factorial of a million",
+        &factorial(3_000_000),
+        &[],
+        |_| {},
+    );
+    assert!(tools(&outcome).is_empty());
+}
