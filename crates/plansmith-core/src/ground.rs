@@ -322,53 +322,65 @@ const SCALE_WORDS: &[(&str, f64)] = &[
 /// value the request should have given.
 const NAME_WORDS: usize = 4;
 
+/// What a request gives a tool call's values, for [`unstated`]: what it [`Known`]s, with the
+/// numbers it writes as words ("three"), with a scale ("213 million") or as a period's lengths
+/// ("next week": 7), 0 and 1 (a planner's neutral values) and the current year. Read once per
+/// plan.
+pub(crate) struct Given(Known);
+
+impl Given {
+    /// What `request` gives.
+    pub(crate) fn of(request: &PlanRequest) -> Given {
+        let mut known = Known::of(request);
+        let words: HashSet<String> = known
+            .text
+            .split(|c: char| !c.is_alphabetic())
+            .map(str::to_owned)
+            .collect();
+        known.numbers.extend(
+            NUMBER_WORDS
+                .iter()
+                .filter(|(word, _)| words.contains(*word))
+                .map(|(_, n)| *n),
+        );
+        for (word, lengths) in PERIOD_WORDS {
+            if words.contains(*word) || words.contains(&format!("{word}s")) {
+                known.numbers.extend(lengths.iter().copied());
+            }
+        }
+        // "213 million" is 213000000.
+        let tokens: Vec<&str> = known.text.split_whitespace().collect();
+        let mut scaled = Vec::new();
+        for pair in tokens.windows(2) {
+            let scale = SCALE_WORDS
+                .iter()
+                .find(|(word, _)| pair[1].trim_matches(|c: char| !c.is_alphabetic()) == *word);
+            if let Some((_, scale)) = scale {
+                scaled.extend(numbers_in(pair[0]).into_iter().map(|n| n * scale));
+            }
+        }
+        known.numbers.extend(scaled);
+        known.numbers.extend([0.0, 1.0]);
+        if let Some(now) = request.now {
+            known.numbers.push(f64::from(chrono::Datelike::year(&now)));
+        }
+        Given(known)
+    }
+}
+
 /// The required arguments of a call to `tool` with `arguments` whose values the request does
 /// not give ([`invented`]: a number it does not write, a name whose words are mostly new to
 /// it), by name; and how many required arguments the call fills. Only free-form values count (a
 /// string, number or integer with no `enum`, `const` or `format`, not a date or time, not a
-/// `$ref`, and text of at most [`NAME_WORDS`] words); a number the request writes as a word
-/// ("three") or with a scale ("213 million"), the lengths of a period it names ("next week": 7),
-/// 0 and 1 (a planner's neutral values), and the current year are given.
+/// `$ref`, and text of at most [`NAME_WORDS`] words); what is given is [`Given`].
 pub(crate) fn unstated(
     arguments: &serde_json::Map<String, Value>,
     tool: &crate::catalog::Tool,
-    request: &PlanRequest,
+    given: &Given,
 ) -> (Vec<String>, usize) {
     let required = tool.required_parameters();
     let properties = tool.input_schema.get("properties");
-    let mut known = Known::of(request);
-    let words: HashSet<String> = known
-        .text
-        .split(|c: char| !c.is_alphabetic())
-        .map(str::to_owned)
-        .collect();
-    known.numbers.extend(
-        NUMBER_WORDS
-            .iter()
-            .filter(|(word, _)| words.contains(*word))
-            .map(|(_, n)| *n),
-    );
-    for (word, lengths) in PERIOD_WORDS {
-        if words.contains(*word) || words.contains(&format!("{word}s")) {
-            known.numbers.extend(lengths.iter().copied());
-        }
-    }
-    // "213 million" is 213000000.
-    let tokens: Vec<&str> = known.text.split_whitespace().collect();
-    let mut scaled = Vec::new();
-    for pair in tokens.windows(2) {
-        let scale = SCALE_WORDS
-            .iter()
-            .find(|(word, _)| pair[1].trim_matches(|c: char| !c.is_alphabetic()) == *word);
-        if let Some((_, scale)) = scale {
-            scaled.extend(numbers_in(pair[0]).into_iter().map(|n| n * scale));
-        }
-    }
-    known.numbers.extend(scaled);
-    known.numbers.extend([0.0, 1.0]);
-    if let Some(now) = request.now {
-        known.numbers.push(f64::from(chrono::Datelike::year(&now)));
-    }
+    let known = &given.0;
     let mut filled = 0;
     let mut out = Vec::new();
     for key in required {
@@ -398,7 +410,7 @@ pub(crate) fn unstated(
         let composed = value
             .as_str()
             .is_some_and(|text| text.split_whitespace().count() > NAME_WORDS);
-        if !composed && invented(value, &known).is_some() {
+        if !composed && invented(value, known).is_some() {
             out.push(key.to_owned());
         }
     }

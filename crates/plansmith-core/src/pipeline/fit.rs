@@ -237,6 +237,7 @@ pub(super) async fn check(call: &mut Call<'_>, candidate: Candidate) -> Candidat
 /// (small models fill any tool's arguments) or misses what the person must say.
 fn invented_values(call: &Call<'_>, candidate: Candidate) -> Candidate {
     let mut invented: Vec<(String, Vec<(String, Value)>)> = Vec::new();
+    let given = crate::ground::Given::of(call.request);
     for step in &candidate.plan.steps {
         let Action::Tool { name, arguments } = &step.action else {
             continue;
@@ -244,7 +245,7 @@ fn invented_values(call: &Call<'_>, candidate: Candidate) -> Candidate {
         let Some(tool) = call.catalog.tool(name) else {
             return candidate;
         };
-        let (unstated, filled) = crate::ground::unstated(arguments, &tool.tool, call.request);
+        let (unstated, filled) = crate::ground::unstated(arguments, &tool.tool, &given);
         if unstated.is_empty() || unstated.len() * 2 < filled {
             return candidate;
         }
