@@ -2,11 +2,13 @@
 //! without guessing. Returns the plan and every finding — partial success is not an error.
 //!
 //! Checks, in order: step ids; the dependency graph (unknown ids, cycles, topological order);
-//! `max_steps` (keeping the closing reply); each action (tool names, every argument against the
-//! tool's JSON Schema with formats, agent names, empty texts); `$ref`s (well-formed, an ancestor,
-//! and a path that fits the tool's `output_schema`); schedules; approval policy.
+//! `max_steps` (keeping the closing reply); each action (tool names, dates written in the form
+//! the schema asks for, every argument against the tool's JSON Schema with formats, agent
+//! names, empty texts); `$ref`s (well-formed, an ancestor, and a path that fits the tool's
+//! `output_schema`); schedules; approval policy.
 
 mod action;
+mod dates;
 mod graph;
 mod prune;
 mod questions;

@@ -1,6 +1,7 @@
 //! Tool steps: the tool's name (a near miss is corrected to the catalog's name), every argument
 //! against the tool's JSON Schema with formats (a `$ref` is left to the reference checks), and
-//! the approval a destructive tool needs before it runs.
+//! the approval a destructive tool needs before it runs. A date is first written the way the
+//! argument's schema asks for it (`dates`).
 
 use serde_json::{Value, json};
 
@@ -52,6 +53,17 @@ pub(super) fn check_tool(
     let Some(entry) = catalog.tool(name) else {
         return;
     };
+    for (key, was) in super::dates::conform(arguments, &entry.tool.input_schema) {
+        let now = arguments.get(&key).cloned().unwrap_or(Value::Null);
+        diags.push(
+            Diagnostic::warning(
+                Code::AutoFixed,
+                format!("{base}/action/arguments/{}", escape_pointer(&key)),
+                format!("`{key}` of tool `{name}` takes a date as its schema writes it: {was:?} is now {now}"),
+            )
+            .with_step(step_id.clone()),
+        );
+    }
     let mut refs = Vec::new();
     let args_value = Value::Object(std::mem::take(arguments));
     collect_refs(&args_value, "", &mut refs);
