@@ -26,7 +26,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::catalog::CatalogTool;
-use crate::schema::model_arguments_schema;
+use crate::schema::{STEP_REF_PATTERN, model_arguments_schema, step_ref_schema};
 
 /// The tag that opens a call.
 pub const CALL_OPEN: &str = "<tool_call>";
@@ -51,6 +51,85 @@ pub fn calls_schema(tools: &[&CatalogTool], text_max: u64) -> Value {
         })
         .collect();
     json!({"anyOf": members})
+}
+
+/// The schema of a call of one of `tools` only (a [`calls_schema`] narrowed); all of
+/// `schema` when none of them is in it.
+pub fn only_tools(schema: &Value, tools: &[String]) -> Value {
+    let Some(members) = schema.get("anyOf").and_then(Value::as_array) else {
+        return schema.clone();
+    };
+    let kept: Vec<Value> = members
+        .iter()
+        .filter(|member| {
+            member["properties"]["name"]["const"]
+                .as_str()
+                .is_some_and(|name| tools.iter().any(|t| t == name))
+        })
+        .cloned()
+        .collect();
+    if kept.is_empty() {
+        return schema.clone();
+    }
+    json!({"anyOf": kept})
+}
+
+/// The schema of a call that has `earlier` calls before it (in this answer, or in the plan
+/// the answer writes on): its `$ref`s may name only those calls' steps, so the first call has
+/// none. A small model that writes `{"$ref": "s1.output"}` into call 1 for a value it does not
+/// have yet (the total of four circumferences, before any is computed) is made to write the
+/// value the request gives instead. From ten earlier calls on, any step may be named, as in
+/// `schema`; validation still rejects a reference that does not come before its step.
+pub fn call_schema_at(schema: &Value, earlier: usize) -> Value {
+    let pattern = match earlier {
+        0 => None,
+        1..=9 => Some(STEP_REF_PATTERN.replacen("^s[0-9]{1,3}", &format!("^s[1-{earlier}]"), 1)),
+        _ => return schema.clone(),
+    };
+    let mut schema = schema.clone();
+    restrict_refs(&mut schema, pattern.as_deref());
+    schema
+}
+
+/// Rewrites each `{"anyOf": [original, <step reference>]}` that
+/// [`model_arguments_schema`] made: to `original` when `pattern` is `None`, else with the
+/// reference's pattern replaced.
+fn restrict_refs(value: &mut Value, pattern: Option<&str>) {
+    match value {
+        Value::Object(object) => {
+            let is_ref_choice = object.len() == 1
+                && object
+                    .get("anyOf")
+                    .and_then(Value::as_array)
+                    .is_some_and(|choices| choices.len() == 2 && choices[1] == step_ref_schema());
+            if is_ref_choice {
+                let Some(Value::Array(mut choices)) = object.remove("anyOf") else {
+                    return;
+                };
+                match pattern {
+                    None => {
+                        *value = choices.swap_remove(0);
+                        restrict_refs(value, pattern);
+                    }
+                    Some(pattern) => {
+                        choices[1]["properties"]["$ref"]["pattern"] = json!(pattern);
+                        restrict_refs(&mut choices[0], Some(pattern));
+                        object.insert("anyOf".to_owned(), Value::Array(choices));
+                    }
+                }
+                return;
+            }
+            for child in object.values_mut() {
+                restrict_refs(child, pattern);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                restrict_refs(item, pattern);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// How the format shows one tool to the model: the function object of the chat templates'
@@ -380,6 +459,39 @@ mod tests {
         assert_eq!(both["steps"][1]["id"], "s2");
         assert_eq!(tagged("No function can do that."), Some((String::new(), 0)));
         assert_eq!(tagged(""), None);
+    }
+
+    #[test]
+    fn a_call_may_reference_only_the_calls_before_it() {
+        let arguments = model_arguments_schema(
+            &json!({"type": "object", "properties": {"radius": {"type": "integer"}},
+                    "required": ["radius"]}),
+            100,
+        );
+        let schema = json!({"anyOf": [{"type": "object", "properties": {
+            "name": {"const": "circumference"}, "arguments": arguments}}]});
+        let call =
+            |radius: Value| json!({"name": "circumference", "arguments": {"radius": radius}});
+        let valid = |earlier: usize, radius: Value| {
+            jsonschema::is_valid(&call_schema_at(&schema, earlier), &call(radius))
+        };
+        assert!(valid(0, json!(5)));
+        assert!(
+            !valid(0, json!({"$ref": "s1.output"})),
+            "the first call names nothing"
+        );
+        assert!(valid(1, json!({"$ref": "s1.output"})));
+        assert!(!valid(1, json!({"$ref": "s2.output"})), "not itself");
+        assert!(valid(3, json!({"$ref": "s3.output.total"})));
+        assert!(!valid(3, json!({"$ref": "s4.output"})));
+        assert!(
+            valid(12, json!({"$ref": "s12.output"})),
+            "from ten on, as the schema says"
+        );
+        assert!(jsonschema::is_valid(
+            &schema,
+            &call(json!({"$ref": "s1.output"}))
+        ));
     }
 
     #[test]

@@ -8,8 +8,11 @@
 //! is done") cannot be checked and counts as addressed, unless it is the next item of a list
 //! that a call began: in "the resistivity of copper and aluminum", a call that carries
 //! `copper` makes `aluminum` a part of its own, whose every word a call must carry (see
-//! [`list_items`]). The planner asks the model for the calls of each part left (see
-//! `Planner::plan`), and keeps them only when they carry one of that part's particulars.
+//! [`list_items`]). A part whose words name a tool the planner offered and no call uses
+//! ("find a bus … and book 2 tickets for me", with `BuyBusTicket` offered and only `FindBus`
+//! called) is addressed only by a call of that tool, whatever the calls carry. The planner asks the
+//! model for the calls of each part left (see `Planner::plan`), and keeps them only when they
+//! carry one of that part's particulars (or call one of its tools).
 
 use serde_json::Value;
 
@@ -72,6 +75,10 @@ pub(crate) struct Part {
     /// item of a list is named by all its words ("rat hemoglobin" is not done by a call for
     /// "normal hemoglobin").
     pub every: bool,
+    /// For a part that names what some offered tool does and no called tool does ("and book
+    /// 2 tickets for me", with `BuyBusTicket` offered and `FindBus` called, which carries the
+    /// `2`): those tools. Only a call of one of them addresses the part.
+    pub tools: Vec<String>,
 }
 
 /// The parts of `query`: its sentences, each cut at its joints; with each, whether it starts
@@ -129,13 +136,36 @@ fn split_ignoring_case(text: &str, joint: &str) -> Vec<String> {
 /// The particulars of a part: words with `@` or `://`, numbers, words with a digit, and
 /// capitalised words other than `I` and the first word of a sentence (which every sentence
 /// capitalises). A number is written as a number (`$400,000` is `400000`, `4%` is `4`), and
-/// a list run together (`5,10`) gives each of its numbers.
+/// a list run together (`5,10`) gives each of its numbers. In a formula, a term's particular
+/// is its coefficient with the sign before it (`- 7x` is `-7`, `3x^2` is `3`, `x^2` has none),
+/// and the `0` of `= 0` is the standard form's, not a value: a call for `3x^2 + 4x + 2 = 0`
+/// carries `a: 3, b: 4, c: 2`.
 fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
     let mut out = Vec::new();
     // A capitalised word right after a number is its unit ("5 Tesla", "20 Celsius"), which a
     // call carries in its argument's name or not at all.
     let mut after_number = false;
+    let mut previous = "";
     for (i, word) in part.split_whitespace().enumerate() {
+        let before = std::mem::replace(&mut previous, word);
+        if before == "=" && word.trim_end_matches(|c: char| !c.is_alphanumeric()) == "0" {
+            continue;
+        }
+        let sign = if before == "-" { "-" } else { "" };
+        if let Some(coefficient) = term_coefficient(word) {
+            if let Some(coefficient) = coefficient {
+                out.push(format!("{sign}{coefficient}"));
+            }
+            continue;
+        }
+        // `- 7x`: a term of a formula, with its sign.
+        let signed;
+        let word = if sign.is_empty() || !is_linear_term(word) {
+            word
+        } else {
+            signed = format!("-{word}");
+            signed.as_str()
+        };
         let unit = std::mem::take(&mut after_number);
         let keep = |c: char| c.is_alphanumeric() || c == '@' || c == '/';
         let word = word.trim_end_matches(|c: char| !keep(c));
@@ -178,6 +208,35 @@ fn particulars(part: &str, starts_sentence: bool) -> Vec<String> {
         }
     }
     out
+}
+
+/// The coefficient of a formula's term with a power (`3x^2`, `2.5y^3`, `x^2`: `Some(None)`),
+/// or `None` when `word` is no such term. A term without a power (`4x`) reads as a number with
+/// a unit, which comes to the same.
+fn term_coefficient(word: &str) -> Option<Option<&str>> {
+    let word = word.trim_end_matches([',', '.', ';', ')']);
+    let (base, power) = word.split_once('^')?;
+    if power.is_empty() || !power.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let variable = base.chars().last().filter(char::is_ascii_alphabetic)?;
+    let coefficient = &base[..base.len() - variable.len_utf8()];
+    if coefficient.is_empty() {
+        return Some(None);
+    }
+    coefficient
+        .parse::<f64>()
+        .is_ok()
+        .then_some(Some(coefficient))
+}
+
+/// Whether `word` is a formula's term of the first degree: a number and one letter (`7x`).
+fn is_linear_term(word: &str) -> bool {
+    let word = word.trim_end_matches([',', '.', ';', ')']);
+    let mut chars = word.chars();
+    chars.next_back().is_some_and(|c| c.is_ascii_alphabetic())
+        && !chars.as_str().is_empty()
+        && chars.as_str().parse::<f64>().is_ok()
 }
 
 /// `word` without the unit written onto its number (`5m`, `0.01m²`, `100µF`, `300K` give
@@ -342,6 +401,9 @@ impl Carried {
 /// and one of its other particulars when it has any. A list of numbers in one part ("a term
 /// of 15, 20") needs them all; a name or an address needs to be there once.
 pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
+    if !part.tools.is_empty() {
+        return calls_one_of(&plan.steps, &part.tools);
+    }
     let carried = Carried::of(&plan.steps);
     if part.every {
         return part.particulars.iter().all(|p| carried.has(p));
@@ -360,8 +422,96 @@ pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
 /// nothing the request asked for.
 pub(crate) fn adds(plan: &Plan, n_before: usize, part: &Part) -> bool {
     let (before, added) = plan.steps.split_at(n_before.min(plan.steps.len()));
+    if !part.tools.is_empty() {
+        return calls_one_of(added, &part.tools);
+    }
     let (old, new) = (Carried::of(before), Carried::of(added));
     part.particulars.iter().any(|p| new.has(p) && !old.has(p))
+}
+
+/// Whether one of `steps` calls one of `tools`.
+fn calls_one_of(steps: &[Step], tools: &[String]) -> bool {
+    steps.iter().any(|step| match &step.action {
+        Action::Tool { name, .. } => tools.contains(name),
+        _ => false,
+    })
+}
+
+/// Words of a request that say what a tool does but not which (`get`, `find`): a part is not
+/// taken for a tool's by them alone.
+const GENERIC_ACTIONS: &[&str] = &[
+    "get",
+    "find",
+    "search",
+    "look",
+    "list",
+    "show",
+    "give",
+    "fetch",
+    "retrieve",
+    "check",
+    "tell",
+    "help",
+    "want",
+    "need",
+    "use",
+    "make",
+    "do",
+    "run",
+    "call",
+    "let",
+    "info",
+    "information",
+    "detail",
+    "data",
+    "result",
+];
+
+/// The offered tools that a part names and the called ones do not: the
+/// tools whose names share the most of the part's words (as retrieval reads words: split,
+/// stemmed, [`GENERIC_ACTIONS`] left out), when that is more than any called tool's name
+/// shares. "book a ticket for me" names `Buses.BuyBusTicket`, not `Buses.FindBus`.
+fn named_tools(part: &str, offered: &[&str], called: &[&str]) -> Vec<String> {
+    use crate::retrieve::tokenize;
+    let words: Vec<String> = tokenize(part)
+        .into_iter()
+        .filter(|w| !GENERIC_ACTIONS.contains(&w.as_str()))
+        .collect();
+    if words.is_empty() {
+        return Vec::new();
+    }
+    let shared = |name: &str| {
+        let name_words = tokenize(name);
+        words.iter().filter(|w| name_words.contains(w)).count()
+    };
+    let called_best = called.iter().map(|name| shared(name)).max().unwrap_or(0);
+    let scored: Vec<(&str, usize)> = offered
+        .iter()
+        .filter(|name| !called.contains(name))
+        .map(|name| (*name, shared(name)))
+        .collect();
+    let best = scored.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    if best == 0 || best <= called_best {
+        return Vec::new();
+    }
+    scored
+        .into_iter()
+        .filter(|(_, n)| *n == best)
+        .map(|(name, _)| name.to_owned())
+        .collect()
+}
+
+/// Whether `query` names none of the tools that `plan` calls: no word of a called tool's name
+/// (read as [`named_tools`] reads them) is a word of the request.
+pub(crate) fn names_no_call(query: &str, plan: &Plan) -> bool {
+    use crate::retrieve::tokenize;
+    let words = tokenize(query);
+    plan.steps.iter().all(|step| match &step.action {
+        Action::Tool { name, .. } => !tokenize(name)
+            .iter()
+            .any(|w| !GENERIC_ACTIONS.contains(&w.as_str()) && words.contains(w)),
+        _ => true,
+    })
 }
 
 /// The parts of `query` as the request words them: its sentences, each cut at its joints.
@@ -371,21 +521,30 @@ pub(crate) fn pieces(query: &str) -> Vec<String> {
 
 /// The parts of `query` that have particulars and that no call of `plan` addresses, in the
 /// request's order. Empty when the plan has no call (a reply or a question is its own answer).
-pub(crate) fn unaddressed(query: &str, plan: &Plan) -> Vec<Part> {
-    if !plan
+pub(crate) fn unaddressed(query: &str, plan: &Plan, offered: &[&str]) -> Vec<Part> {
+    let called: Vec<&str> = plan
         .steps
         .iter()
-        .any(|step| matches!(step.action, Action::Tool { .. }))
-    {
+        .filter_map(|step| match &step.action {
+            Action::Tool { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    if called.is_empty() {
         return Vec::new();
     }
     let pieces = parts(query);
     let mut out: Vec<Part> = Vec::new();
     if pieces.len() >= 2 {
-        out.extend(pieces.iter().map(|(text, starts_sentence)| Part {
-            particulars: particulars(text, *starts_sentence),
-            text: text.clone(),
-            every: false,
+        out.extend(pieces.iter().map(|(text, starts_sentence)| {
+            let particulars = particulars(text, *starts_sentence);
+            let tools = named_tools(text, offered, &called);
+            Part {
+                particulars,
+                text: text.clone(),
+                every: false,
+                tools,
+            }
         }));
     }
     // A list's next items are parts of their own, also inside one piece ("human HbA1c,
@@ -397,7 +556,9 @@ pub(crate) fn unaddressed(query: &str, plan: &Plan) -> Vec<Part> {
             None => out.push(item),
         }
     }
-    out.retain(|part| !part.particulars.is_empty() && !addresses(plan, part));
+    out.retain(|part| {
+        (!part.particulars.is_empty() || !part.tools.is_empty()) && !addresses(plan, part)
+    });
     // In the request's order.
     out.sort_by_key(|part| query.find(&part.text).unwrap_or(usize::MAX));
     out
@@ -447,6 +608,7 @@ fn list_items(pieces: &[(String, bool)], values: &[String]) -> Vec<Part> {
                         text: segment.to_owned(),
                         particulars: names,
                         every: true,
+                        tools: Vec::new(),
                     });
                 }
             }
@@ -502,7 +664,7 @@ fn plain_words(text: &str) -> Vec<String> {
 /// completed, leaves undone that can be seen without a model. Empty for a plan without calls
 /// or a request of one part.
 pub fn unaddressed_parts(query: &str, plan: &Plan) -> Vec<String> {
-    unaddressed(query, plan)
+    unaddressed(query, plan, &[])
         .into_iter()
         .map(|part| part.text)
         .collect()
@@ -588,14 +750,93 @@ mod tests {
         let left = unaddressed(
             "What's the weather in Paris? Email it to bob@example.com",
             &weather,
+            &[],
         );
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].text, "Email it to bob@example.com");
         assert_eq!(left[0].particulars, vec!["bob@example.com"]);
 
-        let left = unaddressed("What's the weather like in Paris and London?", &weather);
+        let left = unaddressed(
+            "What's the weather like in Paris and London?",
+            &weather,
+            &[],
+        );
         assert_eq!(left.len(), 1, "{left:?}");
         assert_eq!(left[0].particulars, vec!["london"]);
+    }
+
+    #[test]
+    fn a_part_that_names_an_offered_tool_no_call_uses_is_left() {
+        let offered = ["Buses.FindBus", "Buses.BuyBusTicket", "Hotels.SearchHotel"];
+        let query = "Find me a bus from New York to Washington on 11/02/2024 and book a ticket \
+                     for myself.";
+        let find = plan(&[(
+            "Buses.FindBus",
+            json!({"origin": "New York", "destination": "Washington"}),
+        )]);
+        let left = unaddressed(query, &find, &offered);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].text, "book a ticket for myself.");
+        assert_eq!(left[0].tools, ["Buses.BuyBusTicket"]);
+        let both = plan(&[
+            ("Buses.FindBus", json!({"origin": "New York"})),
+            ("Buses.BuyBusTicket", json!({"origin": "New York"})),
+        ]);
+        assert!(unaddressed(query, &both, &offered).is_empty());
+        assert!(adds(&both, 1, &left[0]));
+        assert!(!adds(
+            &plan(&[("Buses.FindBus", json!({})), ("Buses.FindBus", json!({}))]),
+            1,
+            &left[0]
+        ));
+        // Words every tool could say name none; nor does a part the called tool's name shares.
+        assert!(
+            unaddressed(
+                "Find a bus to Washington and get me the details",
+                &find,
+                &offered
+            )
+            .is_empty()
+        );
+        let left = unaddressed(
+            "Find a bus to Washington and check the times of that bus",
+            &find,
+            &offered,
+        );
+        assert!(left.is_empty(), "{left:?}");
+        // A part whose numbers the search carries still names the tool that books.
+        let two = "Find a bus from Boston to New York on 5/1/2023 and book 2 tickets for me.";
+        let find_two = plan(&[(
+            "Buses.FindBus",
+            json!({"origin": "Boston", "destination": "New York", "group_size": "2"}),
+        )]);
+        let left = unaddressed(two, &find_two, &offered);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].tools, ["Buses.BuyBusTicket"]);
+        // Without the tools offered, as the run's goal check reads it: nothing to name.
+        assert!(unaddressed(query, &find, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_formula_is_addressed_by_its_coefficients() {
+        let query = "Find the roots of two equations. The first is 3x^2 + 4x + 2 = 0. \
+                     The second is 5x^2 - 7x + 3 = 0, where 'a' is the coefficient of x^2.";
+        let first = plan(&[("roots", json!({"a": 3, "b": 4, "c": 2}))]);
+        let left = unaddressed(query, &first, &[]);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].text.starts_with("The second"), "{left:?}");
+        assert_eq!(left[0].particulars, vec!["5", "-7x", "3"]);
+        let both = plan(&[
+            ("roots", json!({"a": 3, "b": 4, "c": 2})),
+            ("roots", json!({"a": 5, "b": -7, "c": 3})),
+        ]);
+        assert_eq!(unaddressed(query, &both, &[]), Vec::<Part>::new());
+        // As text, the formula carries its terms too.
+        let text = plan(&[("solve", json!({"equation": "3x^2 + 4x + 2 = 0"}))]);
+        assert_eq!(
+            unaddressed("Solve 3x^2 + 4x + 2 = 0.", &text, &[]),
+            Vec::<Part>::new()
+        );
     }
 
     #[test]
@@ -606,7 +847,7 @@ mod tests {
             json!({"length": 5, "resistivity": "copper"}),
         )]);
         let query = "Calculate the resistance of a wire of 5 meters with the resistivity of copper and aluminum";
-        let left = unaddressed(query, &copper);
+        let left = unaddressed(query, &copper, &[]);
         assert_eq!(texts(left.clone()), ["aluminum"]);
         assert!(left[0].every);
         let both = plan(&[
@@ -619,21 +860,21 @@ mod tests {
                 json!({"length": 5, "resistivity": "aluminum"}),
             ),
         ]);
-        assert!(unaddressed(query, &both).is_empty());
+        assert!(unaddressed(query, &both, &[]).is_empty());
 
         // Inside one piece, after a comma; every word of an item must be carried.
         let query =
             "Get the protein sequence of human HbA1c, normal hemoglobin, and rat hemoglobin";
         let first = plan(&[("get_protein", json!({"protein_name": "HbA1c"}))]);
         assert_eq!(
-            texts(unaddressed(query, &first)),
+            texts(unaddressed(query, &first, &[])),
             ["normal hemoglobin", "rat hemoglobin"]
         );
         let two = plan(&[
             ("get_protein", json!({"protein_name": "HbA1c"})),
             ("get_protein", json!({"protein_name": "normal hemoglobin"})),
         ]);
-        assert_eq!(texts(unaddressed(query, &two)), ["rat hemoglobin"]);
+        assert_eq!(texts(unaddressed(query, &two, &[])), ["rat hemoglobin"]);
 
         // No list: the value does not end the piece before, or nothing a call carries does;
         // a long piece is a request of its own.
@@ -641,18 +882,25 @@ mod tests {
         assert!(
             unaddressed(
                 "Find a place that serves Italian food and has vegan options",
-                &food
+                &food,
+                &[]
             )
             .is_empty()
         );
         let none = plan(&[("calculate", json!({"radius": 5}))]);
         assert!(
-            unaddressed("the area of a circle of radius 5 and its perimeter", &none).is_empty()
+            unaddressed(
+                "the area of a circle of radius 5 and its perimeter",
+                &none,
+                &[]
+            )
+            .is_empty()
         );
         assert!(
             unaddressed(
                 "Find copper prices in the shop and tell me when it is done",
-                &plan(&[("find", json!({"item": "copper"}))])
+                &plan(&[("find", json!({"item": "copper"}))]),
+                &[]
             )
             .is_empty()
         );
@@ -662,7 +910,12 @@ mod tests {
     fn parts_the_calls_carry_or_that_have_no_particulars_are_addressed() {
         let area = plan(&[("triangle_area", json!({"base": 10, "height": 5}))]);
         assert!(
-            unaddressed("Find the area with a base of 10 and a height of 5.", &area).is_empty()
+            unaddressed(
+                "Find the area with a base of 10 and a height of 5.",
+                &area,
+                &[]
+            )
+            .is_empty()
         );
         let both = plan(&[
             ("get_weather", json!({"city": "Berlin"})),
@@ -671,12 +924,11 @@ mod tests {
         assert!(
             unaddressed(
                 "Check the weather in Berlin, then email it to eve@example.com and tell me when it's done",
-                &both
-            )
+                &both, &[])
             .is_empty()
         );
         let reply = Plan::new("p1", "goal");
-        assert!(unaddressed("Paris? And London?", &reply).is_empty());
+        assert!(unaddressed("Paris? And London?", &reply, &[]).is_empty());
     }
 
     #[test]
@@ -698,12 +950,13 @@ mod tests {
             "Calculate the monthly mortgage payment for a loan amount of $400,000, with an \
              annual interest rate of 4% and a loan term of 15, 20 and 30 years.",
             &mortgage,
+            &[],
         );
         let texts: Vec<&str> = left.iter().map(|part| part.text.as_str()).collect();
         assert_eq!(texts, vec!["a loan term of 15, 20", "30 years."]);
         // A number inside a longer one is not that number.
         let fifteen = plan(&[("factorial", json!({"number": 15}))]);
-        let left = unaddressed("Find the factorial of 5 and 15.", &fifteen);
+        let left = unaddressed("Find the factorial of 5 and 15.", &fifteen, &[]);
         assert_eq!(left.len(), 1, "{left:?}");
         assert_eq!(left[0].particulars, vec!["5"]);
         assert_eq!(
@@ -711,7 +964,7 @@ mod tests {
             vec![2019.0, 12.0, 13.0, -4.0, 2.5]
         );
         let roots = plan(&[("roots", json!({"a": 3, "b": -11, "c": -4}))]);
-        assert!(unaddressed("Roots for a = 3, b = -11, and c = -4.", &roots).is_empty());
+        assert!(unaddressed("Roots for a = 3, b = -11, and c = -4.", &roots, &[]).is_empty());
         let weather = plan(&[(
             "weather",
             json!({"coordinates": [46.603354, 1.888334], "date": "2019-12-13"}),
@@ -719,8 +972,7 @@ mod tests {
         assert!(
             unaddressed(
                 "What is the wind speed and temperature at 46.603354,1.8883340 on December 13, 2019?",
-                &weather
-            )
+                &weather, &[])
             .is_empty()
         );
         // A capitalised unit after a number is not a name the call must carry.
@@ -729,6 +981,7 @@ mod tests {
             "Calculate the force for a field of 5 Tesla, area of 2 square meters and a time of 4 \
              seconds, then repeat with a time of 10 seconds.",
             &force,
+            &[],
         );
         let texts: Vec<&str> = left.iter().map(|part| part.text.as_str()).collect();
         assert_eq!(texts, vec!["repeat with a time of 10 seconds."]);
@@ -742,25 +995,26 @@ mod tests {
             "growth",
             json!({"start": 1000000, "end": 1200000, "from": 2019, "to": 2020}),
         )]);
-        assert!(unaddressed("Revenues of $1M in 2019 and $1.2M in 2020", &growth).is_empty());
+        assert!(unaddressed("Revenues of $1M in 2019 and $1.2M in 2020", &growth, &[]).is_empty());
         let triangle = plan(&[("area", json!({"base": 6, "height": 10}))]);
         assert!(
             unaddressed(
                 "The area given its base and height as 6cm and 10cm.",
-                &triangle
+                &triangle,
+                &[]
             )
             .is_empty()
         );
         // `a=1` is the number 1.
         let roots = plan(&[("roots", json!({"a": 1, "b": -3, "c": 2}))]);
-        assert!(unaddressed("Solve it with a=1, b=-3, c=2. Then stop.", &roots).is_empty());
+        assert!(unaddressed("Solve it with a=1, b=-3, c=2. Then stop.", &roots, &[]).is_empty());
     }
 
     #[test]
     fn added_calls_count_only_for_what_the_plan_did_not_carry() {
         let query = "Play Taylor Swift and Maroon 5 for 20 and 15 minutes, on Spotify.";
         let first = plan(&[("play", json!({"artist": "Taylor Swift", "duration": 20}))]);
-        let left = unaddressed(query, &first);
+        let left = unaddressed(query, &first, &[]);
         assert!(!left.is_empty(), "{left:?}");
         let taylor = ("play", json!({"artist": "Taylor Swift", "duration": 20}));
         let maroon = ("play", json!({"artist": "Maroon 5", "duration": 15}));
@@ -776,7 +1030,7 @@ mod tests {
             ("play", json!({"artist": "Taylor Swift", "duration": 15})),
         ]);
         assert!(
-            !unaddressed(query, &both)
+            !unaddressed(query, &both, &[])
                 .iter()
                 .any(|part| adds(&again, 2, part)),
             "15 was carried already"

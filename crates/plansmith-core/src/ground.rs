@@ -206,10 +206,19 @@ fn words_in(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The day forms tools ask for besides ISO 8601's (`mm-dd-yyyy` and the like, see
+/// `validate::dates`).
+const DAY_FORMS: &[&str] = &[
+    "%m-%d-%Y", "%d-%m-%Y", "%m/%d/%Y", "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y",
+];
+
 /// A date, a time or a moment, in the forms plans write them.
 fn is_date_or_time(text: &str) -> bool {
     let text = text.trim();
-    chrono::DateTime::parse_from_rfc3339(text).is_ok()
+    DAY_FORMS
+        .iter()
+        .any(|form| chrono::NaiveDate::parse_from_str(text, form).is_ok())
+        || chrono::DateTime::parse_from_rfc3339(text).is_ok()
         || chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok()
         || chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S").is_ok()
         || chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M").is_ok()
@@ -1201,5 +1210,8 @@ mod tests {
         assert!(is_date_or_time("2026-12-03"));
         assert!(is_date_or_time("19:30"));
         assert!(!is_date_or_time("12 mm"));
+        assert!(is_date_or_time("06-01-2023"));
+        assert!(is_date_or_time("25/12/2024"));
+        assert!(!is_date_or_time("13-45-2023"));
     }
 }

@@ -111,6 +111,11 @@ pub enum OutputConstraint {
         max_calls: u32,
         /// Longest plain-text answer, in characters.
         max_text: u32,
+        /// Calls of the plan before this answer's first (an answer that adds calls to a plan
+        /// has some): call N of the answer may reference, by `$ref`, only the steps of the
+        /// `earlier + N - 1` calls before it ([`crate::calls::call_schema_at`]).
+        #[serde(default)]
+        earlier: u32,
     },
     /// Output must be a JSON object (no schema).
     JsonObject,

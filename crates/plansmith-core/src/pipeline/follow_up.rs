@@ -10,10 +10,15 @@
 //! in the same conversation, which works for a later step of a chain ("… and email it to
 //! Bob") better than for the next item of a list, where the model repeats its first call.
 //!
+//! A part whose words name an offered tool that no call uses ("… and book 2 tickets for me":
+//! `BuyBusTicket` after a `FindBus` call; see [`crate::cover`]) is left too; writing on is
+//! then held to those tools, and only a call of one of them does the part.
+//!
 //! A follow-up is a guess at a part the first answer left out, so a call to a destructive tool
 //! (`destructiveHint`) is added only when the part asks for it by the tool's verb ("delete the
 //! file …" for `delete_file`); otherwise it is dropped with a `step_dropped` warning.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::call::{Call, Candidate, micros};
@@ -43,18 +48,34 @@ pub(super) async fn follow_up(
     if candidate.diagnostics.iter().any(Diagnostic::is_error) {
         return candidate;
     }
-    // Writing on needs a model that continues an answer, and the grammar of one call.
-    let one_call = match &prompt.constraint {
-        Some(OutputConstraint::ToolCalls { schema, .. }) if call.model.capabilities().prefill => {
+    // Writing on needs a model that continues an answer, and the grammar of one call, which
+    // may reference the calls before it; for a part that names its tools, a call of one of
+    // them.
+    let prefill = call.model.capabilities().prefill;
+    let one_call = |earlier: usize, part: &Part| match &prompt.constraint {
+        Some(OutputConstraint::ToolCalls { schema, .. }) if prefill => {
+            let schema = crate::calls::only_tools(schema, &part.tools);
             Some(OutputConstraint::JsonSchema {
                 name: "tool_call".to_owned(),
-                schema: schema.clone(),
+                schema: Arc::new(crate::calls::call_schema_at(&schema, earlier)),
                 strict: true,
             })
         }
         _ => None,
     };
-    let parts = crate::cover::unaddressed(&request.query, &candidate.plan);
+    // The calls a follow-up question adds come after the plan's.
+    let more_calls = |earlier: usize| {
+        let mut constraint = prompt.constraint.clone();
+        if let Some(OutputConstraint::ToolCalls {
+            earlier: before, ..
+        }) = constraint.as_mut()
+        {
+            *before = u32::try_from(earlier).unwrap_or(u32::MAX);
+        }
+        constraint
+    };
+    let offered: Vec<&str> = call.selected.iter().map(|t| t.tool.name.as_str()).collect();
+    let parts = crate::cover::unaddressed(&request.query, &candidate.plan, &offered);
     for part in parts.into_iter().take(FOLLOW_UPS_MAX) {
         let n_steps = candidate.plan.steps.len();
         if n_steps >= request.options.max_steps {
@@ -67,18 +88,18 @@ pub(super) async fn follow_up(
         let Some((written, _)) = crate::calls::tagged(&candidate.raw) else {
             break;
         };
-        if let Some(constraint) = &one_call {
+        if let Some(constraint) = one_call(n_steps, &part) {
             let mut messages = prompt.base_messages.to_vec();
             messages.push(Message::assistant(format!("{written}\n{CALL_OPEN}\n")));
-            let Some(text) = ask(call, messages, Some(constraint.clone())).await else {
+            let Some(text) = ask(call, messages, Some(constraint)).await else {
                 break;
             };
             let added = format!("{CALL_OPEN}\n{}\n{CALL_CLOSE}", text.trim());
-            if let Some(next) = adopt(
+            if let Some(next) = adopt_or_replace(
                 call,
+                &candidate.plan,
                 &written,
                 &added,
-                n_steps,
                 &part,
                 "wrote its answer on",
             ) {
@@ -95,7 +116,7 @@ pub(super) async fn follow_up(
         let mut messages = prompt.base_messages.to_vec();
         messages.push(Message::assistant(candidate.raw.clone()));
         messages.push(Message::user(question));
-        let Some(text) = ask(call, messages, prompt.constraint.clone()).await else {
+        let Some(text) = ask(call, messages, more_calls(n_steps)).await else {
             break;
         };
         let Some((added, n_added)) = crate::calls::tagged(&text) else {
@@ -104,7 +125,14 @@ pub(super) async fn follow_up(
         if n_added == 0 {
             continue;
         }
-        if let Some(next) = adopt(call, &written, &added, n_steps, &part, "asked for it") {
+        if let Some(next) = adopt_or_replace(
+            call,
+            &candidate.plan,
+            &written,
+            &added,
+            &part,
+            "asked for it",
+        ) {
             candidate = next;
         }
     }
@@ -144,6 +172,39 @@ async fn ask(
     }
 }
 
+/// [`adopt`]; but when the part names its tools and the request names none of the tools the
+/// plan so far calls (`MBTI.analyse` for "my personality type based on the five factor
+/// model"), the first answer was the model's wrong pick, not a part of the request: the calls
+/// `added` replace it, when they stand on their own (no `$ref` to the calls they replace).
+fn adopt_or_replace(
+    call: &mut Call<'_>,
+    before: &crate::plan::Plan,
+    written: &str,
+    added: &str,
+    part: &Part,
+    how: &str,
+) -> Option<Candidate> {
+    if !part.tools.is_empty() && crate::cover::names_no_call(&call.request.query, before) {
+        let mut replaced: Vec<&str> = Vec::new();
+        for step in &before.steps {
+            if let Action::Tool { name, .. } = &step.action
+                && !replaced.contains(&name.as_str())
+            {
+                replaced.push(name);
+            }
+        }
+        let replaced: Vec<String> = replaced.iter().map(|name| format!("`{name}`")).collect();
+        let how = format!(
+            "{how} with a tool the request names, in place of {} (which it does not name),",
+            replaced.join(", ")
+        );
+        if let Some(alone) = adopt(call, "", added, 0, part, &how) {
+            return Some(alone);
+        }
+    }
+    adopt(call, written, added, before.steps.len(), part, how)
+}
+
 /// The candidate with the calls `added` after the `n_steps` calls `written` (both tagged),
 /// when they parse, the plan has no error and the new calls carry one of `part`'s
 /// particulars that the calls before them do not; the calls are numbered on as if the model
@@ -156,7 +217,11 @@ fn adopt(
     part: &Part,
     how: &str,
 ) -> Option<Candidate> {
-    let raw = format!("{written}\n{added}");
+    let raw = if written.is_empty() {
+        added.to_owned()
+    } else {
+        format!("{written}\n{added}")
+    };
     let parsed = parse::parse_calls_for_pipeline(&raw, &call.defaults()).ok()?;
     let (plan, mut all) = call.checked(parsed);
     if all.iter().any(Diagnostic::is_error) || plan.steps.len() <= n_steps {

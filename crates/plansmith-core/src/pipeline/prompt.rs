@@ -111,6 +111,7 @@ pub(super) fn render(
             )),
             max_calls: u32::try_from(request.options.max_steps.max(1)).unwrap_or(u32::MAX),
             max_text: request.options.max_string_length,
+            earlier: 0,
         }),
         _ if calls => None,
         Strategy::Grammar | Strategy::JsonSchema => Some(OutputConstraint::JsonSchema {

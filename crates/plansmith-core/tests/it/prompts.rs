@@ -48,6 +48,7 @@ fn sent(query: &str, turns: &[&str], full_schema: bool, prefill: bool) -> String
                 schema,
                 max_calls,
                 max_text,
+                ..
             }) => {
                 out.push_str(&format!(
                     "--- constraint: at most {max_calls} calls or {max_text} characters of text; one call of "
@@ -184,4 +185,85 @@ fn a_repair_of_calls_is_calls_only() {
     };
     assert!(max_text(0) > 0);
     assert_eq!(max_text(1), 0);
+}
+
+/// A part whose words name an offered tool that no call uses is written on with that tool;
+/// when the request names none of the tools the first answer called, that answer was the
+/// model's wrong pick, and the named tool's call takes its place instead of joining it.
+#[test]
+fn a_tool_the_request_names_replaces_a_call_it_does_not_name() {
+    let catalog = plansmith_core::Catalog::from_json(&serde_json::json!([
+        {"name": "mbti_analyse", "description": "Analyse a personality with the MBTI.",
+         "inputSchema": {"type": "object", "properties": {"traits": {"type": "string"}},
+                         "required": ["traits"]}},
+        {"name": "five_factor_model_analyse",
+         "description": "Analyse a personality with the five factor model.",
+         "inputSchema": {"type": "object", "properties": {"talkative": {"type": "boolean"}},
+                         "required": ["talkative"]}}
+    ]))
+    .unwrap();
+    let model = Arc::new(ScriptedModel::from_script(Script {
+        capabilities: Capabilities {
+            grammar: true,
+            prefill: true,
+            ..Capabilities::default()
+        },
+        turns: [
+            "<tool_call>\n{\"name\": \"mbti_analyse\", \"arguments\": {\"traits\": \"talkative\"}}\n</tool_call>",
+            "{\"name\": \"five_factor_model_analyse\", \"arguments\": {\"talkative\": true}}",
+        ]
+        .iter()
+        .map(|t| ScriptedTurn::Text((*t).to_owned()))
+        .collect(),
+        ..Script::default()
+    }));
+    let planner = Planner::new(catalog, model.clone());
+    let mut request = PlanRequest::new(
+        "Determine my personality type based on the five factor model: I'm talkative and I \
+         have a forgiving nature.",
+    );
+    request.options.format = PlanFormat::Calls;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    let names: Vec<String> = outcome
+        .plan
+        .steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            plansmith_core::Action::Tool { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["five_factor_model_analyse"],
+        "{:?}",
+        outcome.plan.steps
+    );
+    assert_eq!(outcome.plan.steps[0].id, "s1");
+    // Written on under the grammar of the named tool's call alone.
+    let requests = model.requests();
+    let Some(OutputConstraint::JsonSchema { schema, .. }) = &requests[1].constraint else {
+        panic!("{:?}", requests[1].constraint);
+    };
+    assert_eq!(
+        schema["anyOf"].as_array().map(Vec::len),
+        Some(1),
+        "{schema}"
+    );
+    assert!(
+        outcome
+            .diagnostics
+            .findings
+            .iter()
+            .chain(
+                outcome
+                    .diagnostics
+                    .attempts
+                    .iter()
+                    .flat_map(|a| &a.diagnostics)
+            )
+            .any(|d| d.message.contains("in place of `mbti_analyse`")),
+        "{:?}",
+        outcome.diagnostics
+    );
 }

@@ -12,6 +12,7 @@ use llguidance::toktrie::{
 };
 use llguidance::{Matcher, ParserFactory};
 use plansmith_core::LlmError;
+use plansmith_core::calls::call_schema_at;
 use serde_json::{Value, json};
 
 use super::error::backend_error;
@@ -129,26 +130,66 @@ pub(super) fn guided(schema: &Value) -> Value {
 }
 
 /// The grammar of the tool-call format (`plansmith_core::calls`): one to `max_calls` calls
-/// joined by line breaks, each a JSON object matching `call_schema`, tagged as the Qwen /
-/// Hermes chat templates write them (`<tool_call>\n{JSON}\n</tool_call>`), in a Markdown
-/// JSON fence, or bare: small models that saw less of the tags write the other two
-/// (Qwen2.5-Coder-0.5B answers llama.cpp's own tool-calling prompt with a fenced object), and
-/// a grammar that forbids the form a model prefers makes it write text instead. Or plain text
-/// of at most about `max_text` characters (bounded in tokens: a token is at least one
-/// character) that does not start with `<`, `{`, `[`, `` ` `` or white space, so the first
-/// token decides between a reply and calls. `max_text` 0 leaves the reply out.
-pub(super) fn calls_grammar(call_schema: &Value, max_calls: u32, max_text: u32) -> TopLevelGrammar {
-    TopLevelGrammar::from_lark(calls_lark(call_schema, max_calls, max_text))
+/// joined by line breaks, each a JSON object matching `call_schema` with its `$ref`s limited
+/// to the calls before it (the answer's, and `earlier` more of the plan it adds to:
+/// [`call_schema_at`]), tagged as the Qwen / Hermes chat templates write them
+/// (`<tool_call>\n{JSON}\n</tool_call>`), in a Markdown JSON fence, or bare: small models that
+/// saw less of the tags write the other two (Qwen2.5-Coder-0.5B answers llama.cpp's own
+/// tool-calling prompt with a fenced object), and a grammar that forbids the form a model
+/// prefers makes it write text instead. Or plain text of at most about `max_text` characters
+/// (bounded in tokens: a token is at least one character) that does not start with `<`, `{`,
+/// `[`, `` ` `` or white space, so the first token decides between a reply and calls.
+/// `max_text` 0 leaves the reply out.
+pub(super) fn calls_grammar(
+    call_schema: &Value,
+    max_calls: u32,
+    max_text: u32,
+    earlier: u32,
+) -> TopLevelGrammar {
+    TopLevelGrammar::from_lark(calls_lark(call_schema, max_calls, max_text, earlier))
 }
 
-/// The Lark text of [`calls_grammar`].
-pub(super) fn calls_lark(call_schema: &Value, max_calls: u32, max_text: u32) -> String {
-    let calls = match max_calls.max(1) - 1 {
-        0 => "call".to_owned(),
-        more => format!("call (\"\\n\" call){{0,{more}}}"),
-    };
+/// The Lark text of [`calls_grammar`]: call N is rule `call_N`, and the calls after it are
+/// optional within it (`calls: call_1 ("\n" call_2 ("\n" call_3)?)?`), so each position has
+/// its own schema. Positions whose schemas are the same (from ten earlier calls on) share one.
+pub(super) fn calls_lark(
+    call_schema: &Value,
+    max_calls: u32,
+    max_text: u32,
+    earlier: u32,
+) -> String {
+    let n_calls = max_calls.max(1);
+    let mut rules = String::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut last_schema: Option<Value> = None;
+    for position in 0..n_calls {
+        let before = usize::try_from(earlier.saturating_add(position)).unwrap_or(usize::MAX);
+        let schema = call_schema_at(call_schema, before);
+        if last_schema.as_ref() == Some(&schema)
+            && let Some(name) = names.last().cloned()
+        {
+            names.push(name);
+            continue;
+        }
+        let name = format!("call_{}", position + 1);
+        rules.push_str(&format!(
+            "{name}: \"<tool_call>\\n\" {name}_json \"\\n</tool_call>\" \
+             | \"```json\\n\" {name}_json \"\\n```\" | {name}_json\n\
+             {name}_json: %json {}\n",
+            guided(&schema)
+        ));
+        names.push(name);
+        last_schema = Some(schema);
+    }
+    let mut calls = String::new();
+    for (idx, name) in names.iter().enumerate().rev() {
+        calls = if idx + 1 == names.len() {
+            name.clone()
+        } else {
+            format!("{name} (\"\\n\" {calls})?")
+        };
+    }
     let text_tokens = max_text.max(1);
-    let schema = guided(call_schema);
     // No plain text at all: calls only.
     let start = if max_text == 0 {
         "calls"
@@ -158,9 +199,7 @@ pub(super) fn calls_lark(call_schema: &Value, max_calls: u32, max_text: u32) -> 
     format!(
         "start: {start}\n\
          calls: {calls}\n\
-         call: \"<tool_call>\\n\" call_json \"\\n</tool_call>\" \
-             | \"```json\\n\" call_json \"\\n```\" | call_json\n\
-         call_json: %json {schema}\n\
+         {rules}\
          reply[max_tokens={text_tokens}]: /[^<{{\\[`\\s][^<`]*/\n"
     )
 }
@@ -233,32 +272,57 @@ mod tests {
 
     /// The tool-call grammar, pinned: the first decision is between a reply (text that
     /// cannot start a call) and calls, each tagged, fenced or bare; the call's JSON follows
-    /// the call schema with the lenient whitespace of `guidance_options`. A change here moves
-    /// the evaluation figures (docs/perf.md) and must be measured.
+    /// the call schema with the lenient whitespace of `guidance_options`. Calls whose
+    /// schemas are the same share a rule. A change here moves the evaluation figures
+    /// (docs/perf.md) and must be measured.
     #[test]
     pub(super) fn the_tool_call_grammar_is_pinned() {
         let schema = serde_json::json!({"type": "object", "properties": {"name": {"const": "f"}}});
-        let lark = super::calls_lark(&schema, 3, 200);
+        let lark = super::calls_lark(&schema, 3, 200, 0);
         let expected = concat!(
             "start: reply | calls\n",
-            "calls: call (\"\\n\" call){0,2}\n",
-            "call: \"<tool_call>\\n\" call_json \"\\n</tool_call>\" ",
-            "| \"```json\\n\" call_json \"\\n```\" | call_json\n",
-            "call_json: %json {\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"f\"}},",
+            "calls: call_1 (\"\\n\" call_1 (\"\\n\" call_1)?)?\n",
+            "call_1: \"<tool_call>\\n\" call_1_json \"\\n</tool_call>\" ",
+            "| \"```json\\n\" call_1_json \"\\n```\" | call_1_json\n",
+            "call_1_json: %json {\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"f\"}},",
             "\"x-guidance\":{\"whitespace_flexible\":false,",
             "\"item_separator\":\", \",\"key_separator\":\": \",\"lenient\":true}}\n",
             "reply[max_tokens=200]: /[^<{\\[`\\s][^<`]*/\n",
         );
         assert_eq!(lark, expected);
         assert_eq!(
-            super::calls_lark(&schema, 1, 0).lines().nth(1),
-            Some("calls: call"),
+            super::calls_lark(&schema, 1, 0, 0).lines().nth(1),
+            Some("calls: call_1"),
             "one call at most: no repetition"
         );
         assert_eq!(
-            super::calls_lark(&schema, 1, 0).lines().next(),
+            super::calls_lark(&schema, 1, 0, 0).lines().next(),
             Some("start: calls"),
             "no text: calls only"
         );
+    }
+
+    /// Each call has the rule of its position: the first references nothing, the second
+    /// only `s1`, and an answer that adds to a plan of two calls starts at `s1`–`s2`.
+    #[test]
+    fn each_call_references_only_the_calls_before_it() {
+        let arguments = plansmith_core::schema::model_arguments_schema(
+            &serde_json::json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+            100,
+        );
+        let schema = serde_json::json!({"type": "object", "properties": {"arguments": arguments}});
+        let lark = super::calls_lark(&schema, 3, 0, 0);
+        assert!(lark.contains("calls: call_1 (\"\\n\" call_2 (\"\\n\" call_3)?)?\n"));
+        let json_line = |name: &str| {
+            lark.lines()
+                .find(|line| line.starts_with(&format!("{name}_json:")))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(!json_line("call_1").contains("$ref"), "{lark}");
+        assert!(json_line("call_2").contains("^s[1-1]\\\\.output"), "{lark}");
+        assert!(json_line("call_3").contains("^s[1-2]\\\\.output"), "{lark}");
+        let on = super::calls_lark(&schema, 1, 0, 2);
+        assert!(on.contains("^s[1-2]\\\\.output"), "{on}");
     }
 }

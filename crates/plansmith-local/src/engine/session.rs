@@ -113,7 +113,8 @@ impl Session<'_, '_> {
                 schema,
                 max_calls,
                 max_text,
-            }) => Some(calls_grammar(schema, *max_calls, *max_text)),
+                earlier,
+            }) => Some(calls_grammar(schema, *max_calls, *max_text, *earlier)),
             _ => None,
         };
         let mut unconstrained_instead = false;
