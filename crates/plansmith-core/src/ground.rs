@@ -246,6 +246,9 @@ fn fits(produced: &[&str], expected: &[&str]) -> bool {
             .any(|p| expected.contains(p) || (*p == "integer" && expected.contains(&"number")))
 }
 
+/// What [`invented`] says of text whose words are mostly new to the request.
+const NEW_WORDS: &str = "words the request does not have";
+
 /// Why `value` cannot have come from the request, or `None` when it may have.
 fn invented(value: &Value, known: &Known) -> Option<&'static str> {
     match value {
@@ -265,7 +268,7 @@ fn invented(value: &Value, known: &Known) -> Option<&'static str> {
             let mostly_new = words.len() >= 3 && unknown >= 2 && unknown * 2 >= words.len();
             // Two words, both new: a short result such as a translation ("Bonjour, le monde").
             let all_new = words.len() == 2 && unknown == 2;
-            (mostly_new || all_new).then_some("words the request does not have")
+            (mostly_new || all_new).then_some(NEW_WORDS)
         }
         _ => None,
     }
@@ -751,6 +754,67 @@ pub(crate) fn ground(plan: &mut Plan, request: &PlanRequest, catalog: &Catalog) 
             );
         }
     }
+    let known = known.unwrap_or_else(|| Known::of(request));
+    diags.extend(drop_invented_options(plan, &known, catalog));
+    diags
+}
+
+/// Drops each optional argument whose value is a name the request does not give: text of at
+/// most [`NAME_WORDS`] words, mostly new to the request ([`invented`]), for a free-form string
+/// (no `enum`, `const` or `format`). Small models fill optional filters with a guess (`title:
+/// "The Great Gatsby"` for "a historical fiction book at the New York library"), which narrows
+/// what the tool returns to something nobody asked for; left out, the tool's default applies.
+/// Knobs of one word or a number (`unit: "cm"`, `max_results: 10`) stay.
+fn drop_invented_options(plan: &mut Plan, known: &Known, catalog: &Catalog) -> Vec<Diagnostic> {
+    let mut diags = Vec::new();
+    for (idx, step) in plan.steps.iter_mut().enumerate() {
+        let step_id = step.id.clone();
+        let Action::Tool { name, arguments } = &mut step.action else {
+            continue;
+        };
+        let Some(tool) = catalog.tool(name).map(|t| &t.tool) else {
+            continue;
+        };
+        let required = tool.required_parameters();
+        let properties = tool.input_schema.get("properties");
+        let guessed: Vec<String> = arguments
+            .iter()
+            .filter(|(key, value)| {
+                let Some(text) = value.as_str() else {
+                    return false;
+                };
+                let schema = properties
+                    .and_then(|p| p.get(key.as_str()))
+                    .unwrap_or(&Value::Null);
+                let expected = types_of(schema);
+                !required.contains(&key.as_str())
+                    && ["enum", "const", "format"]
+                        .iter()
+                        .all(|k| schema.get(k).is_none())
+                    && (expected.is_empty() || expected.contains(&"string"))
+                    && text.split_whitespace().count() <= NAME_WORDS
+                    && invented(value, known) == Some(NEW_WORDS)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in guessed {
+            let Some(value) = arguments.shift_remove(&key) else {
+                continue;
+            };
+            diags.push(
+                Diagnostic::warning(
+                    Code::AutoFixed,
+                    format!("/steps/{idx}/action/arguments/{}", escape_pointer(&key)),
+                    format!(
+                        "step `{step_id}` set the optional `{key}` of `{name}` to {value}, which \
+                         the request does not give; it was left out, so the tool's default applies"
+                    ),
+                )
+                .with_step(step_id.clone())
+                .with_value(value),
+            );
+        }
+    }
     diags
 }
 
@@ -869,6 +933,47 @@ mod tests {
             "{}",
             diags[0].message
         );
+    }
+
+    #[test]
+    fn an_optional_name_the_request_does_not_give_is_left_out() {
+        let books = Catalog::new(
+            vec![tool(
+                "search_books",
+                "Search a library's books.",
+                json!({"type": "object", "properties": {
+                    "location": {"type": "string"}, "genre": {"type": "string"},
+                    "title": {"type": "string"}, "author": {"type": "string"},
+                    "sort": {"type": "string"}, "note": {"type": "string"},
+                    "format": {"type": "string", "enum": ["paper back", "hard cover"]}},
+                    "required": ["location"]}),
+                None,
+            )],
+            Vec::new(),
+        )
+        .unwrap();
+        let request = PlanRequest::new(
+            "Can I find a historical fiction book at the New York public library?",
+        );
+        let mut plan = plan(&[(
+            "s1",
+            "search_books",
+            json!({"location": "Bay Area Ridge", "genre": "historical fiction",
+                   "title": "The Great Gatsby", "sort": "newest", "author": "New York Times",
+                   "note": "anything set in the past that reads well", "format": "hard cover"}),
+        )]);
+        let diags = ground(&mut plan, &request, &books);
+        // A required value and words the request has stay; so do a one-word knob, composed
+        // text and an enum.
+        assert_eq!(
+            arguments(&plan, 0),
+            json!({"location": "Bay Area Ridge", "genre": "historical fiction",
+                   "sort": "newest", "author": "New York Times",
+                   "note": "anything set in the past that reads well", "format": "hard cover"})
+        );
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].pointer, "/steps/0/action/arguments/title");
+        assert_eq!(diags[0].value, Some(json!("The Great Gatsby")));
     }
 
     #[test]

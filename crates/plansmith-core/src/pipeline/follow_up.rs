@@ -227,9 +227,6 @@ fn adopt(
     if all.iter().any(Diagnostic::is_error) || plan.steps.len() <= n_steps {
         return None;
     }
-    if !crate::cover::adds(&plan, n_steps, part) {
-        return None;
-    }
     let added_steps = plan.steps.get(n_steps..).unwrap_or_default();
     // A follow-up guesses at a part the first answer left out; a guess that deletes, sends or
     // overwrites something is not added unless the part asks for that.
@@ -254,6 +251,9 @@ fn adopt(
                 part.text
             ),
         ));
+        return None;
+    }
+    if !crate::cover::adds(&plan, n_steps, part) {
         return None;
     }
     let ids: Vec<&str> = added_steps.iter().map(|s| s.id.as_str()).collect();
