@@ -501,15 +501,74 @@ fn named_tools(part: &str, offered: &[&str], called: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// Whether `query` names the tool `name`: a word of the name (read as [`named_tools`] reads
+/// them) is a word of the request.
+fn names_tool(query_words: &[String], name: &str) -> bool {
+    crate::retrieve::tokenize(name)
+        .iter()
+        .any(|w| !GENERIC_ACTIONS.contains(&w.as_str()) && query_words.contains(w))
+}
+
+/// The tool steps of `plan` (by index) that do nothing the request asks for: after the first
+/// call, a call that carries no particular of the request (its numbers, names, addresses) that
+/// the calls kept before it lack, and that repeats an earlier call's tool or calls a tool the
+/// request does not name. Small models go on writing calls once the request is done (the
+/// translation translated back and sent again; `generate_password` after
+/// `generate_random_password` with the same values). A step that a kept step depends on is
+/// kept. Empty when the request has no particulars to judge by.
+pub(crate) fn redundant_calls(query: &str, plan: &Plan) -> Vec<usize> {
+    let wanted: Vec<String> = parts(query)
+        .iter()
+        .flat_map(|(text, starts)| particulars(text, *starts))
+        .collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let query_words = crate::retrieve::tokenize(query);
+    let mut kept: Vec<Step> = Vec::new();
+    let mut dropped: Vec<usize> = Vec::new();
+    for (idx, step) in plan.steps.iter().enumerate() {
+        let Action::Tool { name, .. } = &step.action else {
+            continue;
+        };
+        let called_before = kept
+            .iter()
+            .any(|k| matches!(&k.action, Action::Tool { name: n, .. } if n == name));
+        let first = !kept.iter().any(|k| matches!(k.action, Action::Tool { .. }));
+        let (before, this) = (Carried::of(&kept), Carried::of(std::slice::from_ref(step)));
+        let adds = wanted.iter().any(|p| this.has(p) && !before.has(p));
+        if !first && !adds && (called_before || !names_tool(&query_words, name)) {
+            dropped.push(idx);
+        } else {
+            kept.push(step.clone());
+        }
+    }
+    // A step that a kept one depends on stays, and then so do the steps it depends on.
+    loop {
+        let needed: Vec<usize> = dropped
+            .iter()
+            .copied()
+            .filter(|&idx| {
+                let id = &plan.steps[idx].id;
+                plan.steps
+                    .iter()
+                    .enumerate()
+                    .any(|(other, step)| !dropped.contains(&other) && step.depends_on.contains(id))
+            })
+            .collect();
+        if needed.is_empty() {
+            return dropped;
+        }
+        dropped.retain(|idx| !needed.contains(idx));
+    }
+}
+
 /// Whether `query` names none of the tools that `plan` calls: no word of a called tool's name
 /// (read as [`named_tools`] reads them) is a word of the request.
 pub(crate) fn names_no_call(query: &str, plan: &Plan) -> bool {
-    use crate::retrieve::tokenize;
-    let words = tokenize(query);
+    let words = crate::retrieve::tokenize(query);
     plan.steps.iter().all(|step| match &step.action {
-        Action::Tool { name, .. } => !tokenize(name)
-            .iter()
-            .any(|w| !GENERIC_ACTIONS.contains(&w.as_str()) && words.contains(w)),
+        Action::Tool { name, .. } => !names_tool(&words, name),
         _ => true,
     })
 }
@@ -815,6 +874,59 @@ mod tests {
         assert_eq!(left[0].tools, ["Buses.BuyBusTicket"]);
         // Without the tools offered, as the run's goal check reads it: nothing to name.
         assert!(unaddressed(query, &find, &[]).is_empty());
+    }
+
+    #[test]
+    fn calls_that_add_nothing_the_request_asks_for_are_redundant() {
+        let query = "Translate 'Hello, World!' from English to French and send it to \
+                     1234567890, then run /path/to/program";
+        let mut written = plan(&[
+            (
+                "translate_text",
+                json!({"text": "Hello, World!", "source": "English", "target": "French"}),
+            ),
+            (
+                "send_sms",
+                json!({"to": "1234567890", "message": {"$ref": "s1.output"}}),
+            ),
+            ("execute_program", json!({"path": "/path/to/program"})),
+            // Translated back and sent again: nothing the request gives is new.
+            (
+                "translate_text",
+                json!({"text": {"$ref": "s3.output"}, "source": "fr", "target": "en"}),
+            ),
+            (
+                "send_sms",
+                json!({"to": "1234567890", "message": {"$ref": "s4.output"}}),
+            ),
+        ]);
+        for (idx, step) in written.steps.iter_mut().enumerate() {
+            step.id = format!("s{}", idx + 1);
+        }
+        written.steps[4].depends_on = vec!["s4".into()];
+        assert_eq!(redundant_calls(query, &written), [3, 4]);
+        // A later call that a kept one depends on stays.
+        written.steps[2].depends_on = vec!["s5".into()];
+        assert_eq!(redundant_calls(query, &written), Vec::<usize>::new());
+        // Parallel calls each carry values of their own; a chained call whose tool the
+        // request names stays though it carries nothing literal.
+        let parallel = plan(&[("fact", json!({"n": 5})), ("fact", json!({"n": 7}))]);
+        assert!(redundant_calls("the factorial of 5 and of 7", &parallel).is_empty());
+        let chained = plan(&[
+            ("calculate_loan_emi", json!({"amount": 10000})),
+            (
+                "calculate_squared",
+                json!({"number": {"$ref": "s1.output.emi"}}),
+            ),
+            ("get_password", json!({"length": 10000})),
+        ]);
+        assert_eq!(
+            redundant_calls(
+                "Calculate the EMI of a loan of 10000, then the square of it",
+                &chained
+            ),
+            [2]
+        );
     }
 
     #[test]

@@ -14,6 +14,11 @@
 //! `BuyBusTicket` after a `FindBus` call; see [`crate::cover`]) is left too; writing on is
 //! then held to those tools, and only a call of one of them does the part.
 //!
+//! The other way round, calls that do nothing the request asks for are left out once the
+//! follow-ups are done (`without_redundant`): small models go on writing calls after the
+//! request is done, repeating a tool or calling one the request does not name with nothing of
+//! the request's that the calls before lack.
+//!
 //! A follow-up is a guess at a part the first answer left out, so a call to a destructive tool
 //! (`destructiveHint`) is added only when the part asks for it by the tool's verb ("delete the
 //! file …" for `delete_file`); otherwise it is dropped with a `step_dropped` warning.
@@ -136,6 +141,45 @@ pub(super) async fn follow_up(
             candidate = next;
         }
     }
+    candidate
+}
+
+/// The candidate without the calls that do nothing the request asks for
+/// ([`crate::cover::redundant_calls`]), each with a `step_dropped` warning. A candidate with
+/// errors is returned as it is.
+pub(super) fn without_redundant(query: &str, mut candidate: Candidate) -> Candidate {
+    if candidate.diagnostics.iter().any(Diagnostic::is_error) {
+        return candidate;
+    }
+    let dropped = crate::cover::redundant_calls(query, &candidate.plan);
+    if dropped.is_empty() {
+        return candidate;
+    }
+    let mut steps = std::mem::take(&mut candidate.plan.steps);
+    for idx in dropped.into_iter().rev() {
+        let step = steps.remove(idx);
+        let name = match &step.action {
+            Action::Tool { name, .. } => name.as_str(),
+            _ => "",
+        };
+        candidate
+            .diagnostics
+            .retain(|d| d.step.as_deref() != Some(step.id.as_str()));
+        candidate.diagnostics.push(
+            Diagnostic::warning(
+                Code::StepDropped,
+                format!("/steps/{idx}"),
+                format!(
+                    "step `{}` (`{name}`) does nothing the request asks for: it carries none of \
+                     the request's values that the calls before it lack, and repeats a tool or \
+                     calls one the request does not name; it was left out",
+                    step.id
+                ),
+            )
+            .with_step(step.id.clone()),
+        );
+    }
+    candidate.plan.steps = steps;
     candidate
 }
 

@@ -15,7 +15,7 @@
 //! | investigate | `investigation` |
 //! | render | `prompt` |
 //! | generate → parse → ground → validate → repair | `generate` |
-//! | follow up | `follow_up` |
+//! | follow up, redundant calls | `follow_up` |
 //! | fit check | `fit` |
 //! | outcome, fallback | `outcome` |
 
@@ -273,7 +273,8 @@ impl Planner {
             && call.model_failure.is_none()
             && let Some(candidate) = call.best.take()
         {
-            call.best = Some(follow_up::follow_up(&mut call, &prompt, candidate).await);
+            let candidate = follow_up::follow_up(&mut call, &prompt, candidate).await;
+            call.best = Some(follow_up::without_redundant(&request.query, candidate));
         }
         // A plan whose every call goes to a tool that does not fit the request asks instead.
         if call.model_failure.is_none()
