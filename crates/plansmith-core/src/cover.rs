@@ -4,7 +4,8 @@
 //! Email it to bob@example.com", "the weather in Paris and London") with the first call and
 //! stop. The request is cut into parts (sentences, then `then` and `and` joints), and a part is
 //! addressed when the calls' arguments carry its particulars: every number in it, and one of
-//! its addresses, links or capitalised names. A part without particulars ("and tell me when it
+//! its addresses, links or capitalised names; values it gives by name (`a = 1, b = 2`), when
+//! the calls take arguments of those names, all in one call. A part without particulars ("and tell me when it
 //! is done") cannot be checked and counts as addressed, unless it is the next item of a list
 //! that a call began: in "the resistivity of copper and aluminum", a call that carries
 //! `copper` makes `aluminum` a part of its own, whose every word a call must carry (see
@@ -79,6 +80,9 @@ pub(crate) struct Part {
     /// 2 tickets for me", with `BuyBusTicket` offered and `FindBus` called, which carries the
     /// `2`): those tools. Only a call of one of them addresses the part.
     pub tools: Vec<String>,
+    /// The values the part gives by name (`a = 1, b = 2`): when it gives two or more and the
+    /// calls take arguments of those names, one call must take them all.
+    pub keyed: Vec<(String, f64)>,
 }
 
 /// The parts of `query`: its sentences, each cut at its joints; with each, whether it starts
@@ -404,6 +408,9 @@ pub(crate) fn addresses(plan: &Plan, part: &Part) -> bool {
     if !part.tools.is_empty() {
         return calls_one_of(&plan.steps, &part.tools);
     }
+    if keyed_done(&plan.steps, &part.keyed) == Some(false) {
+        return false;
+    }
     let carried = Carried::of(&plan.steps);
     if part.every {
         return part.particulars.iter().all(|p| carried.has(p));
@@ -425,8 +432,73 @@ pub(crate) fn adds(plan: &Plan, n_before: usize, part: &Part) -> bool {
     if !part.tools.is_empty() {
         return calls_one_of(added, &part.tools);
     }
+    if keyed_done(added, &part.keyed) == Some(true) && keyed_done(before, &part.keyed) != Some(true)
+    {
+        return true;
+    }
     let (old, new) = (Carried::of(before), Carried::of(added));
     part.particulars.iter().any(|p| new.has(p) && !old.has(p))
+}
+
+/// The values `part` gives by name: `a = 1`, `a=1`, `a= 1`, `a =1` (a name of letters,
+/// digits and `_` that starts with a letter, and a number).
+fn keyed_values(part: &str) -> Vec<(String, f64)> {
+    let spaced = part.replace('=', " = ");
+    let words: Vec<&str> = spaced.split_whitespace().collect();
+    let mut out = Vec::new();
+    for window in words.windows(3) {
+        let [key, "=", value] = window else {
+            continue;
+        };
+        let key = key.trim_start_matches(['(', '\'', '"']);
+        let key = key.trim_end_matches(['\'', '"']);
+        let is_name = key.len() <= 30
+            && key.starts_with(|c: char| c.is_ascii_alphabetic())
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let value = value.trim_end_matches([',', '.', ';', ')', '?', '!']);
+        if let (true, Ok(number)) = (is_name, value.parse::<f64>()) {
+            out.push((key.to_lowercase(), number));
+        }
+    }
+    out
+}
+
+/// For a part that gives two or more values by name: whether one of `steps` takes them all
+/// under those names; `None` when it gives fewer, or no call takes an argument of those names
+/// (the names are the request's, not the tool's).
+fn keyed_done(steps: &[Step], keyed: &[(String, f64)]) -> Option<bool> {
+    if keyed.len() < 2 {
+        return None;
+    }
+    let mut named = false;
+    for step in steps {
+        let Action::Tool { arguments, .. } = &step.action else {
+            continue;
+        };
+        let value_of = |key: &str| {
+            arguments
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(key))
+                .map(|(_, value)| value)
+        };
+        let mut all = true;
+        for (key, wanted) in keyed {
+            match value_of(key) {
+                Some(value) => {
+                    named = true;
+                    let number = value
+                        .as_f64()
+                        .or_else(|| value.as_str().and_then(|t| t.trim().parse().ok()));
+                    all &= number.is_some_and(|n| (n - wanted).abs() < 1e-9);
+                }
+                None => all = false,
+            }
+        }
+        if all {
+            return Some(true);
+        }
+    }
+    named.then_some(false)
 }
 
 /// Whether one of `steps` calls one of `tools`.
@@ -603,6 +675,7 @@ pub(crate) fn unaddressed(query: &str, plan: &Plan, offered: &[&str]) -> Vec<Par
                 text: text.clone(),
                 every: false,
                 tools,
+                keyed: keyed_values(text),
             }
         }));
     }
@@ -668,6 +741,7 @@ fn list_items(pieces: &[(String, bool)], values: &[String]) -> Vec<Part> {
                         particulars: names,
                         every: true,
                         tools: Vec::new(),
+                        keyed: Vec::new(),
                     });
                 }
             }
@@ -927,6 +1001,34 @@ mod tests {
             ),
             [2]
         );
+    }
+
+    #[test]
+    fn values_given_by_name_belong_to_one_call() {
+        let query = "Solve these. The first has a = 2, b = 5 and c = 3. The second has a = 1, \
+                     b = -3, and c = 2. The last one has a=1, b=2, and c=1.";
+        let three = plan(&[
+            ("solve", json!({"a": 2, "b": 5, "c": 3})),
+            ("solve", json!({"a": 1, "b": -3, "c": 2})),
+        ]);
+        // Every number of the last one is carried, by calls for the others.
+        let left = unaddressed(query, &three, &[]);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].text.starts_with("The last one"), "{left:?}");
+        assert_eq!(
+            left[0].keyed,
+            [("a".to_owned(), 1.0), ("b".to_owned(), 2.0)]
+        );
+        let four = plan(&[
+            ("solve", json!({"a": 2, "b": 5, "c": 3})),
+            ("solve", json!({"a": 1, "b": -3, "c": 2})),
+            ("solve", json!({"a": 1, "b": 2, "c": 1})),
+        ]);
+        assert!(adds(&four, 2, &left[0]));
+        assert!(unaddressed(query, &four, &[]).is_empty());
+        // Names the tool does not take: read as numbers, as before.
+        let other = plan(&[("solve", json!({"x": 2, "y": 5}))]);
+        assert!(unaddressed("Solve it with p = 2, q = 5.", &other, &[]).is_empty());
     }
 
     #[test]
