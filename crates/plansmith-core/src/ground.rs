@@ -384,7 +384,8 @@ impl Given {
 /// not give ([`invented`]: a number it does not write, a name whose words are mostly new to
 /// it), by name; and how many required arguments the call fills. Only free-form values count (a
 /// string, number or integer with no `enum`, `const` or `format`, not a date or time, not a
-/// `$ref`, and text of at most [`NAME_WORDS`] words); what is given is [`Given`].
+/// `$ref`, and text of at most [`NAME_WORDS`] words), and lists of numbers the request gives
+/// none of; what is given is [`Given`].
 pub(crate) fn unstated(
     arguments: &serde_json::Map<String, Value>,
     tool: &crate::catalog::Tool,
@@ -411,6 +412,20 @@ pub(crate) fn unstated(
             continue;
         }
         let expected = types_of(schema);
+        // A list of numbers none of which the request gives (`features: [100000, 100000, …]`
+        // for "the average house price in California") is guessed as a whole.
+        if let Some(items) = value.as_array()
+            && (expected.is_empty() || expected.contains(&"array"))
+        {
+            if !items.is_empty()
+                && items
+                    .iter()
+                    .all(|item| item.is_number() && invented(item, known).is_some())
+            {
+                out.push(key.to_owned());
+            }
+            continue;
+        }
         if !expected.is_empty()
             && !expected
                 .iter()
@@ -933,6 +948,37 @@ mod tests {
             "{}",
             diags[0].message
         );
+    }
+
+    #[test]
+    fn a_list_of_numbers_the_request_does_not_give_is_guessed() {
+        let predict = tool(
+            "predict",
+            "Predict with a regression model.",
+            json!({"type": "object", "properties": {
+                "features": {"type": "array", "items": {"type": "number"}},
+                "model": {"type": "object"}},
+                "required": ["features", "model"]}),
+            None,
+        );
+        let unstated_of = |query: &str, features: Value| {
+            let arguments = json!({"features": features, "model": {"type": "linear"}});
+            let given = Given::of(&PlanRequest::new(query));
+            unstated(
+                arguments.as_object().unwrap_or(&serde_json::Map::new()),
+                &predict,
+                &given,
+            )
+        };
+        let guessed = unstated_of(
+            "The average house price in California",
+            json!([100000, 250000]),
+        );
+        assert_eq!(guessed, (vec!["features".to_owned()], 2));
+        // One number the request gives, or none at all: not a guess.
+        let some = unstated_of("Predict for 3 rooms", json!([3, 120]));
+        assert_eq!(some, (Vec::new(), 2));
+        assert_eq!(unstated_of("Predict", json!([])), (Vec::new(), 2));
     }
 
     #[test]
