@@ -463,6 +463,23 @@ fn keyed_values(part: &str) -> Vec<(String, f64)> {
     out
 }
 
+/// Whether the tool call `step` takes `value` under the name `key` (`x`, `x_value`, `start_x`).
+fn takes(step: &Step, key: &str, value: f64) -> bool {
+    let Action::Tool { arguments, .. } = &step.action else {
+        return false;
+    };
+    arguments.iter().any(|(name, given)| {
+        let name = name.to_lowercase();
+        let named = name == key
+            || name.starts_with(&format!("{key}_"))
+            || name.ends_with(&format!("_{key}"));
+        let number = given
+            .as_f64()
+            .or_else(|| given.as_str().and_then(|t| t.trim().parse().ok()));
+        named && number.is_some_and(|n| (n - value).abs() < 1e-9)
+    })
+}
+
 /// For a part that gives two or more values by name: whether one of `steps` takes them all
 /// under those names; `None` when it gives fewer, or no call takes an argument of those names
 /// (the names are the request's, not the tool's).
@@ -581,21 +598,27 @@ fn names_tool(query_words: &[String], name: &str) -> bool {
         .any(|w| !GENERIC_ACTIONS.contains(&w.as_str()) && query_words.contains(w))
 }
 
-/// The tool steps of `plan` (by index) that do nothing the request asks for: after the first
-/// call, a call that carries no particular of the request (its numbers, names, addresses) that
-/// the calls kept before it lack, and that repeats an earlier call's tool or calls a tool the
-/// request does not name. Small models go on writing calls once the request is done (the
+/// The tool steps among the first `judged` of `plan` (by index) that do nothing the request
+/// asks for: after the first call, a call that carries no particular of the request (its
+/// numbers, names, addresses, and values it gives by name under that name: `x=2` as `x` or
+/// `x_value`) that the calls kept before it lack, and that repeats an earlier call's tool or
+/// calls a tool the request does not name. Small models go on writing calls once the request is done (the
 /// translation translated back and sent again; `generate_password` after
 /// `generate_random_password` with the same values). A step that a kept step depends on is
 /// kept. Empty when the request has no particulars to judge by.
-pub(crate) fn redundant_calls(query: &str, plan: &Plan) -> Vec<usize> {
-    let wanted: Vec<String> = parts(query)
+pub(crate) fn redundant_calls(query: &str, plan: &Plan, judged: usize) -> Vec<usize> {
+    let pieces = parts(query);
+    let wanted: Vec<String> = pieces
         .iter()
         .flat_map(|(text, starts)| particulars(text, *starts))
         .collect();
     if wanted.is_empty() {
         return Vec::new();
     }
+    let keyed: Vec<(String, f64)> = pieces
+        .iter()
+        .flat_map(|(text, _)| keyed_values(text))
+        .collect();
     let query_words = crate::retrieve::tokenize(query);
     let mut kept: Vec<Step> = Vec::new();
     let mut dropped: Vec<usize> = Vec::new();
@@ -608,8 +631,11 @@ pub(crate) fn redundant_calls(query: &str, plan: &Plan) -> Vec<usize> {
             .any(|k| matches!(&k.action, Action::Tool { name: n, .. } if n == name));
         let first = !kept.iter().any(|k| matches!(k.action, Action::Tool { .. }));
         let (before, this) = (Carried::of(&kept), Carried::of(std::slice::from_ref(step)));
-        let adds = wanted.iter().any(|p| this.has(p) && !before.has(p));
-        if !first && !adds && (called_before || !names_tool(&query_words, name)) {
+        let adds = wanted.iter().any(|p| this.has(p) && !before.has(p))
+            || keyed.iter().any(|(key, value)| {
+                takes(step, key, *value) && !kept.iter().any(|k| takes(k, key, *value))
+            });
+        if idx < judged && !first && !adds && (called_before || !names_tool(&query_words, name)) {
             dropped.push(idx);
         } else {
             kept.push(step.clone());
@@ -978,14 +1004,14 @@ mod tests {
             step.id = format!("s{}", idx + 1);
         }
         written.steps[4].depends_on = vec!["s4".into()];
-        assert_eq!(redundant_calls(query, &written), [3, 4]);
+        assert_eq!(redundant_calls(query, &written, 5), [3, 4]);
         // A later call that a kept one depends on stays.
         written.steps[2].depends_on = vec!["s5".into()];
-        assert_eq!(redundant_calls(query, &written), Vec::<usize>::new());
+        assert_eq!(redundant_calls(query, &written, 5), Vec::<usize>::new());
         // Parallel calls each carry values of their own; a chained call whose tool the
         // request names stays though it carries nothing literal.
         let parallel = plan(&[("fact", json!({"n": 5})), ("fact", json!({"n": 7}))]);
-        assert!(redundant_calls("the factorial of 5 and of 7", &parallel).is_empty());
+        assert!(redundant_calls("the factorial of 5 and of 7", &parallel, 2).is_empty());
         let chained = plan(&[
             ("calculate_loan_emi", json!({"amount": 10000})),
             (
@@ -997,10 +1023,27 @@ mod tests {
         assert_eq!(
             redundant_calls(
                 "Calculate the EMI of a loan of 10000, then the square of it",
-                &chained
+                &chained,
+                3
             ),
             [2]
         );
+        // Only the first answer's calls are judged: a follow-up's call did a part.
+        assert!(
+            redundant_calls(
+                "Calculate the EMI of a loan of 10000, then the square of it",
+                &chained,
+                2
+            )
+            .is_empty()
+        );
+        // A value the request gives by name is new under that name, though the number is not.
+        let derivative = plan(&[
+            ("derive", json!({"function": "3x^3 - 2x^2", "x_value": 4})),
+            ("derive", json!({"function": "3x^3 - 2x^2", "x_value": 2})),
+        ]);
+        let query = "Differentiate '3x^3 - 2x^2' at x=4, then again at x=2";
+        assert!(redundant_calls(query, &derivative, 2).is_empty());
     }
 
     #[test]

@@ -14,10 +14,10 @@
 //! `BuyBusTicket` after a `FindBus` call; see [`crate::cover`]) is left too; writing on is
 //! then held to those tools, and only a call of one of them does the part.
 //!
-//! The other way round, calls that do nothing the request asks for are left out once the
-//! follow-ups are done (`without_redundant`): small models go on writing calls after the
-//! request is done, repeating a tool or calling one the request does not name with nothing of
-//! the request's that the calls before lack.
+//! The other way round, calls of the first answer that do nothing the request asks for are
+//! left out once the follow-ups are done (`without_redundant`): small models go on writing
+//! calls after the request is done, repeating a tool or calling one the request does not name
+//! with nothing of the request's that the calls before lack.
 //!
 //! A follow-up is a guess at a part the first answer left out, so a call to a destructive tool
 //! (`destructiveHint`) is added only when the part asks for it by the tool's verb ("delete the
@@ -144,14 +144,14 @@ pub(super) async fn follow_up(
     candidate
 }
 
-/// The candidate without the calls that do nothing the request asks for
-/// ([`crate::cover::redundant_calls`]), each with a `step_dropped` warning. A candidate with
-/// errors is returned as it is.
-pub(super) fn without_redundant(query: &str, mut candidate: Candidate) -> Candidate {
+/// The candidate without the calls among its first `judged` (the first answer's) that do
+/// nothing the request asks for ([`crate::cover::redundant_calls`]), each with a
+/// `step_dropped` warning. A candidate with errors is returned as it is.
+pub(super) fn without_redundant(query: &str, mut candidate: Candidate, judged: usize) -> Candidate {
     if candidate.diagnostics.iter().any(Diagnostic::is_error) {
         return candidate;
     }
-    let dropped = crate::cover::redundant_calls(query, &candidate.plan);
+    let dropped = crate::cover::redundant_calls(query, &candidate.plan, judged);
     if dropped.is_empty() {
         return candidate;
     }

@@ -273,8 +273,14 @@ impl Planner {
             && call.model_failure.is_none()
             && let Some(candidate) = call.best.take()
         {
+            // The first answer's calls are judged for redundancy; a follow-up's did a part.
+            let first = candidate.plan.steps.len();
             let candidate = follow_up::follow_up(&mut call, &prompt, candidate).await;
-            call.best = Some(follow_up::without_redundant(&request.query, candidate));
+            call.best = Some(follow_up::without_redundant(
+                &request.query,
+                candidate,
+                first,
+            ));
         }
         // A plan whose every call goes to a tool that does not fit the request asks instead.
         if call.model_failure.is_none()
