@@ -661,6 +661,21 @@ pub(crate) fn redundant_calls(query: &str, plan: &Plan, judged: usize) -> Vec<us
     }
 }
 
+/// Whether the calls of `plan` do a part of `query` other than the one worded `except`: a part
+/// with particulars that they carry.
+pub(crate) fn does_another_part(query: &str, plan: &Plan, except: &str) -> bool {
+    parts(query).iter().any(|(text, starts)| {
+        let part = Part {
+            particulars: particulars(text, *starts),
+            text: text.clone(),
+            every: false,
+            tools: Vec::new(),
+            keyed: keyed_values(text),
+        };
+        text != except && !part.particulars.is_empty() && addresses(plan, &part)
+    })
+}
+
 /// Whether `query` names none of the tools that `plan` calls: no word of a called tool's name
 /// (read as [`named_tools`] reads them) is a word of the request.
 pub(crate) fn names_no_call(query: &str, plan: &Plan) -> bool {
@@ -1072,6 +1087,21 @@ mod tests {
         // Names the tool does not take: read as numbers, as before.
         let other = plan(&[("solve", json!({"x": 2, "y": 5}))]);
         assert!(unaddressed("Solve it with p = 2, q = 5.", &other, &[]).is_empty());
+    }
+
+    #[test]
+    fn calls_that_carry_another_part_do_it() {
+        let query = "Find a music festival in Atlanta on 2024-10-10 and get me two tickets.";
+        let find = plan(&[(
+            "Events.FindEvents",
+            json!({"city": "Atlanta", "date": "2024-10-10"}),
+        )]);
+        assert!(does_another_part(query, &find, "get me two tickets."));
+        assert!(!does_another_part(
+            query,
+            &find,
+            "Find a music festival in Atlanta on 2024-10-10"
+        ));
     }
 
     #[test]

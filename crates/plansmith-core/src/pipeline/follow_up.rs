@@ -216,10 +216,12 @@ async fn ask(
     }
 }
 
-/// [`adopt`]; but when the part names its tools and the request names none of the tools the
-/// plan so far calls (`MBTI.analyse` for "my personality type based on the five factor
-/// model"), the first answer was the model's wrong pick, not a part of the request: the calls
-/// `added` replace it, when they stand on their own (no `$ref` to the calls they replace).
+/// [`adopt`]; but when the part names its tools, the request names none of the tools the plan
+/// so far calls (`MBTI.analyse` for "my personality type based on the five factor model"),
+/// and those calls do no other part of the request (carry none of another part's
+/// particulars), the first answer was the model's wrong pick, not a part of the request: the
+/// calls `added` replace it, when they stand on their own (no `$ref` to the calls they
+/// replace).
 fn adopt_or_replace(
     call: &mut Call<'_>,
     before: &crate::plan::Plan,
@@ -228,7 +230,11 @@ fn adopt_or_replace(
     part: &Part,
     how: &str,
 ) -> Option<Candidate> {
-    if !part.tools.is_empty() && crate::cover::names_no_call(&call.request.query, before) {
+    let query = &call.request.query;
+    if !part.tools.is_empty()
+        && crate::cover::names_no_call(query, before)
+        && !crate::cover::does_another_part(query, before, &part.text)
+    {
         let mut replaced: Vec<&str> = Vec::new();
         for step in &before.steps {
             if let Action::Tool { name, .. } = &step.action
