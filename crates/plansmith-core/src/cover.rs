@@ -85,6 +85,20 @@ pub(crate) struct Part {
     pub keyed: Vec<(String, f64)>,
 }
 
+impl Part {
+    /// The piece `text` of a request as a part: its particulars and the values it gives by
+    /// name, no tools.
+    fn of(text: &str, starts_sentence: bool) -> Part {
+        Part {
+            text: text.to_owned(),
+            particulars: particulars(text, starts_sentence),
+            every: false,
+            tools: Vec::new(),
+            keyed: keyed_values(text),
+        }
+    }
+}
+
 /// The parts of `query`: its sentences, each cut at its joints; with each, whether it starts
 /// a sentence.
 fn parts(query: &str) -> Vec<(String, bool)> {
@@ -463,6 +477,13 @@ fn keyed_values(part: &str) -> Vec<(String, f64)> {
     out
 }
 
+/// An argument's value as a number: a JSON number, or a string that is one (`"2"`).
+fn number_in(value: &Value) -> Option<f64> {
+    value
+        .as_f64()
+        .or_else(|| value.as_str().and_then(|t| t.trim().parse().ok()))
+}
+
 /// Whether the tool call `step` takes `value` under the name `key` (`x`, `x_value`, `start_x`).
 fn takes(step: &Step, key: &str, value: f64) -> bool {
     let Action::Tool { arguments, .. } = &step.action else {
@@ -473,10 +494,7 @@ fn takes(step: &Step, key: &str, value: f64) -> bool {
         let named = name == key
             || name.starts_with(&format!("{key}_"))
             || name.ends_with(&format!("_{key}"));
-        let number = given
-            .as_f64()
-            .or_else(|| given.as_str().and_then(|t| t.trim().parse().ok()));
-        named && number.is_some_and(|n| (n - value).abs() < 1e-9)
+        named && number_in(given).is_some_and(|n| (n - value).abs() < 1e-9)
     })
 }
 
@@ -503,10 +521,7 @@ fn keyed_done(steps: &[Step], keyed: &[(String, f64)]) -> Option<bool> {
             match value_of(key) {
                 Some(value) => {
                     named = true;
-                    let number = value
-                        .as_f64()
-                        .or_else(|| value.as_str().and_then(|t| t.trim().parse().ok()));
-                    all &= number.is_some_and(|n| (n - wanted).abs() < 1e-9);
+                    all &= number_in(value).is_some_and(|n| (n - wanted).abs() < 1e-9);
                 }
                 None => all = false,
             }
@@ -665,13 +680,7 @@ pub(crate) fn redundant_calls(query: &str, plan: &Plan, judged: usize) -> Vec<us
 /// with particulars that they carry.
 pub(crate) fn does_another_part(query: &str, plan: &Plan, except: &str) -> bool {
     parts(query).iter().any(|(text, starts)| {
-        let part = Part {
-            particulars: particulars(text, *starts),
-            text: text.clone(),
-            every: false,
-            tools: Vec::new(),
-            keyed: keyed_values(text),
-        };
+        let part = Part::of(text, *starts);
         text != except && !part.particulars.is_empty() && addresses(plan, &part)
     })
 }
@@ -708,16 +717,9 @@ pub(crate) fn unaddressed(query: &str, plan: &Plan, offered: &[&str]) -> Vec<Par
     let pieces = parts(query);
     let mut out: Vec<Part> = Vec::new();
     if pieces.len() >= 2 {
-        out.extend(pieces.iter().map(|(text, starts_sentence)| {
-            let particulars = particulars(text, *starts_sentence);
-            let tools = named_tools(text, offered, &called);
-            Part {
-                particulars,
-                text: text.clone(),
-                every: false,
-                tools,
-                keyed: keyed_values(text),
-            }
+        out.extend(pieces.iter().map(|(text, starts_sentence)| Part {
+            tools: named_tools(text, offered, &called),
+            ..Part::of(text, *starts_sentence)
         }));
     }
     // A list's next items are parts of their own, also inside one piece ("human HbA1c,
