@@ -371,7 +371,11 @@ fn dispatch(command: Command) -> Result<Exit, CliError> {
         Command::Tools(ToolsCommand::Search(args)) => tools_cmd::search(args),
         Command::Eval(EvalCommand::Plan(args)) => model::load_with(
             args.model.model.as_deref(),
-            model::LocalOptions { unconstrained: args.unconstrained, independent: true },
+            model::LocalOptions {
+                unconstrained: args.unconstrained,
+                independent: true,
+                ..Default::default()
+            },
         )
             .and_then(|model| {
                 let run = eval::PlanRun {

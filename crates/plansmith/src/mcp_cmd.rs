@@ -127,7 +127,14 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
 /// client disconnects.
 pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
     let catalog = args.catalog.load()?;
-    let model = crate::model::load(args.model.model.as_deref())?;
+    // Several callers at once: the embedded model decodes their requests together.
+    let model = crate::model::load_with(
+        args.model.model.as_deref(),
+        crate::model::LocalOptions {
+            parallel: crate::model::SERVER_PARALLEL,
+            ..Default::default()
+        },
+    )?;
     let planner = crate::retrieval::planner(catalog, model)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

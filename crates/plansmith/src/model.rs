@@ -46,7 +46,15 @@ pub struct LocalOptions {
     /// Evaluate every prompt from scratch instead of reusing the previous prompt's prefix from
     /// the KV cache, so that a reply does not depend on the request before it.
     pub independent: bool,
+    /// Requests the embedded model decodes together when `PLANSMITH_PARALLEL` does not say
+    /// (0 or 1: one at a time).
+    pub parallel: usize,
 }
+
+/// Requests the embedded model decodes together in `serve` and `mcp`, which answer several
+/// callers: on 2 cores four sequences in one batch write ~2.3× the tokens of one
+/// (docs/perf.md), and each adds a context's worth of KV buffer (~48 MiB for the default model).
+pub const SERVER_PARALLEL: usize = 4;
 
 /// Like [`load`], with [`LocalOptions`] for local models (other kinds ignore them).
 pub fn load_with(
@@ -78,7 +86,12 @@ pub fn load_with(
         "local" => Ok(Arc::new(load_local(rest, options)?)),
         #[cfg(not(feature = "local"))]
         "local" => {
-            let _ = (rest, options.unconstrained, options.independent);
+            let _ = (
+                rest,
+                options.unconstrained,
+                options.independent,
+                options.parallel,
+            );
             Err(CliError::model(anyhow!(
                 "this plansmith was built without the embedded model (feature `local`); \
                  choose a remote model with --model (supported: {KINDS})"
@@ -103,6 +116,7 @@ pub fn load_with(
 pub fn load_local(what: &str, options: LocalOptions) -> Result<LocalModel, CliError> {
     // Checked before the model is resolved, so a typo does not wait for a download.
     let threads = generation_threads(std::env::var("PLANSMITH_THREADS").ok())?;
+    let parallel = parallel_requests(std::env::var("PLANSMITH_PARALLEL").ok())?;
     let (path, name) = resolve_local(what)?;
     let mut config = LocalConfig::new(path, name);
     if let Some(threads) = threads {
@@ -111,6 +125,7 @@ pub fn load_local(what: &str, options: LocalOptions) -> Result<LocalModel, CliEr
     let env_off = std::env::var("PLANSMITH_UNCONSTRAINED").is_ok_and(|v| !v.is_empty() && v != "0");
     config.constrained = !(options.unconstrained || env_off);
     config.reuse_prefix = !options.independent;
+    config.sequences = parallel.unwrap_or(options.parallel).max(1);
     config.prompt_cache = plansmith_local::PromptCache::from_env()
         .map_err(|message| CliError::input(anyhow!(message)))?;
     LocalModel::load(config).map_err(CliError::model)
@@ -125,6 +140,19 @@ fn generation_threads(value: Option<String>) -> Result<Option<i32>, CliError> {
             "PLANSMITH_THREADS=`{n}`: generation threads are 1 or more"
         ))),
         threads => Ok(threads),
+    }
+}
+
+#[cfg(feature = "local")]
+/// `PLANSMITH_PARALLEL`: unset or empty is the command's default; anything but a number from 1
+/// to 64 is an error.
+fn parallel_requests(value: Option<String>) -> Result<Option<usize>, CliError> {
+    let value = value.filter(|v| !v.trim().is_empty());
+    match crate::config::env_number::<usize>("PLANSMITH_PARALLEL", value)? {
+        Some(n) if !(1..=64).contains(&n) => Err(CliError::input(anyhow!(
+            "PLANSMITH_PARALLEL=`{n}`: the embedded model decodes 1 to 64 requests together"
+        ))),
+        parallel => Ok(parallel),
     }
 }
 

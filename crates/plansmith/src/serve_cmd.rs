@@ -137,7 +137,14 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
     config.max_connections = layer.max_connections.unwrap_or(defaults.max_connections);
     config.check(addr).map_err(CliError::input)?;
     let catalog = crate::catalog::load_catalog(layer.tools.as_deref(), layer.agents.as_deref())?;
-    let model = crate::model::load(layer.model.as_deref())?;
+    // Several callers at once: the embedded model decodes their requests together.
+    let model = crate::model::load_with(
+        layer.model.as_deref(),
+        crate::model::LocalOptions {
+            parallel: crate::model::SERVER_PARALLEL,
+            ..Default::default()
+        },
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

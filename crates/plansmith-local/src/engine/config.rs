@@ -40,11 +40,17 @@ pub struct LocalConfig {
     /// that begins a new prompt ([`PromptCache`]): a new process then skips evaluating the
     /// system prompt it has seen before. Off by default; used only with `reuse_prefix`.
     pub prompt_cache: Option<PromptCache>,
+    /// Requests decoded together (1 by default: one after another). Each has its own sequence
+    /// in one KV buffer of `context` tokens per sequence, which a request's prompt prefix can
+    /// share with another's; a batch per round carries the next tokens of them all. Worth it for
+    /// a server answering several callers; the KV buffer's memory grows with it.
+    pub sequences: usize,
 }
 
 impl LocalConfig {
     /// Defaults for a model file: a generation thread per idle physical core, every available CPU
-    /// for the prompt, 4096 tokens, constrained decoding on, no prompt cache.
+    /// for the prompt, 4096 tokens, constrained decoding on, no prompt cache, one request at a
+    /// time.
     pub fn new(path: PathBuf, name: impl Into<String>) -> LocalConfig {
         let count = |n: usize| i32::try_from(n).unwrap_or(1).max(1);
         LocalConfig {
@@ -58,6 +64,7 @@ impl LocalConfig {
             fallback_template: "chatml".to_owned(),
             reuse_prefix: true,
             prompt_cache: None,
+            sequences: 1,
         }
     }
 }

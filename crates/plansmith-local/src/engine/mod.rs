@@ -1,14 +1,16 @@
 //! The embedded model: a GGUF file run in-process by llama.cpp, behind [`LanguageModel`].
 //!
 //! One worker thread owns the model and one context for the life of the [`LocalModel`]: the
-//! model is loaded once, requests run one at a time, and the KV cache of the previous prompt
-//! is kept, so a request that shares its prefix (system prompt + tool manifest) with the last
-//! one only evaluates the new tokens. A request whose caller stops waiting (its future is
+//! model is loaded once, and each request decodes in a sequence of the context's KV cache
+//! ([`LocalConfig::sequences`] of them: one by default, several for a server), in rounds that
+//! put every sequence's next tokens in one batch ([`rounds`]). A request waits for a free
+//! sequence, oldest first. A sequence keeps the KV cache of its last prompt, and a request that
+//! shares a prefix (system prompt + tool manifest) with what any sequence holds shares those
+//! cells and only evaluates the new tokens. A request whose caller stops waiting (its future is
 //! dropped: a server timeout, a closed connection) is not decoded any further: the worker checks
-//! between two tokens, and between two prompt batches, so the next request does not queue
-//! behind a reply nobody will read. A streamed request ([`LanguageModel::stream`]) gets the
-//! reply's text after each decoding round, so the pipeline reports tokens and each finished
-//! step while the model still writes.
+//! every round, so its sequence is free for the next request at once and the others go on. A
+//! streamed request ([`LanguageModel::stream`]) gets the reply's text after each round, so the
+//! pipeline reports tokens and each finished step while the model still writes.
 //!
 //! A new process has no KV cache to reuse; with a [`PromptCache`] it starts from the disk
 //! instead. A prompt's leading system messages (instructions, profile, tool manifest: most of a
@@ -49,6 +51,7 @@
 //! by one, 4.4 s guessing 1 ahead, 5.8 s guessing 2). Generation on CPU is compute-bound, not
 //! weight-bandwidth-bound, for a 0.5B Q4_K model.
 
+use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -71,6 +74,7 @@ mod config;
 mod error;
 mod grammar;
 mod reply;
+mod rounds;
 mod session;
 mod stats;
 
@@ -100,9 +104,11 @@ struct Job {
     reply: oneshot::Sender<Result<Completion, LlmError>>,
     /// Where the reply's text goes as it is decoded, for a streamed request.
     text: Option<stream_mpsc::UnboundedSender<String>>,
-    /// When the request was queued: the wait until the worker takes it is the completion's
+    /// When the request was queued: the wait until it gets a sequence is the completion's
     /// [`Completion::queue_us`].
     queued_at: Instant,
+    /// That wait, once it is over.
+    queue_us: u64,
 }
 
 /// A GGUF model run in-process (see the module docs).
@@ -229,6 +235,7 @@ impl LocalModel {
                 reply,
                 text,
                 queued_at: Instant::now(),
+                queue_us: 0,
             })
         })
     }
@@ -297,13 +304,20 @@ fn worker(
     } else {
         None
     };
-    // Two sequences in one unified KV buffer: completions use sequence 0, whose cached prompt
-    // the next request reuses; a likelihood is scored in sequence 1 and cleared, so it leaves
-    // that cache alone.
+    // One unified KV buffer: a sequence per request decoded at once, whose cached prompt the
+    // next request reuses (and another sequence shares, without a copy), and one more in which
+    // a likelihood is scored and cleared, so it leaves those caches alone. Each sequence may
+    // grow to the configured context.
+    let sequences = config.sequences.max(1);
+    let seq_max = u32::try_from(sequences + 1).unwrap_or(u32::MAX);
+    let n_ctx = u32::try_from(sequences)
+        .ok()
+        .and_then(|n| config.context.checked_mul(n))
+        .unwrap_or(config.context);
     let params = LlamaContextParams::default()
-        .with_n_seq_max(2)
+        .with_n_seq_max(seq_max)
         .with_kv_unified(true)
-        .with_n_ctx(NonZeroU32::new(config.context))
+        .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(config.batch)
         .with_n_threads(config.threads.max(1))
         .with_n_threads_batch(config.threads_batch.max(1));
@@ -338,30 +352,79 @@ fn worker(
         model: &model,
         ctx: &mut ctx,
         template,
-        cached: Vec::new(),
+        cached: vec![Vec::new(); sequences],
         config: &config,
         factory,
         identity,
     };
-    for work in inbox {
-        let job = match work {
-            Work::Complete(job) => job,
-            Work::Likelihood(scoring) => {
-                let abandoned = || scoring.reply.is_canceled();
-                let result = session.likelihood(&scoring.context, &scoring.text, &abandoned);
-                let _ = scoring.reply.send(result);
+    let mut slots: Vec<Option<rounds::Active>> = (0..sequences).map(|_| None).collect();
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut open = true;
+    loop {
+        // Nothing to decode: wait for work (or the end, when the model is dropped).
+        if slots.iter().all(Option::is_none) && waiting.is_empty() {
+            match inbox.recv() {
+                Ok(work) => take(work, &mut session, &mut waiting),
+                Err(_) => return,
+            }
+        }
+        // Work sent meanwhile joins at the next round.
+        while open {
+            match inbox.try_recv() {
+                Ok(work) => take(work, &mut session, &mut waiting),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        // Free sequences take the oldest waiting requests.
+        while slots.iter().any(Option::is_none) {
+            let Some(mut job) = waiting.pop_front() else {
+                break;
+            };
+            let mut run_stats = Stats::default();
+            // A caller that stopped waiting gets nothing more: its request is not decoded.
+            if job.reply.is_canceled() {
+                run_stats.abandoned = true;
+                report(&stats, run_stats);
                 continue;
             }
-        };
-        let mut run_stats = Stats::default();
-        // A caller that stopped waiting gets nothing more: its request is not decoded (or no
-        // further), so the model is free for the next one at once.
-        let abandoned = || job.reply.is_canceled();
-        let queue_us = u64::try_from(job.queued_at.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let result = session
-            .complete(&job.request, &mut run_stats, &abandoned, job.text.as_ref())
-            .map(|completion| Completion {
-                queue_us,
+            job.queue_us = u64::try_from(job.queued_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let prepared = match session.prepare(&job.request, &mut run_stats) {
+                Ok(prepared) => prepared,
+                Err(err) => {
+                    report(&stats, run_stats);
+                    let _ = job.reply.send(Err(err));
+                    continue;
+                }
+            };
+            let free: Vec<usize> = (0..slots.len())
+                .filter(|&slot| slots.get(slot).is_some_and(Option::is_none))
+                .collect();
+            let Some(seq) = session.best_free(&free, &prepared.tokens) else {
+                waiting.push_front(job);
+                break;
+            };
+            match session.begin(prepared, seq, job, run_stats) {
+                Ok(active) => {
+                    if let Some(slot) = slots.get_mut(seq) {
+                        *slot = Some(active);
+                    }
+                }
+                Err(failed) => {
+                    let (job, run_stats, err) = *failed;
+                    report(&stats, run_stats);
+                    let _ = job.reply.send(Err(err));
+                }
+            }
+        }
+        for (active, result) in session.round(&mut slots) {
+            let rounds::Active {
+                job,
+                stats: run_stats,
+                ..
+            } = active;
+            let result = result.map(|completion| Completion {
+                queue_us: job.queue_us,
                 stages: Some(Stages {
                     load_ms: load.take().map_or(0, millis),
                     cached_tokens: u32::try_from(run_stats.cached_tokens).unwrap_or(u32::MAX),
@@ -372,9 +435,28 @@ fn worker(
                 }),
                 ..completion
             });
-        if let Ok(mut shared) = stats.lock() {
-            *shared = run_stats;
+            report(&stats, run_stats);
+            let _ = job.reply.send(result);
         }
-        let _ = job.reply.send(result);
+    }
+}
+
+/// Takes work from the inbox: a completion waits for a sequence; a likelihood is scored at
+/// once, between two rounds.
+fn take(work: Work, session: &mut Session<'_, '_>, waiting: &mut VecDeque<Job>) {
+    match work {
+        Work::Complete(job) => waiting.push_back(job),
+        Work::Likelihood(scoring) => {
+            let abandoned = || scoring.reply.is_canceled();
+            let result = session.likelihood(&scoring.context, &scoring.text, &abandoned);
+            let _ = scoring.reply.send(result);
+        }
+    }
+}
+
+/// Keeps a finished request's timing for [`LocalModel::last_stats`].
+fn report(shared: &Mutex<Stats>, stats: Stats) {
+    if let Ok(mut shared) = shared.lock() {
+        *shared = stats;
     }
 }

@@ -1,31 +1,34 @@
-//! One request on the worker: the prompt restored from the KV or disk cache or evaluated, then
-//! the reply decoded token by token, under the grammar when there is one.
+//! The worker's model state: a context whose KV cache holds one sequence per request decoded at
+//! once (and one for likelihoods), and how a request gets its sequence: its prompt rendered and
+//! tokenized, its grammar built, its prompt's prefix shared from another sequence or restored
+//! from the disk cache. The decoding itself is in [`super::rounds`].
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
-use futures::channel::mpsc as stream_mpsc;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
-use llguidance::ParserFactory;
-use plansmith_core::llm::{Completion, FinishReason, Role, Strategy};
-use plansmith_core::{CompletionRequest, Likelihood, LlmError, OutputConstraint, Usage};
+use llguidance::{Matcher, ParserFactory};
+use plansmith_core::llm::Role;
+use plansmith_core::{CompletionRequest, Likelihood, LlmError, OutputConstraint};
 
+use super::Job;
 use super::config::{LocalConfig, MIN_CACHED_PREFIX};
 use super::error::backend_error;
-use super::grammar::{
-    best_token, calls_grammar, constrained_choice, grammar_matcher, json_grammar, token_id,
-};
+use super::grammar::{calls_grammar, grammar_matcher, json_grammar};
 use super::reply::Reply;
+use super::rounds::Active;
 use super::stats::Stats;
 
 pub(super) struct Session<'m, 'c> {
     pub(super) model: &'m LlamaModel,
     pub(super) ctx: &'c mut LlamaContext<'m>,
     pub(super) template: LlamaChatTemplate,
-    /// Tokens whose keys and values are in the KV cache, in order.
-    pub(super) cached: Vec<LlamaToken>,
+    /// Per sequence of the KV cache, the tokens whose keys and values it holds, in order. A
+    /// sequence keeps them after its request ends, for the next request that shares a prefix.
+    pub(super) cached: Vec<Vec<LlamaToken>>,
     pub(super) config: &'c LocalConfig,
     /// Builds a grammar matcher per constrained request (None when decoding is unconstrained).
     pub(super) factory: Option<ParserFactory>,
@@ -41,24 +44,34 @@ pub(super) fn stop_if_abandoned(
 ) -> Result<(), LlmError> {
     if abandoned() {
         stats.abandoned = true;
-        return Err(LlmError::Backend(
-            "local model: the caller stopped waiting; decoding stopped".into(),
-        ));
+        return Err(abandoned_error());
     }
     Ok(())
 }
 
+/// The error an abandoned request ends with (nobody reads it).
+pub(super) fn abandoned_error() -> LlmError {
+    LlmError::Backend("local model: the caller stopped waiting; decoding stopped".into())
+}
+
+/// A request's prompt, tokenized, and what decoding it needs; not yet given a sequence.
+pub(super) struct Prepared {
+    pub(super) tokens: Vec<LlamaToken>,
+    /// Where the prompt's leading system messages end, when the prompt cache is on and they are
+    /// worth an entry.
+    system: Option<usize>,
+    matcher: Option<Matcher>,
+    max_tokens: usize,
+    unconstrained_instead: bool,
+}
+
 impl Session<'_, '_> {
-    /// Decodes the reply to `request`, sending its text to `text` (a streamed request) as it
-    /// grows.
-    pub(super) fn complete(
-        &mut self,
+    /// Renders and tokenizes `request`'s prompt and builds its grammar.
+    pub(super) fn prepare(
+        &self,
         request: &CompletionRequest,
         stats: &mut Stats,
-        abandoned: &dyn Fn() -> bool,
-        text: Option<&stream_mpsc::UnboundedSender<String>>,
-    ) -> Result<Completion, LlmError> {
-        stop_if_abandoned(abandoned, stats)?;
+    ) -> Result<Prepared, LlmError> {
         // A conversation that ends with an assistant message is continued from that message's
         // text (prefill): the template renders the turns before it and opens the assistant's
         // turn, and the text follows as the start of the reply.
@@ -91,7 +104,7 @@ impl Session<'_, '_> {
         let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
         let max_tokens = usize::try_from(request.max_tokens.max(1)).unwrap_or(usize::MAX);
         let context = usize::try_from(self.config.context).unwrap_or(usize::MAX);
-        if tokens.len() + 1 >= context {
+        if tokens.is_empty() || tokens.len() + 1 >= context {
             return Err(LlmError::Rejected(format!(
                 "the prompt has {} tokens, more than the local model's context of {context}; \
                  lower --top-k or shorten the context",
@@ -118,7 +131,7 @@ impl Session<'_, '_> {
             _ => None,
         };
         let mut unconstrained_instead = false;
-        let mut matcher = match (grammar, &self.factory) {
+        let matcher = match (grammar, &self.factory) {
             (Some(grammar), Some(factory)) => match grammar_matcher(factory, grammar) {
                 Ok(matcher) => Some(matcher),
                 Err(err) => {
@@ -134,41 +147,82 @@ impl Session<'_, '_> {
             _ => None,
         };
         stats.grammar_time = grammar_started.elapsed();
-
-        // Reuse the longest prefix already in the KV cache; always re-evaluate at least one
-        // token, so there are logits to sample from.
-        let shared = |cached: &[LlamaToken]| {
-            cached
-                .iter()
-                .zip(&tokens)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(tokens.len() - 1)
-        };
-        let mut common = if self.config.reuse_prefix {
-            shared(&self.cached)
-        } else {
-            0
-        };
         // The system part's end, when the prompt cache is on and the part is worth an entry.
         let system = self
             .identity
             .and_then(|_| self.system_part(request, &messages, &tokens))
             .filter(|&end| end >= MIN_CACHED_PREFIX && end < tokens.len());
+        Ok(Prepared {
+            tokens,
+            system,
+            matcher,
+            max_tokens,
+            unconstrained_instead,
+        })
+    }
+
+    /// How many leading tokens of `tokens` sequence `seq` holds (at most all but the last: a
+    /// prompt always evaluates one token, for logits to choose from).
+    fn shared(&self, seq: usize, tokens: &[LlamaToken]) -> usize {
+        self.cached
+            .get(seq)
+            .map_or(0, |cached| {
+                cached
+                    .iter()
+                    .zip(tokens)
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
+            .min(tokens.len().saturating_sub(1))
+    }
+
+    /// Of the sequences in `free`, the one that loses the fewest cached tokens to `tokens` (it
+    /// keeps only the prefix it shares with them), then the one that shares the most, then the
+    /// first. An empty sequence loses nothing, so a request whose prompt starts otherwise (a
+    /// follow-up's instructions) leaves the others' prompts for the next requests like theirs;
+    /// it still shares their common prefix ([`Session::begin`]).
+    pub(super) fn best_free(&self, free: &[usize], tokens: &[LlamaToken]) -> Option<usize> {
+        free.iter().copied().min_by_key(|&seq| {
+            let held = self.cached.get(seq).map_or(0, Vec::len);
+            let shared = self.shared(seq, tokens);
+            (held.saturating_sub(shared), std::cmp::Reverse(shared), seq)
+        })
+    }
+
+    /// Sets sequence `seq` up for `prepared`: the longest prefix another sequence (or this one)
+    /// holds is shared (its cells gain this sequence: no copy, no evaluation), or the prompt
+    /// cache's entry on disk when it is longer; the rest is left to evaluate.
+    pub(super) fn begin(
+        &mut self,
+        prepared: Prepared,
+        seq: usize,
+        job: Job,
+        mut stats: Stats,
+    ) -> Result<Active, Box<(Job, Stats, LlmError)>> {
+        let Prepared {
+            tokens,
+            system,
+            mut matcher,
+            max_tokens,
+            unconstrained_instead,
+        } = prepared;
+        let started = Instant::now();
+        let mut common = 0;
+        if self.config.reuse_prefix {
+            let source = (0..self.cached.len())
+                .filter(|&other| other != seq)
+                .max_by_key(|&other| self.shared(other, &tokens))
+                .filter(|&other| self.shared(other, &tokens) > self.shared(seq, &tokens));
+            common = match source {
+                Some(other) => self.share(other, seq, &tokens),
+                None => self.shared(seq, &tokens),
+            };
+        }
         if system.is_some_and(|end| common < end) {
-            self.restore(&tokens, common, stats);
-            common = shared(&self.cached);
+            self.restore(seq, &tokens, common, &mut stats);
+            common = self.shared(seq, &tokens);
         }
-        let common_u32 = u32::try_from(common).unwrap_or(0);
-        if self
-            .ctx
-            .clear_kv_cache_seq(Some(0), Some(common_u32), None)
-            .is_err()
-            || common == 0
-        {
-            self.ctx.clear_kv_cache();
-        }
-        self.cached.truncate(common);
+        self.keep(seq, common);
         stats.prompt_tokens = tokens.len();
         stats.cached_tokens = common;
 
@@ -176,97 +230,90 @@ impl Session<'_, '_> {
         let mut reply = Reply::default();
         // The tokens the grammar forces at the start of the reply (`{"thought": "`) go through
         // the model in the prompt's last batch: one decode fewer.
-        let started = Instant::now();
-        if let Some(matcher) = matcher.as_mut() {
-            reply.force(matcher, max_tokens, &vocab, stats)?;
+        if let Some(matcher) = matcher.as_mut()
+            && let Err(err) = reply.force(matcher, max_tokens, &vocab, &mut stats)
+        {
+            return Err(Box::new((job, stats, err)));
         }
-        let mut batch = LlamaBatch::new(self.batch_size(), 1);
         // A system part not yet cached is evaluated on its own and saved, then the rest.
+        let mut segments = VecDeque::new();
         let mut rest = common;
-        if let Some(end) = system.filter(|&end| common < end) {
-            let part = tokens.get(common..end).unwrap_or_default();
-            self.evaluate(&mut batch, part, "prompt evaluation", abandoned, stats)?;
-            self.save();
+        let save_at = system.filter(|&end| common < end);
+        if let Some(end) = save_at {
+            segments.push_back(tokens.get(common..end).unwrap_or_default().to_vec());
             rest = end;
         }
         let mut prompt_and_forced = tokens.get(rest..).unwrap_or_default().to_vec();
         prompt_and_forced.append(&mut reply.pending);
-        let mut last_index = self.evaluate(
-            &mut batch,
-            &prompt_and_forced,
-            "prompt evaluation",
-            abandoned,
+        segments.push_back(prompt_and_forced);
+        Ok(Active {
+            job,
+            seq,
             stats,
-        )?;
-        stats.prompt_time = started.elapsed();
-
-        // Each round: the tokens the grammar forces next join the token chosen before them, and
-        // all go through the model in one batch (only the last needs logits), then the next
-        // token is chosen from those logits. A grammar that is complete ends the reply.
-        let started = Instant::now();
-        let mut finish = FinishReason::Length;
-        while reply.generated < max_tokens {
-            stats.generated_tokens = reply.generated;
-            stop_if_abandoned(abandoned, stats)?;
-            if let Some(matcher) = matcher.as_mut() {
-                reply.force(matcher, max_tokens, &vocab, stats)?;
-            }
-            // What the last round chose and the grammar forced after it, as it stands.
-            reply.send_unsent(text);
-            if let Some(matcher) = matcher.as_mut() {
-                if matcher.is_stopped() {
-                    finish = FinishReason::Stop;
-                    break;
-                }
-                if reply.generated >= max_tokens {
-                    break;
-                }
-            }
-            if !reply.pending.is_empty() {
-                last_index =
-                    self.evaluate(&mut batch, &reply.pending, "generation", abandoned, stats)?;
-                reply.pending.clear();
-            }
-            let logits = self.ctx.get_logits_ith(last_index);
-            let first = best_token(logits, |_| true)
-                .ok_or_else(|| backend_error("sampling", "no logits"))?;
-            let grammar_started = Instant::now();
-            let token = match matcher.as_mut() {
-                None => first,
-                Some(matcher) => {
-                    constrained_choice(matcher, first, logits, |t| vocab.is_eog(t), stats)?
-                }
-            };
-            if vocab.is_eog(token) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            if let Some(matcher) = matcher.as_mut() {
-                matcher
-                    .consume_token(token_id(token)?)
-                    .map_err(|err| backend_error("grammar", err))?;
-                stats.grammar_time += grammar_started.elapsed();
-            }
-            reply.push(token, &vocab);
-        }
-        reply.send_unsent(text);
-        stats.generate_time = started.elapsed();
-        let Reply {
-            bytes, generated, ..
-        } = reply;
-        stats.generated_tokens = generated;
-        Ok(Completion {
-            text: String::from_utf8_lossy(&bytes).into_owned(),
-            tool_calls: Vec::new(),
-            usage: Usage {
-                prompt_tokens: u32::try_from(tokens.len()).unwrap_or(u32::MAX),
-                completion_tokens: u32::try_from(generated).unwrap_or(u32::MAX),
-            },
-            finish,
-            strategy: unconstrained_instead.then_some(Strategy::PromptOnly),
-            queue_us: 0,
-            stages: None,
+            prompt_len: tokens.len(),
+            matcher,
+            reply,
+            max_tokens,
+            unconstrained_instead,
+            segments,
+            save_at,
+            started,
+            generating: None,
         })
+    }
+
+    /// Makes sequence `to` hold the prefix of `tokens` that sequence `from` holds; returns its
+    /// length.
+    fn share(&mut self, from: usize, to: usize, tokens: &[LlamaToken]) -> usize {
+        let common = self.shared(from, tokens);
+        let (Ok(from_id), Ok(to_id), Ok(end)) = (
+            i32::try_from(from),
+            i32::try_from(to),
+            u32::try_from(common),
+        ) else {
+            return self.shared(to, tokens);
+        };
+        self.forget(to);
+        if self
+            .ctx
+            .copy_kv_cache_seq(from_id, to_id, None, Some(end))
+            .is_err()
+        {
+            self.forget(to);
+            return 0;
+        }
+        if let Some(cached) = self.cached.get_mut(to) {
+            *cached = tokens.get(..common).unwrap_or_default().to_vec();
+        }
+        common
+    }
+
+    /// Keeps the first `common` tokens of sequence `seq` and drops the rest.
+    fn keep(&mut self, seq: usize, common: usize) {
+        let kept = u32::try_from(seq).ok().zip(u32::try_from(common).ok());
+        let cleared = kept.is_some_and(|(seq, common)| {
+            self.ctx
+                .clear_kv_cache_seq(Some(seq), Some(common), None)
+                .unwrap_or(false)
+        });
+        if !cleared || common == 0 {
+            self.forget(seq);
+        } else if let Some(cached) = self.cached.get_mut(seq) {
+            cached.truncate(common);
+        }
+    }
+
+    /// Empties sequence `seq`. With no other sequence holding anything, the whole KV cache is
+    /// cleared, which also puts the next prompt at the buffer's start.
+    pub(super) fn forget(&mut self, seq: usize) {
+        if let Some(cached) = self.cached.get_mut(seq) {
+            cached.clear();
+        }
+        if self.cached.iter().all(Vec::is_empty) {
+            self.ctx.clear_kv_cache();
+        } else if let Ok(seq) = u32::try_from(seq) {
+            let _ = self.ctx.clear_kv_cache_seq(Some(seq), None, None);
+        }
     }
 
     /// How likely the model finds `text` right after `context`, both tokenized as plain text
@@ -297,11 +344,13 @@ impl Session<'_, '_> {
                 tokens.len()
             )));
         }
-        // Scored in sequence 1 of the shared KV buffer, from an empty sequence, and cleared
-        // after: the completions' cached prompt in sequence 0 stays for the next request.
-        let _ = self.ctx.clear_kv_cache_seq(Some(SCORING_SEQ), None, None);
+        // Scored in the sequence after the completions' in the shared KV buffer, from an empty
+        // sequence, and cleared after: the completions' cached prompts stay for the next
+        // requests.
+        let seq = self.scoring_seq();
+        let _ = self.ctx.clear_kv_cache_seq(Some(seq), None, None);
         let scored = self.score(&tokens, head, abandoned, &mut stats);
-        let _ = self.ctx.clear_kv_cache_seq(Some(SCORING_SEQ), None, None);
+        let _ = self.ctx.clear_kv_cache_seq(Some(seq), None, None);
         let log_prob = scored?;
         Ok(Likelihood {
             log_prob,
@@ -310,7 +359,7 @@ impl Session<'_, '_> {
     }
 
     /// The sum of the log-probabilities of `tokens[head..]`, each after the tokens before it,
-    /// evaluated in batches in [`SCORING_SEQ`]: every token from the context's last one on gets
+    /// evaluated in batches in the scoring sequence: every token from the context's last one on gets
     /// logits.
     fn score(
         &mut self,
@@ -321,6 +370,7 @@ impl Session<'_, '_> {
     ) -> Result<f64, LlmError> {
         let batch_size = self.batch_size();
         let mut batch = LlamaBatch::new(batch_size, 1);
+        let seq = i32::try_from(self.scoring_seq()).unwrap_or(i32::MAX);
         let mut log_prob = 0.0_f64;
         let mut start = 0;
         while start < tokens.len() {
@@ -334,7 +384,7 @@ impl Session<'_, '_> {
                 // Logits for the tokens whose successor is a token of the text.
                 let logits = at + 1 >= head && at + 1 < tokens.len();
                 batch
-                    .add(token, pos, &[SCORING_SEQ_ID], logits)
+                    .add(token, pos, &[seq], logits)
                     .map_err(|err| backend_error("batch", err))?;
             }
             self.ctx
@@ -377,12 +427,16 @@ impl Session<'_, '_> {
         (count > 0 && tokens.starts_with(&prefix)).then_some(prefix.len())
     }
 
-    /// Loads the prompt cache's entry that shares the most with `tokens`, when it shares more
-    /// than the `common` tokens already in the KV cache. Anything amiss (no entry, a damaged
-    /// one, llama.cpp refusing it) leaves an empty KV cache and a debug log.
-    pub(super) fn restore(&mut self, tokens: &[LlamaToken], common: usize, stats: &mut Stats) {
-        let (Some(cache), Some(identity)) = (self.config.prompt_cache.as_ref(), self.identity)
-        else {
+    /// Loads into sequence `seq` the prompt cache's entry that shares the most with `tokens`,
+    /// when it shares more than the `common` tokens the sequence could start from. Anything
+    /// amiss (no entry, a damaged one, llama.cpp refusing it) leaves the sequence empty and a
+    /// debug log.
+    fn restore(&mut self, seq: usize, tokens: &[LlamaToken], common: usize, stats: &mut Stats) {
+        let (Some(cache), Some(identity), Ok(seq_id)) = (
+            self.config.prompt_cache.as_ref(),
+            self.identity,
+            i32::try_from(seq),
+        ) else {
             return;
         };
         let started = Instant::now();
@@ -391,89 +445,58 @@ impl Session<'_, '_> {
         let Some(candidate) = cache.best(&identity, &prompt, at_least) else {
             return;
         };
+        self.forget(seq);
         let ctx = &mut *self.ctx;
         let restored = cache.restore(&candidate, |path| {
-            ctx.clear_kv_cache();
-            ctx.state_seq_load_file(path, 0, candidate.tokens.len())
+            ctx.state_seq_load_file(path, seq_id, candidate.tokens.len())
                 .map(|(tokens, _)| tokens.into_iter().map(|t| t.0).collect())
                 .map_err(|err| err.to_string())
         });
         match restored {
             Ok(()) => {
-                self.cached = candidate.tokens.iter().map(|&t| LlamaToken(t)).collect();
+                if let Some(cached) = self.cached.get_mut(seq) {
+                    *cached = candidate.tokens.iter().map(|&t| LlamaToken(t)).collect();
+                }
                 stats.restored_tokens = candidate.common.min(tokens.len() - 1);
             }
             Err(err) => {
                 tracing::debug!(dir = %cache.dir().display(), error = %err, "prompt cache: entry not used");
-                self.ctx.clear_kv_cache();
-                self.cached.clear();
+                self.forget(seq);
             }
         }
         stats.restore_time = started.elapsed();
     }
 
-    /// Saves the state of the tokens in the KV cache (a system part) to the prompt cache (its
-    /// time is part of the prompt's).
-    pub(super) fn save(&mut self) {
-        let (Some(cache), Some(identity)) = (self.config.prompt_cache.as_ref(), self.identity)
-        else {
+    /// Saves the state of the tokens sequence `seq` holds (a system part) to the prompt cache
+    /// (its time is part of the prompt's).
+    pub(super) fn save(&mut self, seq: usize) {
+        let (Some(cache), Some(identity), Some(cached), Ok(seq_id)) = (
+            self.config.prompt_cache.as_ref(),
+            self.identity,
+            self.cached.get(seq),
+            i32::try_from(seq),
+        ) else {
             return;
         };
-        let tokens: Vec<i32> = self.cached.iter().map(|t| t.0).collect();
+        let tokens: Vec<i32> = cached.iter().map(|t| t.0).collect();
         let ctx = &*self.ctx;
-        let cached = &self.cached;
         cache.store(&identity, &tokens, |path| {
-            ctx.state_seq_save_file(path, 0, cached)
+            ctx.state_seq_save_file(path, seq_id, cached)
                 .map(|_| ())
                 .map_err(|err| err.to_string())
         });
+    }
+
+    /// The KV sequence likelihoods are scored in: the one after the completions'.
+    fn scoring_seq(&self) -> u32 {
+        u32::try_from(self.cached.len()).unwrap_or(u32::MAX)
     }
 
     /// Tokens per llama.cpp batch (the prompt is evaluated in batches of this size).
     pub(super) fn batch_size(&self) -> usize {
         usize::try_from(self.config.batch.max(1)).unwrap_or(512)
     }
-
-    /// Runs `tokens` through the model after the cached ones, in batches; only the last token
-    /// gets logits. Returns that token's index in the last batch. Stops between batches when
-    /// the caller has stopped waiting (a long prompt takes several seconds a batch).
-    pub(super) fn evaluate(
-        &mut self,
-        batch: &mut LlamaBatch<'_>,
-        tokens: &[LlamaToken],
-        what: &str,
-        abandoned: &dyn Fn() -> bool,
-        stats: &mut Stats,
-    ) -> Result<i32, LlmError> {
-        let batch_size = self.batch_size();
-        let mut last_index = 0;
-        for (chunk_idx, chunk) in tokens.chunks(batch_size).enumerate() {
-            if chunk_idx > 0 {
-                stop_if_abandoned(abandoned, stats)?;
-            }
-            batch.clear();
-            let is_last_chunk = (chunk_idx + 1) * batch_size >= tokens.len();
-            for (offset, &token) in chunk.iter().enumerate() {
-                let pos = i32::try_from(self.cached.len() + offset).unwrap_or(i32::MAX);
-                let logits = is_last_chunk && offset + 1 == chunk.len();
-                batch
-                    .add(token, pos, &[0], logits)
-                    .map_err(|err| backend_error("batch", err))?;
-            }
-            self.ctx
-                .decode(batch)
-                .map_err(|err| backend_error(what, err))?;
-            last_index = batch.n_tokens() - 1;
-            self.cached.extend_from_slice(chunk);
-        }
-        Ok(last_index)
-    }
 }
-
-/// The KV sequence likelihoods are scored in (completions use sequence 0).
-const SCORING_SEQ: u32 = 1;
-/// The same, as a batch takes it.
-const SCORING_SEQ_ID: i32 = 1;
 
 /// The log-probability of `token` under these logits (a log-softmax read at one index); a
 /// token out of the vocabulary's range is impossible (negative infinity).

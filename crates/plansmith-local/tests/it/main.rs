@@ -8,3 +8,5 @@ mod acquire;
 mod embed;
 /// The real SmolLM2-135M model: schema-valid plans for a table of prompts.
 mod model;
+/// The real SmolLM2-135M model decoding several requests together.
+mod together;

