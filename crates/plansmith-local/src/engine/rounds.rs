@@ -86,11 +86,15 @@ impl Session<'_, '_> {
                 continue;
             };
             let pending = active.reply.pending.len();
-            if active.generating.is_none() || pending == 0 || pending > room {
+            if active.generating.is_none() || pending == 0 || room == 0 {
                 continue;
             }
-            let tokens = std::mem::take(&mut active.reply.pending);
-            match self.add(&mut batch, active.seq, &tokens, true) {
+            // A forced run longer than the room left goes in pieces; the logits come with its
+            // last piece.
+            let taken = pending.min(room);
+            let tokens: Vec<LlamaToken> = active.reply.pending.drain(..taken).collect();
+            let whole = active.reply.pending.is_empty();
+            match self.add(&mut batch, active.seq, &tokens, whole) {
                 Ok(logits) => members.push(Member {
                     slot,
                     tokens,
@@ -98,7 +102,7 @@ impl Session<'_, '_> {
                 }),
                 Err(err) => failed.push((slot, err)),
             }
-            room -= pending;
+            room -= taken;
         }
         // Then prompts, the oldest first, in what room is left.
         let mut waiting: Vec<(Instant, usize)> = slots
