@@ -100,8 +100,8 @@ pub struct Attempt {
     pub usage: Usage,
     /// Time the model spent on the call (without [`Attempt::queue_ms`]).
     pub generate_ms: u64,
-    /// Time the call waited for the model before it started (the embedded model serves one
-    /// request at a time).
+    /// Time the call waited for the model before it started (the embedded model decodes a few
+    /// requests together, and a request waits for a free sequence).
     #[serde(default)]
     pub queue_ms: u64,
     /// Where the backend's time went, when it can tell (the embedded model).
@@ -119,8 +119,8 @@ pub struct Timings {
     pub render_us: u64,
     /// Model calls, without the time they waited for the model ([`Timings::queue_us`]).
     pub generate_us: u64,
-    /// Time model calls waited before the model started on them: the embedded model serves
-    /// one request at a time, so under concurrent requests this is where the time goes.
+    /// Time model calls waited before the model started on them: the embedded model decodes a
+    /// few requests together, so under more concurrent requests this is where the time goes.
     #[serde(default)]
     pub queue_us: u64,
     /// Parsing.

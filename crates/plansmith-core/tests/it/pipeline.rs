@@ -450,7 +450,7 @@ fn a_late_investigation_is_dropped_and_planning_goes_on() {
     assert!(!prompt.contains("stale"), "{prompt}");
 }
 
-/// Time a call waited for the model (the embedded model serves one request at a time) is
+/// Time a call waited for the model (for a free sequence of the embedded model) is
 /// reported as its own stage, not as generation.
 #[test]
 fn time_waiting_for_the_model_is_not_counted_as_generation() {

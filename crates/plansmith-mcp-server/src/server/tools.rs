@@ -407,8 +407,8 @@ impl PlansmithMcp {
 impl ServerHandler for PlansmithMcp {
     /// Every tool call ends when its client cancels it (`notifications/cancelled`): rmcp only
     /// cancels the request's token, and a handler that does not watch it runs on. `plan` and
-    /// a replanning `feedback` would hold the model, and the embedded model serves one request
-    /// at a time; store writes are transactions, rolled back when dropped before the commit.
+    /// a replanning `feedback` would hold one of the embedded model's few sequences (a request
+    /// waits for a free one); store writes are transactions, rolled back when dropped before the commit.
     async fn call_tool(
         &self,
         request: rmcp::model::CallToolRequestParams,
