@@ -675,6 +675,12 @@ impl Retriever for LazyDense {
             .map(|index| index.rank(query, limit))
             .unwrap_or_default()
     }
+
+    fn prepare(&self) {
+        if !self.catalog.is_empty() {
+            self.index();
+        }
+    }
 }
 
 #[cfg(test)]

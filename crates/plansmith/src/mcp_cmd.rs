@@ -128,14 +128,19 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
 pub fn serve(args: McpArgs) -> Result<Exit, CliError> {
     let catalog = args.catalog.load()?;
     // Several callers at once: the embedded model decodes their requests together.
-    let model = crate::model::load_with(
-        args.model.model.as_deref(),
-        crate::model::LocalOptions {
-            parallel: crate::model::SERVER_PARALLEL,
-            ..Default::default()
+    let planner = crate::retrieval::planner_loading(
+        catalog,
+        plansmith_core::PlanOptions::default().top_k,
+        || {
+            crate::model::load_with(
+                args.model.model.as_deref(),
+                crate::model::LocalOptions {
+                    parallel: crate::model::SERVER_PARALLEL,
+                    ..Default::default()
+                },
+            )
         },
     )?;
-    let planner = crate::retrieval::planner(catalog, model)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

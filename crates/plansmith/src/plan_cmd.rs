@@ -127,9 +127,10 @@ pub fn run(args: PlanArgs) -> Result<Exit, CliError> {
         .map_err(CliError::input)?;
     crate::plan_review::check_store(&args.save)?;
     let catalog = args.catalog.with_mcp(catalog)?;
-    let model = crate::model::load(args.model.model.as_deref())?;
-    let model_name = model.name();
-    let mut planner = crate::retrieval::planner(catalog, model)?;
+    let mut planner = crate::retrieval::planner_loading(catalog, args.top_k, || {
+        crate::model::load(args.model.model.as_deref())
+    })?;
+    let model_name = planner.model().name();
     if let Some(templates) = templates {
         planner = planner.with_prompts(templates);
     }

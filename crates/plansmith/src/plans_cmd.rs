@@ -218,8 +218,11 @@ struct PlannerArgs {
 impl PlannerArgs {
     fn planner(&self) -> Result<Planner, CliError> {
         let catalog = self.catalog.load()?;
-        let model = crate::model::load(self.model.model.as_deref())?;
-        let mut planner = crate::retrieval::planner(catalog, model)?;
+        let mut planner = crate::retrieval::planner_loading(
+            catalog,
+            plansmith_core::PlanOptions::default().top_k,
+            || crate::model::load(self.model.model.as_deref()),
+        )?;
         if let Some(dir) = &self.prompts {
             planner = planner.with_prompts(Prompts::with_overrides(dir).map_err(CliError::input)?);
         }

@@ -2,9 +2,10 @@
 //!
 //! `--retriever` (on `tools search` and `eval retrieval`), else `PLANSMITH_RETRIEVER`, else the
 //! config file's `retriever`, else `hybrid`: BM25F keyword search fused with the embedded
-//! sentence-embedding model by reciprocal rank. The embedding model loads at the first search
-//! of a catalog larger than the prompt's top-K (a catalog offered whole is only ordered, by
-//! BM25F); when it is not installed, retrieval falls back to BM25F with one warning.
+//! sentence-embedding model by reciprocal rank. The embedding model loads for a catalog larger
+//! than the prompt's top-K (a catalog offered whole is only ordered, by BM25F): on a thread of
+//! its own while the language model loads ([`planner_loading`]), else at the first search. When
+//! it is not installed, retrieval falls back to BM25F with one warning.
 
 use std::sync::Arc;
 
@@ -65,4 +66,37 @@ fn dense(_catalog: &Catalog) -> Option<Arc<dyn Retriever>> {
 pub fn planner(catalog: Catalog, model: Arc<dyn LanguageModel>) -> Result<Planner, CliError> {
     let retriever = build(&catalog, kind(None).map_err(CliError::input)?);
     Ok(Planner::with_retrieval(catalog, retriever, model))
+}
+
+/// A planner over `catalog` with the configured retriever and the model `load` returns.
+///
+/// When requests showing `top_k` tools will search the catalog, the retriever's embedding
+/// model and vectors load on another thread while `load` runs, instead of at the first search
+/// after it: a cold `plansmith plan` waits for the longer of the two loads, not their sum.
+pub fn planner_loading(
+    catalog: Catalog,
+    top_k: usize,
+    load: impl FnOnce() -> Result<Arc<dyn LanguageModel>, CliError>,
+) -> Result<Planner, CliError> {
+    let retriever = build(&catalog, kind(None).map_err(CliError::input)?);
+    prepare_in_background(&retriever, catalog.len(), top_k);
+    let model = load()?;
+    Ok(Planner::with_retrieval(catalog, retriever, model))
+}
+
+/// Starts [`Retriever::prepare`] on a thread of its own when a request showing `top_k` of
+/// `tools` tools searches them (`select` only orders a catalog shown whole). A search that
+/// comes before it is done waits for the same load; nothing is loaded twice.
+pub fn prepare_in_background(retriever: &Arc<dyn Retriever>, tools: usize, top_k: usize) {
+    if top_k == 0 || tools <= top_k {
+        return;
+    }
+    let retriever = retriever.clone();
+    let spawned = std::thread::Builder::new()
+        .name("plansmith-retrieval".into())
+        .spawn(move || retriever.prepare());
+    if let Err(err) = spawned {
+        // The first search loads it instead.
+        tracing::debug!("cannot prepare retrieval in the background: {err}");
+    }
 }

@@ -164,6 +164,11 @@ pub fn run(args: ServeArgs) -> Result<Exit, CliError> {
             &catalog,
             crate::retrieval::kind(None).map_err(CliError::input)?,
         );
+        crate::retrieval::prepare_in_background(
+            &retriever,
+            catalog.len(),
+            plansmith_core::PlanOptions::default().top_k,
+        );
         let planner = Planner::with_retrieval(catalog.clone(), retriever.clone(), model.clone());
         let planner = crate::investigate_cmd::with_configured(planner).await?;
         // Many clients: new plans share transactions (group commit, see PlanStore).

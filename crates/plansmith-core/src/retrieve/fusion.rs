@@ -68,6 +68,12 @@ impl Retriever for Fusion {
             .map(|part| part.order(query, limit))
             .unwrap_or_default()
     }
+
+    fn prepare(&self) {
+        for part in &self.parts {
+            part.prepare();
+        }
+    }
 }
 
 #[cfg(test)]

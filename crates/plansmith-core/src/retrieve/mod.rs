@@ -60,6 +60,11 @@ pub trait Retriever: Send + Sync {
     fn order(&self, query: &str, limit: usize) -> Vec<Scored> {
         self.rank(query, limit)
     }
+
+    /// Loads now what the first [`Retriever::rank`] would load (an embedding model and the
+    /// catalog's vectors), so that a caller can start it on another thread beside other work,
+    /// such as loading the language model. Idempotent; the default does nothing.
+    fn prepare(&self) {}
 }
 
 /// A tool and how well it matches a query.
