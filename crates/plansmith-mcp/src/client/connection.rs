@@ -1,7 +1,7 @@
 //! One server's connection: spawning or reaching it, listing its tools page by page, calling
 //! them, reconnecting when the connection died, and closing it.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,8 +12,8 @@ use process_wrap::tokio::ProcessGroup;
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelTaskParams, CancelledNotificationParam,
-    ClientRequest, GetTaskParams, PaginatedRequestParams, RequestId, RequestMetaObject,
-    ServerResult, TaskPayload, UpdateTaskParams,
+    ClientRequest, CustomRequest, ErrorCode, GetTaskResult, PaginatedRequestParams, RequestId,
+    RequestMetaObject, ServerResult, TaskPayload, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -46,6 +46,8 @@ pub(super) struct Connection {
     /// Shared by the connection's successive clients.
     progress: ProgressRoutes,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Tools of this server that answered a plain call with "requires task augmentation".
+    task_tools: Mutex<HashSet<String>>,
 }
 
 impl Connection {
@@ -55,6 +57,7 @@ impl Connection {
             client: tokio::sync::Mutex::new(None),
             progress: ProgressRoutes::default(),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
+            task_tools: Mutex::new(HashSet::new()),
         }
     }
 
@@ -311,47 +314,37 @@ impl Connection {
             let result = self.await_task(&client, task, None, total).await?;
             return Ok(tool_output(result));
         }
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-        // Bounded by the time without an answer or a progress notification, and by a total.
-        // Past either, rmcp sends `notifications/cancelled`; given up by the caller (a step
-        // stopped), `Abandoned` does.
-        let bounds = PeerRequestOptions::with_timeout(
-            self.spec.call_timeout.unwrap_or(options.call_timeout),
-        )
-        .reset_timeout_on_progress()
-        .with_max_total_timeout(self.spec.max_call.unwrap_or(options.max_call));
-        let bounds = if extras.meta.is_empty() {
-            bounds
-        } else {
-            bounds.with_meta(RequestMetaObject::from(extras.meta))
-        };
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let answer = match client
-            .peer()
-            .send_request_with_option(request, bounds)
-            .await
-        {
-            Ok(handle) => {
-                let mut abandoned = Abandoned::new(client.peer(), handle.id.clone());
-                // (A report sent before the route exists is missed; the next one comes through.)
-                let (_route, mut reports) = self.progress.route(handle.progress_token.clone());
-                let answer = handle.await_response();
-                tokio::pin!(answer);
-                let answer = loop {
-                    tokio::select! {
-                        answer = &mut answer => break answer,
-                        Some(report) = reports.recv() => {
-                            if let Some(on_progress) = extras.on_progress {
-                                on_progress(report);
-                            }
-                        }
-                    }
-                };
-                abandoned.disarm();
-                answer
+        // A tool an earlier call found to require a task is called as one at once.
+        let known_task = self
+            .task_tools
+            .lock()
+            .is_ok_and(|tools| tools.contains(tool));
+        let mut answer = self
+            .send_call(&client, tool, &arguments, known_task, options, &extras)
+            .await;
+        if !known_task && needs_task(&answer) {
+            // A 2025-11-25 server refuses a plain call of a tool whose `execution.taskSupport`
+            // is `required` (a field rmcp's `Tool` does not keep) and runs nothing; the call is
+            // sent again with `task`. A server without tasks ignores that field.
+            let retried = self
+                .send_call(&client, tool, &arguments, true, options, &extras)
+                .await;
+            if legacy_task(&retried).is_some()
+                && let Ok(mut tools) = self.task_tools.lock()
+            {
+                tools.insert(tool.to_owned());
             }
-            Err(err) => Err(err),
-        };
+            if !needs_task(&retried) {
+                answer = retried;
+            }
+        }
+        if let Some((task, poll_ms)) = legacy_task(&answer) {
+            if let Some(on_task) = extras.on_task {
+                on_task(&task);
+            }
+            let result = self.await_task(&client, &task, poll_ms, total).await?;
+            return Ok(tool_output(result));
+        }
         let result = match answer {
             Ok(ServerResult::CallToolResult(result)) => result,
             Ok(ServerResult::CreateTaskResult(created)) => {
@@ -395,6 +388,69 @@ impl Connection {
         Ok(tool_output(result))
     }
 
+    /// Sends `tools/call` for `tool`; `as_task` adds the 2025-11-25 `task` field (with a
+    /// time to live of the call's longest duration), which rmcp's typed request cannot carry.
+    /// Bounded by the time without an answer or a progress notification, and by a total. Past
+    /// either, rmcp sends `notifications/cancelled`; given up by the caller (a step stopped),
+    /// `Abandoned` does.
+    async fn send_call(
+        &self,
+        client: &Client,
+        tool: &str,
+        arguments: &Map<String, Value>,
+        as_task: bool,
+        options: &ClientOptions,
+        extras: &CallExtras<'_>,
+    ) -> Result<ServerResult, ServiceError> {
+        let total = self.spec.max_call.unwrap_or(options.max_call);
+        let bounds = PeerRequestOptions::with_timeout(
+            self.spec.call_timeout.unwrap_or(options.call_timeout),
+        )
+        .reset_timeout_on_progress()
+        .with_max_total_timeout(total);
+        let bounds = if extras.meta.is_empty() {
+            bounds
+        } else {
+            bounds.with_meta(RequestMetaObject::from(extras.meta.clone()))
+        };
+        let request = if as_task {
+            let ttl = u64::try_from(total.as_millis()).unwrap_or(u64::MAX);
+            ClientRequest::CustomRequest(CustomRequest::new(
+                "tools/call",
+                Some(serde_json::json!({
+                    "name": tool,
+                    "arguments": arguments,
+                    "task": {"ttl": ttl},
+                })),
+            ))
+        } else {
+            let params =
+                CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
+            ClientRequest::CallToolRequest(CallToolRequest::new(params))
+        };
+        let handle = client
+            .peer()
+            .send_request_with_option(request, bounds)
+            .await?;
+        let mut abandoned = Abandoned::new(client.peer(), handle.id.clone());
+        // (A report sent before the route exists is missed; the next one comes through.)
+        let (_route, mut reports) = self.progress.route(handle.progress_token.clone());
+        let answer = handle.await_response();
+        tokio::pin!(answer);
+        let answer = loop {
+            tokio::select! {
+                answer = &mut answer => break answer,
+                Some(report) = reports.recv() => {
+                    if let Some(on_progress) = extras.on_progress {
+                        on_progress(report);
+                    }
+                }
+            }
+        };
+        abandoned.disarm();
+        answer
+    }
+
     /// Polls task `task` (the tasks extension) until it ends, at the interval the server
     /// suggests (within 100 ms and 5 s), for at most `total`; its tool result. Dropped before
     /// the end (the step was stopped), the task is cancelled on the server.
@@ -412,15 +468,40 @@ impl Connection {
             peer: Some(client.peer().clone()),
             task: task.to_owned(),
         };
+        let failed = |message: String| McpError::Protocol {
+            server: self.name().to_owned(),
+            message: format!("{operation}: {message}"),
+        };
         loop {
-            let info = client
-                .peer()
-                .get_task(GetTaskParams::new(task.to_owned()))
+            // Sent untyped: a 2025-11-25 server's answer (a task without its result) is not
+            // rmcp's `GetTaskResult`, and comes back as the JSON it is.
+            let answer = self
+                .task_request(client, "tasks/get", task)
                 .await
                 .map_err(|err| self.service_error(&operation, err))?;
-            let failed = |message: String| McpError::Protocol {
-                server: self.name().to_owned(),
-                message: format!("{operation}: {message}"),
+            let info = match answer {
+                ServerResult::GetTaskResult(info) => info,
+                other => {
+                    let value = serde_json::to_value(&other).unwrap_or(Value::Null);
+                    match value.get("status").and_then(Value::as_str) {
+                        // 2025-11-25: the result (or the call's error) is fetched with
+                        // `tasks/result`; an `input_required` task waits there for the
+                        // elicitation it queued, which this client declines.
+                        Some("completed" | "failed" | "input_required") => {
+                            let left = total.saturating_sub(started.elapsed());
+                            let result = self.task_result(client, task, left).await;
+                            guard.disarm();
+                            return result;
+                        }
+                        Some("working") => serde_json::from_value::<GetTaskResult>(value)
+                            .map_err(|err| failed(format!("its status is not a task: {err}")))?,
+                        Some("cancelled") => {
+                            guard.disarm();
+                            return Err(failed("cancelled on the server".into()));
+                        }
+                        _ => return Err(failed(format!("its status is not a task: {value}"))),
+                    }
+                }
             };
             match info.task.payload {
                 TaskPayload::Completed { result } => {
@@ -474,6 +555,49 @@ impl Connection {
         }
     }
 
+    /// Sends a `tasks/*` request naming `task`, untyped.
+    async fn task_request(
+        &self,
+        client: &Client,
+        method: &str,
+        task: &str,
+    ) -> Result<ServerResult, ServiceError> {
+        let request = CustomRequest::new(method, Some(serde_json::json!({"taskId": task})));
+        client
+            .peer()
+            .send_request(ClientRequest::CustomRequest(request))
+            .await
+    }
+
+    /// A 2025-11-25 task's outcome, by `tasks/result` (which the server answers when the task
+    /// ends, within `left`): the tool's result, or the error the call ended with.
+    async fn task_result(
+        &self,
+        client: &Client,
+        task: &str,
+        left: Duration,
+    ) -> Result<rmcp::model::CallToolResult, McpError> {
+        let operation = format!("task `{task}`");
+        let answer = tokio::time::timeout(left, self.task_request(client, "tasks/result", task))
+            .await
+            .map_err(|_| McpError::Timeout {
+                server: self.name().to_owned(),
+                operation: operation.clone(),
+                after: left,
+            })?;
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(other) => Err(McpError::Protocol {
+                server: self.name().to_owned(),
+                message: format!(
+                    "{operation}: its result is not a tool result: {}",
+                    serde_json::to_value(&other).unwrap_or(Value::Null)
+                ),
+            }),
+            Err(err) => Err(self.service_error(&operation, err)),
+        }
+    }
+
     fn service_error(&self, operation: &str, err: ServiceError) -> McpError {
         let message = match &err {
             ServiceError::TransportClosed => {
@@ -489,6 +613,40 @@ impl Connection {
             message,
         }
     }
+}
+
+/// Whether the answer to a plain `tools/call` is the refusal the 2025-11-25 protocol
+/// prescribes for a tool that runs only as a task: the error -32601 (Method not found). The
+/// TypeScript SDK's servers send it as a tool error result whose text starts
+/// `MCP error -32601:` and names task augmentation; only that form counts, so that a tool that
+/// ran and failed is never called twice.
+fn needs_task(answer: &Result<ServerResult, ServiceError>) -> bool {
+    match answer {
+        Err(ServiceError::McpError(err)) => err.code == ErrorCode::METHOD_NOT_FOUND,
+        Ok(ServerResult::CallToolResult(result)) if result.is_error == Some(true) => {
+            result.content.iter().any(|block| {
+                block.as_text().is_some_and(|text| {
+                    text.text.starts_with("MCP error -32601:") && text.text.contains("task")
+                })
+            })
+        }
+        _ => false,
+    }
+}
+
+/// The task a 2025-11-25 server made of a call (`{"task": {"taskId": …}}`, which rmcp reads
+/// as no result it knows), with the poll interval it suggests.
+fn legacy_task(answer: &Result<ServerResult, ServiceError>) -> Option<(String, Option<u64>)> {
+    let other = match answer {
+        Ok(ServerResult::CallToolResult(_) | ServerResult::CreateTaskResult(_)) | Err(_) => {
+            return None;
+        }
+        Ok(other) => other,
+    };
+    let value = serde_json::to_value(other).ok()?;
+    let task = value.get("task")?;
+    let id = task.get("taskId")?.as_str()?.to_owned();
+    Some((id, task.get("pollInterval").and_then(Value::as_u64)))
 }
 
 /// A call's result as plansmith reads it: the text blocks joined, the structured content, every

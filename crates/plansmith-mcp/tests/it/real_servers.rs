@@ -250,3 +250,56 @@ async fn clashing_names_are_namespaced_and_routed() {
         .unwrap();
     assert!(echo.text.contains("routed"), "{echo:?}");
 }
+
+/// A tool that a 2025-11-25 server (the TypeScript SDK's, in `server-everything`) runs only as
+/// a task (`execution.taskSupport: "required"`): the plain call is refused with -32601, the
+/// client calls it again as a task, is told the task id, polls `tasks/get` and fetches the
+/// result with `tasks/result`. Asked for input (`ambiguous`), the task's elicitation is declined
+/// and the tool goes on with its default.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_only_tools_of_a_2025_server_run_as_tasks() {
+    let test = "task_only_tools_of_a_2025_server_run_as_tasks";
+    let Some(everything) = installed("PLANSMITH_TEST_MCP_EVERYTHING", test) else {
+        return;
+    };
+    let config = ServersConfig::from_json(&json!({"mcpServers": {
+        "everything": {"command": everything, "args": ["stdio"]},
+    }}))
+    .unwrap();
+    let imported = McpTools::connect(&config, ClientOptions::default()).await;
+    assert!(imported.problems.is_empty(), "{:?}", imported.problems);
+    for (topic, ambiguous) in [("tidal power", false), ("python", true)] {
+        let tasks = std::sync::Mutex::new(Vec::<String>::new());
+        let on_task = |task: &str| tasks.lock().unwrap().push(task.to_owned());
+        let extras = plansmith_mcp::CallExtras {
+            on_task: Some(&on_task),
+            ..Default::default()
+        };
+        let output = imported
+            .tools
+            .call_with(
+                "simulate-research-query",
+                args(json!({"topic": topic, "ambiguous": ambiguous})),
+                extras,
+            )
+            .await
+            .unwrap();
+        assert!(!output.is_error, "{output:?}");
+        assert!(
+            output.text.contains(&format!("# Research Report: {topic}")),
+            "{}",
+            output.text
+        );
+        assert!(
+            output.text.contains("Stage 4: Generating report"),
+            "{}",
+            output.text
+        );
+        if ambiguous {
+            assert!(output.text.contains("User declined"), "{}", output.text);
+        }
+        let tasks = tasks.into_inner().unwrap();
+        assert_eq!(tasks.len(), 1, "told the task id once: {tasks:?}");
+        assert!(!tasks[0].is_empty());
+    }
+}

@@ -810,6 +810,37 @@ fn run_calls_tools_of_real_mcp_servers() {
     assert!(echoed.contains("Europe/Paris"), "{report}");
 }
 
+/// `plansmith run --mcp` with a step whose tool the server runs only as a task (the
+/// TypeScript SDK's `server-everything`, speaking the 2025-11-25 tasks): the step completes with
+/// the task's result, and the report names the task.
+#[test]
+fn run_calls_a_task_only_tool_of_a_real_mcp_server() {
+    let test = "run_calls_a_task_only_tool_of_a_real_mcp_server";
+    let Some(everything) = mcp_server(test, "PLANSMITH_TEST_MCP_EVERYTHING") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let servers = dir.path().join("servers.json");
+    write(
+        &servers,
+        &serde_json::json!({"mcpServers": {
+            "everything": {"command": everything, "args": ["stdio"]}
+        }}),
+    );
+    let plan = dir.path().join("plan.json");
+    write(
+        &plan,
+        &serde_json::json!({"title": "research", "steps": [
+            {"id": "s1", "type": "tool", "title": "research tidal power",
+             "name": "simulate-research-query", "arguments": {"topic": "tidal power"}}
+        ]}),
+    );
+    let report = run_json_with_mcp(dir.path(), &plan, &servers);
+    assert_eq!(report["state"], "completed", "{report}");
+    let result = report["steps"][0]["result"].to_string();
+    assert!(result.contains("Research Report: tidal power"), "{report}");
+}
+
 /// One HTTP/1.1 request with a JSON body; returns (status, body as JSON or null).
 fn http(
     addr: &str,
