@@ -243,12 +243,18 @@ pub fn to_plan_json(raw: &str) -> Option<Value> {
     while let Some(start) = rest.find(CALL_OPEN) {
         let body_start = start + CALL_OPEN.len();
         let after = &rest[body_start..];
-        let (body, next) = match after.find(CALL_CLOSE) {
-            Some(end) => (&after[..end], &after[end + CALL_CLOSE.len()..]),
+        let (body, next, cut_off) = match after.find(CALL_CLOSE) {
+            Some(end) => (&after[..end], &after[end + CALL_CLOSE.len()..], false),
             // A reply cut off inside its last call: what was written is read, leniently.
-            None => (after, ""),
+            None => (after, "", true),
         };
-        let call = read_call(body)?;
+        let call = match read_call(body) {
+            Some(call) => call,
+            // Too little of it to read: the calls before it stand (the token limit is
+            // reported on its own).
+            None if cut_off && !steps.is_empty() => break,
+            None => return None,
+        };
         let id = format!("s{}", steps.len() + 1);
         steps.push(tool_step(&id, call, steps.len()));
         rest = next;
@@ -272,12 +278,37 @@ pub fn to_plan_json(raw: &str) -> Option<Value> {
 /// The calls of an answer in the tool-call format, each written again inside its tags (however
 /// the answer wrote them), with how many there are; `None` when the answer cannot be read.
 pub fn tagged(raw: &str) -> Option<(String, usize)> {
+    tagged_after(raw, 0)
+}
+
+/// [`tagged`], each `$ref` renumbered for `before` more calls written ahead of these
+/// (`s1.output` becomes `s2.output` for one), so the calls can follow new ones.
+pub fn tagged_after(raw: &str, before: usize) -> Option<(String, usize)> {
+    fn shift(value: &mut Value, before: usize) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(target)) = map.get_mut("$ref")
+                    && let Some(rest) = target.strip_prefix('s')
+                {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    if let Ok(n) = digits.parse::<usize>() {
+                        *target = format!("s{}{}", n + before, &rest[digits.len()..]);
+                    }
+                }
+                map.values_mut().for_each(|v| shift(v, before));
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| shift(v, before)),
+            _ => {}
+        }
+    }
     let plan = to_plan_json(raw)?;
     let mut out = String::new();
     let mut n = 0;
     for step in plan["steps"].as_array().into_iter().flatten() {
         if step["type"] == "tool" {
-            let call = json!({"name": step["name"], "arguments": step["arguments"]});
+            let mut arguments = step["arguments"].clone();
+            shift(&mut arguments, before);
+            let call = json!({"name": step["name"], "arguments": arguments});
             if n > 0 {
                 out.push('\n');
             }
@@ -459,6 +490,39 @@ mod tests {
         assert_eq!(both["steps"][1]["id"], "s2");
         assert_eq!(tagged("No function can do that."), Some((String::new(), 0)));
         assert_eq!(tagged(""), None);
+    }
+
+    #[test]
+    fn a_reply_cut_off_early_in_its_last_call_keeps_the_calls_before_it() {
+        let whole =
+            "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"gyms\"}}\n</tool_call>";
+        let cut = format!("{whole}\n<tool_call>\n{{\"na");
+        let plan = to_plan_json(&cut).unwrap();
+        assert_eq!(plan["steps"].as_array().unwrap().len(), 1, "{plan}");
+        assert_eq!(plan["steps"][0]["name"], "search");
+        // Cut off alone, it is nothing to read; a broken call that was closed is not a cut.
+        assert_eq!(to_plan_json("<tool_call>\n{\"na"), None);
+        assert_eq!(
+            to_plan_json(&format!(
+                "{whole}\n<tool_call>\n{{\"name\": ]\n</tool_call>"
+            )),
+            None
+        );
+    }
+
+    #[test]
+    fn calls_written_after_others_have_their_references_renumbered() {
+        let raw = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"gyms\"}}\n</tool_call>\n\
+                   <tool_call>\n{\"name\": \"reviews\", \"arguments\": {\"ids\": \
+                   [{\"$ref\": \"s1.output.id\"}], \"page\": {\"$ref\": \"s12\"}, \"note\": \"s1\"}}\n</tool_call>";
+        let (text, n) = tagged_after(raw, 1).unwrap();
+        assert_eq!(n, 2);
+        let plan = to_plan_json(&text).unwrap();
+        let args = &plan["steps"][1]["arguments"];
+        assert_eq!(args["ids"][0]["$ref"], "s2.output.id");
+        assert_eq!(args["page"]["$ref"], "s13");
+        assert_eq!(args["note"], "s1", "only references move");
+        assert_eq!(tagged_after(raw, 0), tagged(raw));
     }
 
     #[test]

@@ -587,6 +587,72 @@ fn named_result(
     })
 }
 
+/// The tool the plan's first call needs a result of, but which no call calls: the first call
+/// fills an argument with a value the request does not give ([`invented`]: a number it does
+/// not write, text mostly new to it, never a date or a time; a made-up `business_id` for
+/// "find gyms in London and show me their reviews"), and another of the `offered` tools,
+/// called nowhere in the plan, returns a field of that name and type. Optional arguments
+/// count, as for a named result: the name says the value is data. Small models skip the
+/// lookup a chain starts with and invent its result. The argument's name and the producer's.
+pub(crate) fn missing_producer<'a>(
+    plan: &Plan,
+    request: &PlanRequest,
+    catalog: &Catalog,
+    offered: &[&'a crate::catalog::Tool],
+) -> Option<(String, &'a crate::catalog::Tool)> {
+    let first = plan.steps.first()?;
+    let Action::Tool { name, arguments } = &first.action else {
+        return None;
+    };
+    let consumer = catalog.tool(name).map(|t| &t.tool)?;
+    let called: Vec<&str> = plan
+        .steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            Action::Tool { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let known = Known::of(request);
+    let properties = consumer.input_schema.get("properties");
+    arguments.iter().find_map(|(key, value)| {
+        if known.states(value) || invented(value, &known).is_none() {
+            return None;
+        }
+        let schema = properties
+            .and_then(|p| p.get(key.as_str()))
+            .unwrap_or(&Value::Null);
+        if ["enum", "const", "format"]
+            .iter()
+            .any(|k| schema.get(k).is_some())
+        {
+            return None;
+        }
+        let expected = types_of(schema);
+        let wanted = plain_name(key);
+        offered
+            .iter()
+            .find(|producer| {
+                producer.name != consumer.name
+                    && !called.contains(&producer.name.as_str())
+                    // A tool that takes the field itself (a sibling search by location id)
+                    // passes it through; it does not find it.
+                    && !producer
+                        .required_parameters()
+                        .iter()
+                        .any(|input| plain_name(input) == wanted)
+                    && output_fields(producer).is_some_and(|fields| {
+                        fields.iter().any(|(field, field_schema)| {
+                            plain_name(field) == wanted
+                                && plain_path(field)
+                                && fits(&types_of(field_schema), &expected)
+                        })
+                    })
+            })
+            .map(|producer| (key.clone(), *producer))
+    })
+}
+
 /// A number an earlier step takes as one of its inputs (under another name), written again as
 /// this argument although the request writes it fewer times than the plan uses it, where that
 /// step returns a field named like the argument (`amount` after a tip computed from the bill
@@ -1364,5 +1430,67 @@ mod tests {
         assert!(is_date_or_time("06-01-2023"));
         assert!(is_date_or_time("25/12/2024"));
         assert!(!is_date_or_time("13-45-2023"));
+    }
+
+    #[test]
+    fn a_first_call_that_invents_another_tools_result_names_its_producer() {
+        let search = tool(
+            "search_businesses",
+            "Search for businesses.",
+            json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+            Some(json!({"type": "object", "properties": {
+                "business_id": {"type": "string"}, "name": {"type": "string"}}})),
+        );
+        let reviews = tool(
+            "business_reviews",
+            "Reviews of a business.",
+            json!({"type": "object", "properties": {
+                "business_id": {"type": "string"}, "limit": {"type": "integer"}}}),
+            None,
+        );
+        let catalog = Catalog::new(vec![search.clone(), reviews.clone()], Vec::new()).unwrap();
+        let offered = [&search, &reviews];
+        let gyms = PlanRequest::new("Locate gyms in London and show me their reviews");
+        let invented = plan(&[(
+            "s1",
+            "business_reviews",
+            json!({"business_id": "12345", "limit": 10}),
+        )]);
+        let (key, producer) = missing_producer(&invented, &gyms, &catalog, &offered).unwrap();
+        assert_eq!(
+            (key.as_str(), producer.name.as_str()),
+            ("business_id", "search_businesses")
+        );
+        // A value the request gives is no result to produce, nor is a date written another way.
+        let given = PlanRequest::new("Show me the reviews of business 12345");
+        assert!(missing_producer(&invented, &given, &catalog, &offered).is_none());
+        let dated = plan(&[(
+            "s1",
+            "business_reviews",
+            json!({"business_id": "2023-05-01T09:00:00Z"}),
+        )]);
+        let on_a_day = PlanRequest::new("Show me the reviews of gyms in London on 5/1/2023");
+        assert!(missing_producer(&dated, &on_a_day, &catalog, &offered).is_none());
+        // Nor when the producer is called already, or not offered, or takes the field itself.
+        let sibling = tool(
+            "business_photos",
+            "Photos of a business.",
+            json!({"type": "object", "properties": {"business_id": {"type": "string"}},
+                   "required": ["business_id"]}),
+            Some(json!({"type": "object", "properties": {"business_id": {"type": "string"}}})),
+        );
+        let with_sibling =
+            Catalog::new(vec![reviews.clone(), sibling.clone()], Vec::new()).unwrap();
+        assert!(missing_producer(&invented, &gyms, &with_sibling, &[&reviews, &sibling]).is_none());
+        let both = plan(&[
+            ("s1", "business_reviews", json!({"business_id": "12345"})),
+            (
+                "s2",
+                "search_businesses",
+                json!({"query": "gyms in London"}),
+            ),
+        ]);
+        assert!(missing_producer(&both, &gyms, &catalog, &offered).is_none());
+        assert!(missing_producer(&invented, &gyms, &catalog, &[&reviews]).is_none());
     }
 }

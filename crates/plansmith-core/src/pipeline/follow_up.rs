@@ -144,6 +144,83 @@ pub(super) async fn follow_up(
     candidate
 }
 
+/// A first call that fills an argument with a result no call produces, while an offered tool
+/// that nobody calls returns it ([`crate::ground::missing_producer`]): the model is asked
+/// for a call of that tool, on a model that continues an answer under the grammar of one call,
+/// and the first answer's calls follow it. Grounding then passes the producer's field by
+/// `$ref`. Adopted only when the plan has no error and the argument did become that `$ref`
+/// (then `true`); otherwise the candidate stays as it was.
+pub(super) async fn producer_first(
+    call: &mut Call<'_>,
+    prompt: &Prompt,
+    candidate: Candidate,
+) -> (Candidate, bool) {
+    if candidate.diagnostics.iter().any(Diagnostic::is_error) || !call.model.capabilities().prefill
+    {
+        return (candidate, false);
+    }
+    let Some(OutputConstraint::ToolCalls { schema, .. }) = &prompt.constraint else {
+        return (candidate, false);
+    };
+    let offered: Vec<&crate::catalog::Tool> = call.selected.iter().map(|t| &t.tool).collect();
+    let Some((key, producer)) =
+        crate::ground::missing_producer(&candidate.plan, call.request, call.catalog, &offered)
+    else {
+        return (candidate, false);
+    };
+    let producer = producer.name.clone();
+    let constraint = OutputConstraint::JsonSchema {
+        name: "tool_call".to_owned(),
+        schema: Arc::new(crate::calls::call_schema_at(
+            &crate::calls::only_tools(schema, std::slice::from_ref(&producer)),
+            0,
+        )),
+        strict: true,
+    };
+    let mut messages = prompt.base_messages.to_vec();
+    messages.push(Message::assistant(format!("{CALL_OPEN}\n")));
+    let Some(text) = ask(call, messages, Some(constraint)).await else {
+        return (candidate, false);
+    };
+    let Some((written, _)) = crate::calls::tagged_after(&candidate.raw, 1) else {
+        return (candidate, false);
+    };
+    let raw = format!("{CALL_OPEN}\n{}\n{CALL_CLOSE}\n{written}", text.trim());
+    let Ok(parsed) = parse::parse_calls_for_pipeline(&raw, &call.defaults()) else {
+        return (candidate, false);
+    };
+    let (plan, mut all) = call.checked(parsed);
+    // (Repeats the grounding made equal are merged: the plan may have fewer steps than calls.)
+    let passed =
+        plan.steps.first().is_some_and(
+            |step| matches!(&step.action, Action::Tool { name, .. } if *name == producer),
+        ) && plan.steps.get(1).is_some_and(|step| match &step.action {
+            Action::Tool { arguments, .. } => arguments
+                .get(&key)
+                .and_then(|value| value.get("$ref"))
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|target| target == "s1" || target.starts_with("s1.")),
+            _ => false,
+        });
+    if all.iter().any(Diagnostic::is_error) || !passed {
+        return (candidate, false);
+    }
+    all.push(Diagnostic::info(
+        Code::AutoFixed,
+        "/steps",
+        format!(
+            "the first call needed `{key}` from `{producer}`, which no call made; asked for \
+             that call first (s1) and passed its `{key}` on"
+        ),
+    ));
+    let rebuilt = Candidate {
+        plan,
+        diagnostics: all,
+        raw,
+    };
+    (rebuilt, true)
+}
+
 /// The candidate without the calls among its first `judged` (the first answer's) that do
 /// nothing the request asks for ([`crate::cover::redundant_calls`]), each with a
 /// `step_dropped` warning. A candidate with errors is returned as it is.

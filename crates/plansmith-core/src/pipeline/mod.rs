@@ -267,14 +267,23 @@ impl Planner {
         let prompt = prompt::render(&mut call, &context, history)?;
         generate::attempts(&mut call, &prompt).await?;
 
-        // A clean answer in the tool-call format that leaves a part of the request without a
-        // call gets one follow-up question per such part.
+        // A clean answer in the tool-call format whose first call invents what a skipped
+        // lookup returns gets that lookup first; one that leaves a part of the request without
+        // a call gets one follow-up question per such part.
         if prompt.calls
             && call.model_failure.is_none()
             && let Some(candidate) = call.best.take()
         {
             // The first answer's calls are judged for redundancy; a follow-up's did a part.
-            let first = candidate.plan.steps.len();
+            let (candidate, restructured) =
+                follow_up::producer_first(&mut call, &prompt, candidate).await;
+            // A first answer rebuilt around the call it skipped is judged no further: its
+            // first call, now the second, would no longer be taken as the one it was.
+            let first = if restructured {
+                0
+            } else {
+                candidate.plan.steps.len()
+            };
             let candidate = follow_up::follow_up(&mut call, &prompt, candidate).await;
             call.best = Some(follow_up::without_redundant(
                 &request.query,

@@ -490,6 +490,75 @@ fn time_waiting_for_the_model_is_not_counted_as_generation() {
     assert!((20..60).contains(&attempt.generate_ms), "{attempt:?}");
 }
 
+/// A first call that fills `business_id` with a value the request does not give, while an
+/// offered tool that no call uses returns `business_id` (the lookup a chain starts with, which
+/// small models skip): the planner asks for that tool's call first, writing on under the
+/// grammar of one call of it, and passes its field on by `$ref`.
+#[test]
+fn a_skipped_lookup_is_asked_for_first_and_its_result_passed_on() {
+    use plansmith_core::llm::{Capabilities, Message, OutputConstraint, ScriptedTurn};
+    let catalog = Catalog::from_json(&json!([
+        {"name": "search_businesses", "description": "Search for local businesses by a query.",
+         "input_schema": {"type": "object", "properties": {"query": {"type": "string"}},
+                          "required": ["query"]},
+         "output_schema": {"type": "object", "properties": {
+             "business_id": {"type": "string"}, "name": {"type": "string"}}}},
+        {"name": "business_reviews", "description": "The reviews of a business.",
+         "input_schema": {"type": "object", "properties": {
+             "business_id": {"type": "string"}, "limit": {"type": "integer"}},
+             "required": ["business_id"]}}
+    ]))
+    .unwrap();
+    let model = Arc::new(ScriptedModel::from_script(Script {
+        capabilities: Capabilities {
+            grammar: true,
+            prefill: true,
+            ..Capabilities::default()
+        },
+        turns: vec![
+            ScriptedTurn::Text(
+                "<tool_call>\n{\"name\": \"business_reviews\", \"arguments\": \
+                 {\"business_id\": \"12345\", \"limit\": 10}}\n</tool_call>"
+                    .into(),
+            ),
+            ScriptedTurn::Text(
+                "{\"name\": \"search_businesses\", \"arguments\": {\"query\": \"gyms in London\"}}"
+                    .into(),
+            ),
+        ],
+        ..Script::default()
+    }));
+    let planner = Planner::new(catalog, model.clone());
+    let mut request = PlanRequest::new("Locate gyms in London and show me their reviews");
+    request.options.format = plansmith_core::PlanFormat::Calls;
+    let outcome = futures::executor::block_on(planner.plan(&request)).unwrap();
+    let plan = &outcome.plan;
+    let views: Vec<Value> = plan.steps.iter().map(step_view).collect();
+    let expected = [
+        json!({"id": "s1", "name": "search_businesses", "arguments": {"query": "gyms in London"}}),
+        json!({"id": "s2", "name": "business_reviews", "depends_on": ["s1"],
+               "arguments": {"business_id": {"$ref": "s1.output.business_id"}, "limit": 10}}),
+    ];
+    assert_eq!(views.len(), expected.len(), "{views:?}");
+    for (view, want) in views.iter().zip(&expected) {
+        partial_match(view, want).unwrap();
+    }
+    // The second request wrote on from an empty answer, held to one call of the producer.
+    let asked = &model.requests()[1];
+    assert_eq!(
+        asked.messages.last().map(|m: &Message| m.content.as_str()),
+        Some("<tool_call>\n")
+    );
+    let Some(OutputConstraint::JsonSchema { schema, .. }) = &asked.constraint else {
+        panic!("one call's grammar: {:?}", asked.constraint);
+    };
+    let schema = schema.to_string();
+    assert!(
+        schema.contains("search_businesses") && !schema.contains("business_reviews"),
+        "{schema}"
+    );
+}
+
 #[test]
 fn seed_scenarios() {
     let dir = data_dir().join("scenarios");
