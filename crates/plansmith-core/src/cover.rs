@@ -703,14 +703,7 @@ pub(crate) fn pieces(query: &str) -> Vec<String> {
 /// The parts of `query` that have particulars and that no call of `plan` addresses, in the
 /// request's order. Empty when the plan has no call (a reply or a question is its own answer).
 pub(crate) fn unaddressed(query: &str, plan: &Plan, offered: &[&str]) -> Vec<Part> {
-    let called: Vec<&str> = plan
-        .steps
-        .iter()
-        .filter_map(|step| match &step.action {
-            Action::Tool { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect();
+    let called = plan.called_tools();
     if called.is_empty() {
         return Vec::new();
     }

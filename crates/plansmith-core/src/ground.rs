@@ -605,14 +605,7 @@ pub(crate) fn missing_producer<'a>(
         return None;
     };
     let consumer = catalog.tool(name).map(|t| &t.tool)?;
-    let called: Vec<&str> = plan
-        .steps
-        .iter()
-        .filter_map(|step| match &step.action {
-            Action::Tool { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect();
+    let called = plan.called_tools();
     let known = Known::of(request);
     let properties = consumer.input_schema.get("properties");
     arguments.iter().find_map(|(key, value)| {

@@ -90,6 +90,17 @@ impl Plan {
         format!("plan-{}", uuid::Uuid::now_v7().simple())
     }
 
+    /// The names of the tools its steps call, in step order (repeats kept).
+    pub fn called_tools(&self) -> Vec<&str> {
+        self.steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Tool { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A new version-1 plan with no steps, created now.
     pub fn new(id: impl Into<String>, goal: impl Into<String>) -> Plan {
         let goal = goal.into();

@@ -12,8 +12,8 @@ use process_wrap::tokio::ProcessGroup;
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelTaskParams, CancelledNotificationParam,
-    ClientRequest, CustomRequest, ErrorCode, GetTaskResult, PaginatedRequestParams, RequestId,
-    RequestMetaObject, ServerResult, TaskPayload, UpdateTaskParams,
+    ClientRequest, CustomRequest, ErrorCode, PaginatedRequestParams, RequestId, RequestMetaObject,
+    ServerResult, TaskPayload, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -479,8 +479,8 @@ impl Connection {
                 .task_request(client, "tasks/get", task)
                 .await
                 .map_err(|err| self.service_error(&operation, err))?;
-            let info = match answer {
-                ServerResult::GetTaskResult(info) => info,
+            let payload = match answer {
+                ServerResult::GetTaskResult(info) => info.task.payload,
                 other => {
                     let value = serde_json::to_value(&other).unwrap_or(Value::Null);
                     match value.get("status").and_then(Value::as_str) {
@@ -493,8 +493,7 @@ impl Connection {
                             guard.disarm();
                             return result;
                         }
-                        Some("working") => serde_json::from_value::<GetTaskResult>(value)
-                            .map_err(|err| failed(format!("its status is not a task: {err}")))?,
+                        Some("working") => TaskPayload::Working,
                         Some("cancelled") => {
                             guard.disarm();
                             return Err(failed("cancelled on the server".into()));
@@ -503,7 +502,7 @@ impl Connection {
                     }
                 }
             };
-            match info.task.payload {
+            match payload {
                 TaskPayload::Completed { result } => {
                     guard.disarm();
                     return serde_json::from_value(Value::Object(result))
