@@ -62,6 +62,23 @@ impl std::fmt::Debug for Runner {
     }
 }
 
+/// A plan whose run a task of this process takes part in: it leaves [`Runner`]'s `active`
+/// set when the task ends, also by a panic, unless `plan_id` was taken (left in progress).
+struct TakingPart {
+    active: Arc<Mutex<HashSet<String>>>,
+    plan_id: Option<String>,
+}
+
+impl Drop for TakingPart {
+    fn drop(&mut self) {
+        if let Some(plan_id) = self.plan_id.take()
+            && let Ok(mut active) = self.active.lock()
+        {
+            active.remove(&plan_id);
+        }
+    }
+}
+
 impl Runner {
     /// A runner over `executor` (with its observers, catalog and planners already set).
     pub fn new(executor: Executor) -> Runner {
@@ -93,6 +110,12 @@ impl Runner {
         let runner = self.clone();
         let plan_id = plan_id.to_owned();
         self.tasks.spawn(async move {
+            // However the task ends, a panic included, the plan leaves `active`, so that the
+            // worker joins its run again; except when the runner stops (below).
+            let mut taking_part = TakingPart {
+                active: runner.active.clone(),
+                plan_id: Some(plan_id.clone()),
+            };
             let run = async {
                 if resume {
                     runner.executor.resume(&plan_id).await.map(Some)
@@ -103,13 +126,13 @@ impl Runner {
             let result = tokio::select! {
                 result = run => result,
                 // Left in progress: it stays in `active` for `shut_down` to report.
-                () = runner.stopping.cancelled() => return,
+                () = runner.stopping.cancelled() => {
+                    taking_part.plan_id = None;
+                    return;
+                }
             };
             if let Err(err) = result {
                 tracing::warn!("run of plan {plan_id}: {err}");
-            }
-            if let Ok(mut active) = runner.active.lock() {
-                active.remove(&plan_id);
             }
         });
     }

@@ -281,9 +281,13 @@ struct RetrievalArgs {
 fn init_logs() -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PLANSMITH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A log line that cannot be written (stderr closed by whoever read it) is dropped: by
+    // default the subscriber would report that on stderr too, which panics the task that
+    // logged, a run's driver among them.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match std::env::var("PLANSMITH_LOG_FORMAT").ok().as_deref() {
         None | Some("" | "text") => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -4,6 +4,7 @@
 //! log's own lines (`timestamp`, `level`, `message`, `target`), so that a log shipper can read
 //! every line of stderr as JSON.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::Level;
@@ -16,14 +17,15 @@ pub fn use_json() {
 }
 
 /// Writes `message` on stderr: `PREFIX: MESSAGE` as a plain line, or a JSON line at `level`
-/// under `target` (without the prefix, which the target replaces).
+/// under `target` (without the prefix, which the target replaces). A stderr that is closed
+/// (the reader went away) drops the line: a server goes on serving.
 pub fn say(level: Level, target: &str, prefix: &str, message: &str) {
     let line = if JSON.load(Ordering::Relaxed) {
         json_line(level, target, message)
     } else {
         format!("{prefix}: {message}")
     };
-    eprintln!("{line}");
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn json_line(level: Level, target: &str, message: &str) -> String {
