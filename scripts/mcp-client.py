@@ -5,6 +5,9 @@ scripts/mcp-servers.sh), a client plansmith did not write.
     mcp-client.py --plan QUERY stdio COMMAND [ARG…]  only `plan` QUERY; its answer
     mcp-client.py [--elicit] stdio COMMAND [ARG…]   spawn `plansmith mcp …`, talk over stdio
     mcp-client.py [--elicit] http URL [TOKEN]       streamable HTTP (http://127.0.0.1:8080/mcp)
+    mcp-client.py --tasks [--run] stdio|http …      the same questions, each `plan` call a task
+    mcp-client.py --tasks --start-run http URL      plan, accept, start `run` as a task; its id
+    mcp-client.py --tasks --await ID http URL       poll task ID to its end; its answer
 
 Runs one scenario and prints one JSON object with what the server answered (the Rust test
 asserts on it). Exit 0 when the session ran, 1 otherwise.
@@ -14,15 +17,32 @@ asserts on it). Exit 0 when the session ran, 1 otherwise.
 - `--elicit`: the client declares the elicitation capability and plans three requests whose
   plans ask questions: it answers the first question with the form it was given, declines
   the second and cancels the third; every elicitation request it got is in the report.
+- `--tasks`: the `--elicit` scenario through the SDK's high-level `Client` with the tasks
+  extension (`io.modelcontextprotocol/tasks`), which the SDK leaves to an extension: a call the
+  server makes a task is polled with `tasks/get` to its end, and a question the task asks
+  (`input_required`) is answered through the same elicitation callback, then `tasks/update`.
+  The report's `tasks` lists each task with the statuses it went through. With `--run`, the
+  first plan is then accepted and run (`run` with `wait`, a task too) and its approvals are
+  granted through the task.
+- `--start-run` plans the README request, accepts it and calls `run` (`wait`) as a task, and
+  prints the task's id once the task is working, without waiting for it; `--await ID` polls
+  that task to its end, possibly on another server process, as the extension does.
 """
 import asyncio
 import json
 import sys
 
+from typing import Any, Literal
+
+import anyio
 import httpx2
-from mcp import ClientSession
+import mcp_types
+from mcp import Client, ClientSession, types
+from mcp.client.context import ClientRequestContext
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import TypeAdapter
 
 
 async def call(session, name, arguments):
@@ -63,10 +83,18 @@ class Elicitor:
         schema = params.requested_schema
         self.asked.append({"message": params.message, "schema": schema, "reply": self.reply})
         if self.reply == "accept":
-            # Fill the form: an email field with Bob's address, any other field with "Paris".
+            # Fill the form: an email field with Bob's address, a yes/no field with yes, a
+            # choice with its first option, any other field with "Paris".
             content = {}
             for name, field in schema.get("properties", {}).items():
-                content[name] = "bob@example.com" if field.get("format") == "email" else "Paris"
+                if field.get("format") == "email":
+                    content[name] = "bob@example.com"
+                elif field.get("type") == "boolean":
+                    content[name] = True
+                elif field.get("enum"):
+                    content[name] = field["enum"][0]
+                else:
+                    content[name] = "Paris"
             return types.ElicitResult(action="accept", content=content)
         return types.ElicitResult(action=self.reply)
 
@@ -74,6 +102,11 @@ class Elicitor:
 async def elicit_scenario(session, elicitor):
     init = await session.initialize()
     out = {"server": init.server_info.name, "protocol": init.protocol_version}
+    return await ask_three(session, elicitor, out)
+
+
+async def ask_three(session, elicitor, out):
+    """Plans three requests whose plans ask: answered, declined, cancelled."""
     # No repairs: a plan that lacks an argument asks for it at once.
     options = {"max_repairs": 0}
     elicitor.reply = "accept"
@@ -89,7 +122,112 @@ async def elicit_scenario(session, elicitor):
     return out
 
 
+class TaskHandle(mcp_types.Result):
+    """The answer of a call the server made a task (`resultType: "task"`)."""
+
+    result_type: Literal["task"]
+    task_id: str
+    status: str
+    poll_interval_ms: int | None = None
+
+
+class TaskRequest(types.Request[dict[str, Any], str]):
+    """`tasks/get` and `tasks/update`, which the SDK does not define."""
+
+    name_param = "taskId"
+
+
+ANY = TypeAdapter(dict[str, Any])
+
+
+class Tasks(ClientExtension):
+    """The tasks extension: polls a task to its end and answers the questions it asks."""
+
+    identifier = "io.modelcontextprotocol/tasks"
+
+    def __init__(self):
+        self.log = []
+
+    def claims(self):
+        return [ResultClaim(result_type="task", model=TaskHandle, resolve=self.resolve)]
+
+    async def resolve(self, handle, context):
+        session = context.session
+        entry = {"tool": context.tool_name, "task_id": handle.task_id, "statuses": [handle.status],
+                 "answered": []}
+        self.log.append(entry)
+        params = {"taskId": handle.task_id}
+        for _ in range(2400):
+            await anyio.sleep(min(handle.poll_interval_ms or 200, 500) / 1000)
+            task = await session.send_request(TaskRequest(method="tasks/get", params=params), ANY)
+            status = task.get("status")
+            if entry["statuses"][-1] != status:
+                entry["statuses"].append(status)
+            if status == "completed":
+                return types.CallToolResult.model_validate(task["result"])
+            if status in ("failed", "cancelled"):
+                raise RuntimeError(f"task {handle.task_id} {status}: {task.get('error')}")
+            if status == "input_required":
+                asked = types.InputRequiredResult.model_validate(
+                    {"resultType": "input_required", "inputRequests": task["inputRequests"]})
+                responses = {}
+                for key, request in asked.input_requests.items():
+                    if key in entry["answered"]:
+                        continue
+                    answer = await session.dispatch_input_request(
+                        ClientRequestContext(session=session, request_id=key, meta=None), request)
+                    responses[key] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+                    entry["answered"].append(key)
+                if responses:
+                    update = {**params, "inputResponses": responses}
+                    await session.send_request(TaskRequest(method="tasks/update", params=update), ANY)
+        raise RuntimeError(f"task {handle.task_id} did not end")
+
+
+async def tasks_scenario(client, elicitor, tasks, run):
+    out = {"server": client.server_info.name, "protocol": client.protocol_version}
+    out = await ask_three(client, elicitor, out)
+    if run:
+        plan_id = (out["answered"]["structured"] or {}).get("plan_id")
+        out["accept"] = await call(client, "feedback", {"plan_id": plan_id, "action": "accept"})
+        elicitor.reply = "accept"
+        out["run"] = await call(client, "run", {"plan_id": plan_id, "wait": True})
+    out["tasks"] = tasks.log
+    return out
+
+
+async def start_run_scenario(client):
+    planned = await call(client, "plan", {"query": "What's the weather in Paris? Email it to bob@example.com"})
+    plan_id = (planned["structured"] or {}).get("plan_id")
+    accepted = await call(client, "feedback", {"plan_id": plan_id, "action": "accept"})
+    handle = await client.session.call_tool("run", {"plan_id": plan_id, "wait": True}, allow_claimed=True)
+    return {"plan": planned, "accept": accepted, "task_id": handle.task_id, "status": handle.status}
+
+
+async def await_scenario(client, tasks, task_id):
+    handle = TaskHandle(result_type="task", task_id=task_id, status="working")
+    context = ClaimContext(session=client.session, tool_name="run", read_timeout_seconds=None)
+    try:
+        result = await tasks.resolve(handle, context)
+        answer = {"is_error": result.is_error, "structured": result.structured_content}
+    except Exception as err:  # what the server answered, for the test to read
+        answer = {"error": str(err)}
+    return {"answer": answer, "tasks": tasks.log}
+
+
 async def main():
+    with_tasks = len(sys.argv) > 1 and sys.argv[1] == "--tasks"
+    if with_tasks:
+        del sys.argv[1]
+    flow = "questions"
+    if len(sys.argv) > 1 and sys.argv[1] in ("--run", "--start-run"):
+        flow = sys.argv.pop(1)[2:]
+    elif len(sys.argv) > 2 and sys.argv[1] == "--await":
+        flow = sys.argv[2]
+        del sys.argv[1:3]
+    if with_tasks:
+        print(json.dumps(await with_tasks_main(flow)))
+        return
     elicit = len(sys.argv) > 1 and sys.argv[1] == "--elicit"
     if elicit:
         del sys.argv[1]
@@ -123,6 +261,32 @@ async def main():
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(result))
+
+
+async def with_tasks_main(flow):
+    """`flow`: "questions", "run" (questions, then a run), "start-run", or a task id to await."""
+    elicitor = Elicitor()
+    tasks = Tasks()
+    options = {"extensions": [tasks], "elicitation_callback": elicitor, "read_timeout_seconds": 60}
+
+    async def scenario(client):
+        if flow in ("questions", "run"):
+            return await tasks_scenario(client, elicitor, tasks, flow == "run")
+        if flow == "start-run":
+            return await start_run_scenario(client)
+        return await await_scenario(client, tasks, flow)
+
+    mode = sys.argv[1]
+    if mode == "stdio":
+        params = StdioServerParameters(command=sys.argv[2], args=sys.argv[3:])
+        async with Client(params, **options) as client:
+            return await scenario(client)
+    if mode == "http":
+        headers = {"Authorization": f"Bearer {sys.argv[3]}"} if len(sys.argv) > 3 else {}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+            async with Client(streamable_http_client(sys.argv[2], http_client=http), **options) as client:
+                return await scenario(client)
+    raise SystemExit(f"unknown mode {mode}")
 
 
 if __name__ == "__main__":

@@ -181,6 +181,26 @@ impl PlansmithMcp {
 }
 
 impl PlansmithMcp {
+    /// The answer of `run` that follows the run of plan `id` to its end ([`Self::follow_run`]):
+    /// its state, stop reason and what was asked on the way.
+    pub(super) async fn followed_answer(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+        actor: &str,
+    ) -> super::answer::ToolAnswer {
+        let (run, asked) = self.follow_run(id, context, actor).await;
+        let state = run.as_ref().map(|r| r.state);
+        let stop_reason = run.as_ref().and_then(|r| r.stop_reason);
+        let mut text = format!(
+            "Run of plan {id}: {}",
+            state.map_or("unknown", |s| s.as_str())
+        );
+        let mut value = json!({"plan_id": id, "state": state, "stop_reason": stop_reason});
+        asked.report(&mut value, &mut text);
+        super::answer::answer(value, text)
+    }
+
     /// Follows plan `id`'s run until it ends (or the client cancels the call), asking each
     /// approval it waits for through the client (see the module docs). Answers the run as it
     /// was last read and what was asked.
@@ -322,11 +342,23 @@ async fn elicit(
 }
 
 /// Whether the client takes form elicitation requests.
+///
+/// A call that runs as a task asks through the task's `inputRequests`, which every protocol
+/// version allows: the capabilities are the request's own (a 2026-07-28 client sends them with
+/// each request and has no handshake). Outside a task a question is a request to the client,
+/// which only a client that declared elicitation in its handshake takes.
 pub(super) fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
+    if context.extensions.get::<TaskContext>().is_none() {
+        return context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form);
+    }
+    // As rmcp reads the handshake: a capability naming no mode takes forms.
     context
-        .peer
-        .supported_elicitation_modes()
-        .contains(&ElicitationMode::Form)
+        .client_capabilities()
+        .and_then(|caps| caps.elicitation)
+        .is_some_and(|modes| modes.form.is_some() || modes.url.is_none())
 }
 
 /// Sends one elicitation: through the task's `inputRequests` when the call runs as a task

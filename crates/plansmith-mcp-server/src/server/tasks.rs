@@ -9,14 +9,20 @@
 //!
 //! Tasks live in this server process (rmcp's `TaskManager`); a task id is tied to the owner
 //! that created it, and another owner's `tasks/get` answers "no such task".
-
+//!
+//! A `run` task outlives the process: its id names the plan (`run.<plan id>.<nonce>`), and the
+//! run itself is in the store, carried on by the next process on it (`serve`'s runner joins
+//! the runs a dead process left). A `tasks/get` for such an id that this process did not give
+//! out follows that plan's run again, for a caller who may see the plan, and answers as the
+//! first task would have: `working` until the run ends, then its result. A `plan` task dies
+//! with its process (planning starts again from the request).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CreateTaskResult};
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskFuture, TaskManager, TaskOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::PlansmithMcp;
@@ -35,35 +41,92 @@ const TTL_MS: u64 = 6 * 60 * 60 * 1000;
 /// How often a client is told to poll, in milliseconds.
 const POLL_MS: u64 = 500;
 
-/// The server's tasks and who owns each.
+/// The prefix of a `run` task's id, before the plan's id.
+const RUN_PREFIX: &str = "run.";
+
+/// The server's tasks: each id it gave out, with its owner and the manager's task for it.
 #[derive(Clone, Default)]
 pub(super) struct Tasks {
     manager: TaskManager,
-    owners: Arc<Mutex<HashMap<String, Option<String>>>>,
+    known: Arc<Mutex<HashMap<String, Known>>>,
+    /// The follower of each plan's run that a `tasks/get` revived: every id of that run
+    /// shares it, so made-up ids cannot start more followers than there are runs.
+    revived: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// A task id this process answers for.
+#[derive(Clone)]
+struct Known {
+    owner: Option<String>,
+    /// The id of the manager's task.
+    managed: String,
 }
 
 impl Tasks {
-    /// The task manager, when `id` is a task of the caller of `context`.
-    pub(super) fn of_caller(
-        &self,
-        id: &str,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<&TaskManager, rmcp::ErrorData> {
-        let owner = owner_of(context);
-        let known = self
-            .owners
-            .lock()
-            .map(|owners| owners.get(id) == Some(&owner))
-            .unwrap_or(false);
-        if known {
-            Ok(&self.manager)
-        } else {
-            Err(rmcp::ErrorData::invalid_params(
-                format!("no task with id `{id}`"),
-                None,
-            ))
+    /// The manager's id for task `id`, when this process gave it out to `owner`.
+    fn managed(&self, id: &str, owner: &Option<String>) -> Option<String> {
+        let known = self.known.lock().ok()?;
+        known
+            .get(id)
+            .filter(|known| &known.owner == owner)
+            .map(|known| known.managed.clone())
+    }
+
+    /// Records task `id` of `owner` as the manager's task `managed`.
+    fn remember(&self, id: String, owner: Option<String>, managed: String) {
+        if let Ok(mut known) = self.known.lock() {
+            // Tasks the manager has let go of (past their time to live) are forgotten here too.
+            if known.len() >= MAX_OWNED {
+                let manager = &self.manager;
+                known.retain(|_, known| manager.get_task(&known.managed).is_ok());
+            }
+            known.insert(id, Known { owner, managed });
         }
     }
+
+    /// The revived follower of `plan_id`'s run, while it is still following.
+    fn follower(&self, plan_id: &str) -> Option<String> {
+        let revived = self.revived.lock().ok()?;
+        let managed = revived.get(plan_id)?;
+        let task = self.manager.get_task(managed).ok()?;
+        (!task.status().is_terminal()).then(|| managed.clone())
+    }
+
+    /// The manager's state of task `id` (whose manager id is `managed`), under the id the
+    /// client knows.
+    pub(super) fn get(
+        &self,
+        id: &str,
+        managed: &str,
+    ) -> Result<rmcp::model::DetailedTask, rmcp::ErrorData> {
+        let mut task = self.manager.get_task(managed)?;
+        task.task.task_id = id.to_owned();
+        Ok(task)
+    }
+
+    /// The task manager.
+    pub(super) fn manager(&self) -> &TaskManager {
+        &self.manager
+    }
+}
+
+/// The plan a `run` task's id names (`run.<plan id>.<nonce>`).
+fn run_plan(id: &str) -> Option<&str> {
+    let rest = id.strip_prefix(RUN_PREFIX)?;
+    let (plan_id, nonce) = rest.rsplit_once('.')?;
+    (!plan_id.is_empty() && !nonce.is_empty()).then_some(plan_id)
+}
+
+/// The answer to a task id the caller has no task of.
+fn no_task(id: &str) -> rmcp::ErrorData {
+    rmcp::ErrorData::invalid_params(format!("no task with id `{id}`"), None)
+}
+
+/// The options of every task.
+fn options() -> TaskOptions {
+    TaskOptions::new()
+        .with_poll_interval_ms(POLL_MS)
+        .with_ttl_ms(TTL_MS)
 }
 
 impl PlansmithMcp {
@@ -86,45 +149,126 @@ impl PlansmithMcp {
         context: RequestContext<RoleServer>,
     ) -> CallToolResponse {
         let owner = owner_of(&context);
+        let plan_id = (request.name == "run")
+            .then(|| request.arguments.as_ref()?.get("plan_id")?.as_str())
+            .flatten()
+            .map(str::to_owned);
         let server = self.clone();
+        let mut task = self.spawn_task(context, move |context| {
+            Box::pin(async move {
+                match server
+                    .tool_router
+                    .call(ToolCallContext::new(&server, request, context))
+                    .await
+                {
+                    Ok(CallToolResponse::Complete(result)) => Ok(result),
+                    Ok(_) => Err(TaskExit::Error(rmcp::ErrorData::internal_error(
+                        "the tool did not answer with a result",
+                        None,
+                    ))),
+                    Err(err) => Err(TaskExit::Error(err)),
+                }
+            })
+        });
+        let managed = task.task_id.clone();
+        if let Some(plan_id) = plan_id {
+            task.task_id = format!("{RUN_PREFIX}{plan_id}.{managed}");
+        }
+        self.tasks.remember(task.task_id.clone(), owner, managed);
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+
+    /// Spawns `work` (given the request's context, with the task in its extensions) as a
+    /// task that `tasks/cancel` stops as a client's cancellation stops a call; its seed state.
+    fn spawn_task(
+        &self,
+        context: RequestContext<RoleServer>,
+        work: impl FnOnce(RequestContext<RoleServer>) -> TaskFuture,
+    ) -> rmcp::model::Task {
         // The task outlives the request: its own cancellation, set by `tasks/cancel`.
         let mut context = context;
         let stop = CancellationToken::new();
         context.ct = stop.clone();
-        let task = self.tasks.manager.spawn(
-            TaskOptions::new()
-                .with_poll_interval_ms(POLL_MS)
-                .with_ttl_ms(TTL_MS),
-            move |task| {
+        self.tasks
+            .manager
+            .spawn(options(), move |task: TaskContext| {
                 // Questions asked while the task runs go through its `inputRequests`.
                 context.extensions.insert(task.clone());
+                let work = work(context);
                 Box::pin(async move {
-                    let call = server
-                        .tool_router
-                        .call(ToolCallContext::new(&server, request, context));
                     tokio::select! {
-                        answer = call => match answer {
-                            Ok(CallToolResponse::Complete(result)) => Ok(result),
-                            Ok(_) => Err(TaskExit::Error(rmcp::ErrorData::internal_error(
-                                "the tool did not answer with a result", None))),
-                            Err(err) => Err(TaskExit::Error(err)),
-                        },
+                        answer = work => answer,
                         () = task.cancelled() => {
                             stop.cancel();
                             Err(TaskExit::Cancelled)
                         }
                     }
                 })
-            },
-        );
-        if let Ok(mut owners) = self.tasks.owners.lock() {
-            // Tasks the manager has let go of (past their time to live) are forgotten here too.
-            if owners.len() >= MAX_OWNED {
-                let manager = &self.tasks.manager;
-                owners.retain(|id, _| manager.get_task(id).is_ok());
-            }
-            owners.insert(task.task_id.clone(), owner);
+            })
+    }
+
+    /// The manager's id of the caller's task `id`. A `run` task's id that this process did
+    /// not give out (the process that did has ended) is answered by following that plan's run
+    /// again, when the caller may see the plan and it has a run.
+    pub(super) async fn task_of_caller(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<String, rmcp::ErrorData> {
+        let owner = owner_of(context);
+        if let Some(managed) = self.tasks.managed(id, &owner) {
+            return Ok(managed);
         }
-        CallToolResponse::Task(CreateTaskResult::new(task))
+        let plan_id = run_plan(id).ok_or_else(|| no_task(id))?;
+        let visible = self.visible(plan_id, &owner).await.is_ok();
+        if !visible || !matches!(self.store().exec_run(plan_id).await, Ok(Some(_))) {
+            return Err(no_task(id));
+        }
+        let managed = match self.tasks.follower(plan_id) {
+            Some(managed) => managed,
+            None => {
+                let server = self.clone();
+                let plan = plan_id.to_owned();
+                let actor = self.actor_for(&owner);
+                let task = self.spawn_task(context.clone(), move |context| {
+                    Box::pin(async move {
+                        server
+                            .followed_answer(&plan, &context, &actor)
+                            .await
+                            .map_err(TaskExit::Error)
+                    })
+                });
+                if let Ok(mut revived) = self.tasks.revived.lock() {
+                    if revived.len() >= MAX_OWNED {
+                        let manager = &self.tasks.manager;
+                        revived.retain(|_, managed| {
+                            manager
+                                .get_task(managed)
+                                .is_ok_and(|task| !task.status().is_terminal())
+                        });
+                    }
+                    revived.insert(plan_id.to_owned(), task.task_id.clone());
+                }
+                task.task_id
+            }
+        };
+        self.tasks.remember(id.to_owned(), owner, managed.clone());
+        Ok(managed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_plan;
+
+    #[test]
+    fn a_run_task_id_names_its_plan() {
+        assert_eq!(run_plan("run.plan-01ab.5f3c-9d"), Some("plan-01ab"));
+        // A plan id of the caller's own choosing may hold dots; the nonce has none.
+        assert_eq!(run_plan("run.my.plan.5f3c"), Some("my.plan"));
+        assert_eq!(run_plan("5f3c-9d"), None);
+        assert_eq!(run_plan("run.5f3c"), None);
+        assert_eq!(run_plan("run..5f3c"), None);
+        assert_eq!(run_plan("run.plan."), None);
     }
 }

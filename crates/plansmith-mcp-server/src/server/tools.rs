@@ -359,19 +359,8 @@ impl PlansmithMcp {
             .unwrap_or_else(|| super::elicit::can_elicit(&context));
         match self.service.run(&plan_id, start).await {
             Ok(_) if follow => {
-                let (run, asked) = self
-                    .follow_run(&plan_id, &context, &self.actor_for(&owner))
-                    .await;
-                let state = run.as_ref().map(|r| r.state);
-                let stop_reason = run.as_ref().and_then(|r| r.stop_reason);
-                let mut text = format!(
-                    "Run of plan {plan_id}: {}",
-                    state.map_or("unknown", |s| s.as_str())
-                );
-                let mut value =
-                    json!({"plan_id": plan_id, "state": state, "stop_reason": stop_reason});
-                asked.report(&mut value, &mut text);
-                answer(value, text)
+                self.followed_answer(&plan_id, &context, &self.actor_for(&owner))
+                    .await
             }
             Ok(run) => answer(
                 json!({"plan_id": plan_id, "state": run.state, "base_version": run.base_version}),
@@ -432,9 +421,9 @@ impl ServerHandler for PlansmithMcp {
         request: rmcp::model::GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetTaskResult, rmcp::ErrorData> {
-        let manager = self.tasks.of_caller(&request.task_id, &context)?;
+        let managed = self.task_of_caller(&request.task_id, &context).await?;
         Ok(rmcp::model::GetTaskResult::new(
-            manager.get_task(&request.task_id)?,
+            self.tasks.get(&request.task_id, &managed)?,
         ))
     }
 
@@ -443,9 +432,10 @@ impl ServerHandler for PlansmithMcp {
         request: rmcp::model::UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), rmcp::ErrorData> {
+        let managed = self.task_of_caller(&request.task_id, &context).await?;
         self.tasks
-            .of_caller(&request.task_id, &context)?
-            .update_task(&request.task_id, request.input_responses)
+            .manager()
+            .update_task(&managed, request.input_responses)
     }
 
     async fn cancel_task(
@@ -453,9 +443,8 @@ impl ServerHandler for PlansmithMcp {
         request: rmcp::model::CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), rmcp::ErrorData> {
-        self.tasks
-            .of_caller(&request.task_id, &context)?
-            .cancel_task(&request.task_id)
+        let managed = self.task_of_caller(&request.task_id, &context).await?;
+        self.tasks.manager().cancel_task(&managed)
     }
 
     fn get_info(&self) -> ServerConfig {

@@ -205,6 +205,11 @@ fn serve_with(
     model: &str,
     tokens: Option<&str>,
 ) -> (std::process::Child, String) {
+    started(serve_command(global, store, model, tokens))
+}
+
+/// The command of [`serve_with`], to add options to.
+fn serve_command(global: &[&str], store: &str, model: &str, tokens: Option<&str>) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
     command
         .args(global)
@@ -226,6 +231,13 @@ fn serve_with(
     if let Some(tokens) = tokens {
         command.env("PLANSMITH_TOKENS", tokens);
     }
+    command
+}
+
+/// Spawns a `serve` command; the child and its base URL. Only stderr's first line is read,
+/// then the pipe is closed: the server must go on (and finish its runs) with nobody reading
+/// its logs, as under a supervisor that went away.
+fn started(mut command: Command) -> (std::process::Child, String) {
     let mut child = command.spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
@@ -481,6 +493,16 @@ fn elicitation_script(dir: &Path) -> String {
     )
 }
 
+/// The Python client's scenario `flag` (`--elicit`, `--tasks`) over stdio, against `plansmith
+/// mcp` with `model` on `store`.
+fn python_over_stdio(python: &str, flag: &str, store: &str, model: &str) -> (Output, Value) {
+    let mut args = vec![flag, "stdio", env!("CARGO_BIN_EXE_plansmith")];
+    let mut server = mcp_stdio_args(store);
+    server[4] = model;
+    args.extend(server);
+    python_client(python, &args)
+}
+
 /// What the elicitation scenario must have seen, over either transport.
 fn check_elicitation(report: &Value) {
     // Accepted: the form's answer fills the recipient, and the replan is the plan's version 2.
@@ -532,11 +554,7 @@ fn mcp_questions_asked_through_elicitation_with_the_python_sdk() {
 
     // Over stdio.
     let store = format!("sqlite:{}", dir.path().join("stdio.db").display());
-    let mut args = vec!["--elicit", "stdio", env!("CARGO_BIN_EXE_plansmith")];
-    let mut server = mcp_stdio_args(&store);
-    server[4] = &model;
-    args.extend(server);
-    let (output, report) = python_client(&python, &args);
+    let (output, report) = python_over_stdio(&python, "--elicit", &store, &model);
     assert_exit(&output, 0);
     check_elicitation(&report);
     // The answer is in the plan's history, as a replan of answers.
@@ -714,4 +732,184 @@ fn plan_serve_and_mcp_investigate_with_a_read_only_mcp_tool() {
         "{}",
         text(&refused.stderr)
     );
+}
+
+/// What a session of `mcp-client.py --tasks` must have seen: the elicitation scenario, each
+/// `plan` call a task that asked its question through `input_required` and completed.
+fn check_tasks(report: &Value) {
+    check_elicitation(report);
+    let tasks = report["tasks"].as_array().cloned().unwrap_or_default();
+    let plans: Vec<&Value> = tasks.iter().filter(|t| t["tool"] == "plan").collect();
+    assert_eq!(plans.len(), 3, "{report}");
+    for task in plans {
+        assert_eq!(
+            task["statuses"],
+            json!(["working", "input_required", "completed"]),
+            "{task}"
+        );
+        assert_eq!(task["answered"].as_array().map(Vec::len), Some(1), "{task}");
+    }
+}
+
+/// The Python SDK's client with the tasks extension (written in `mcp-client.py` on the SDK's
+/// extension hooks): over stdio and `/mcp`, each `plan` call is a task whose question comes
+/// back as the task's `input_required` and is answered (accepted, declined, cancelled) through
+/// the client's elicitation callback; over `/mcp` the answered plan is then run as a task to
+/// its end, the mail carrying the weather by `$ref`.
+#[test]
+fn mcp_plan_and_run_as_tasks_with_the_python_sdk() {
+    let test = "mcp_plan_and_run_as_tasks_with_the_python_sdk";
+    let Some(python) = installed("PLANSMITH_TEST_MCP_PYTHON", test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = format!("scripted:{}", elicitation_script(dir.path()));
+
+    let store = format!("sqlite:{}", dir.path().join("stdio.db").display());
+    let (output, report) = python_over_stdio(&python, "--tasks", &store, &model);
+    assert_exit(&output, 0);
+    assert_eq!(report["protocol"], "2026-07-28", "{report}");
+    check_tasks(&report);
+
+    let store = format!("sqlite:{}", dir.path().join("http.db").display());
+    let outbox = dir.path().join("outbox.jsonl");
+    let mut command = serve_command(&[], &store, &model, None);
+    command
+        .args(["--commands", "examples/commands.json"])
+        .env("PLANSMITH_OUTBOX", &outbox);
+    let (mut child, base) = started(command);
+    let url = format!("{base}/mcp");
+    let (output, report) = python_client(&python, &["--tasks", "--run", "http", &url]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_exit(&output, 0);
+    check_tasks(&report);
+    let run = &report["run"]["structured"];
+    assert_eq!(run["state"], "completed", "{report}");
+    assert_eq!(run["stop_reason"], "completed");
+    let last = &report["tasks"][3];
+    assert_eq!(last["tool"], "run", "{report}");
+    assert!(
+        last["task_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with(&format!("run.{}.", run["plan_id"].as_str().unwrap()))),
+        "{last}"
+    );
+    let mails = std::fs::read_to_string(&outbox).unwrap();
+    let mail: Value = serde_json::from_str(mails.lines().next().unwrap()).unwrap();
+    assert_eq!(mails.lines().count(), 1, "{mails}");
+    assert_eq!(mail["to"], "bob@example.com");
+    assert!(
+        mail["body"]
+            .as_str()
+            .unwrap()
+            .contains("No forecast for Paris"),
+        "the weather step's summary, by $ref: {mail}"
+    );
+}
+
+/// A `run` task outlives the server that made it: the Python SDK's client starts `run` as a
+/// task on `serve`'s `/mcp`, the server is killed (SIGKILL) while the run's slow first step
+/// works, and the same task id, polled on a new `serve` over the same store, follows the run
+/// that the new process carried on to its end; the mail is sent once. Another owner's poll of
+/// that id, and an id naming no plan, answer "no task".
+#[test]
+fn a_run_task_survives_a_restart_of_serve_with_the_python_sdk() {
+    let test = "a_run_task_survives_a_restart_of_serve_with_the_python_sdk";
+    let Some(python) = installed("PLANSMITH_TEST_MCP_PYTHON", test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("plans.db").display());
+    let outbox = dir.path().join("outbox.jsonl");
+    let started_weather = dir.path().join("weather-started");
+    // The weather step takes 4 s: time to kill the server while it works.
+    let commands = write(
+        dir.path(),
+        "commands.json",
+        &json!({"tools": {
+            "get_weather": {"command": ["sh", "-c", format!(
+                "touch {}; sleep 4; exec python3 examples/tools/get_weather.py",
+                started_weather.display())], "timeout_ms": 30000},
+            "send_email": {"command": ["python3", "examples/tools/send_email.py"],
+                "timeout_ms": 10000}}}),
+    );
+    let tokens = "t-alice:alice,t-bob:bob";
+    let server = || {
+        let mut command = serve_command(
+            &[],
+            &store,
+            "scripted:examples/replies/weather-email.json",
+            Some(tokens),
+        );
+        command
+            .args(["--commands", &commands, "--lease-secs", "1"])
+            .env("PLANSMITH_OUTBOX", &outbox);
+        started(command)
+    };
+
+    let (mut first, base) = server();
+    let url = format!("{base}/mcp");
+    let (output, report) = python_client(
+        &python,
+        &["--tasks", "--start-run", "http", &url, "t-alice"],
+    );
+    if output.status.success() {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !started_weather.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_exit(&output, 0);
+    assert_eq!(report["status"], "working", "{report}");
+    assert!(
+        started_weather.exists(),
+        "the run's first step never started"
+    );
+    let id = report["task_id"].as_str().unwrap().to_owned();
+    let plan_id = report["plan"]["structured"]["plan_id"].as_str().unwrap();
+    assert!(id.starts_with(&format!("run.{plan_id}.")), "{id}");
+
+    let (mut second, base) = server();
+    let url = format!("{base}/mcp");
+    let (bob, bobs) = python_client(&python, &["--tasks", "--await", &id, "http", &url, "t-bob"]);
+    let (made_up, made_ups) = python_client(
+        &python,
+        &[
+            "--tasks",
+            "--await",
+            "run.no-such-plan.1",
+            "http",
+            &url,
+            "t-alice",
+        ],
+    );
+    let (output, report) = python_client(
+        &python,
+        &["--tasks", "--await", &id, "http", &url, "t-alice"],
+    );
+    second.kill().unwrap();
+    second.wait().unwrap();
+    for (output, report) in [(&bob, &bobs), (&made_up, &made_ups)] {
+        assert_exit(output, 0);
+        assert!(
+            report["answer"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no task with id")),
+            "{report}"
+        );
+    }
+    assert_exit(&output, 0);
+    let answer = &report["answer"]["structured"];
+    assert_eq!(answer["state"], "completed", "{report}");
+    assert_eq!(answer["plan_id"], plan_id);
+    assert_eq!(
+        report["tasks"][0]["statuses"],
+        json!(["working", "completed"]),
+        "{report}"
+    );
+    let mails = std::fs::read_to_string(&outbox).unwrap();
+    assert_eq!(mails.lines().count(), 1, "{mails}");
 }
