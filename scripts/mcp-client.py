@@ -6,6 +6,7 @@ scripts/mcp-servers.sh), a client plansmith did not write.
     mcp-client.py [--elicit] stdio COMMAND [ARG…]   spawn `plansmith mcp …`, talk over stdio
     mcp-client.py [--elicit] http URL [TOKEN]       streamable HTTP (http://127.0.0.1:8080/mcp)
     mcp-client.py --tasks [--run] stdio|http …      the same questions, each `plan` call a task
+    mcp-client.py --rounds [--run] stdio|http …     the same questions, asked in rounds (no tasks)
     mcp-client.py --tasks --start-run http URL      plan, accept, start `run` as a task; its id
     mcp-client.py --tasks --await ID http URL       poll task ID to its end; its answer
 
@@ -24,6 +25,9 @@ asserts on it). Exit 0 when the session ran, 1 otherwise.
   The report's `tasks` lists each task with the statuses it went through. With `--run`, the
   first plan is then accepted and run (`run` with `wait`, a task too) and its approvals are
   granted through the task.
+- `--rounds`: the same through the high-level `Client` without the tasks extension: a
+  2026-07-28 server answers a call that asks with `InputRequiredResult`, and the SDK answers
+  through the elicitation callback and calls again (multi round-trip requests).
 - `--start-run` plans the README request, accepts it and calls `run` (`wait`) as a task, and
   prints the task's id once the task is working, without waiting for it; `--await ID` polls
   that task to its end, possibly on another server process, as the extension does.
@@ -118,7 +122,7 @@ async def ask_three(session, elicitor, out):
     elicitor.reply = "cancel"
     out["cancelled"] = await call(session, "plan", {"query": "Email the Paris weather to my friend",
                                                     "options": options})
-    out["asked"] = elicitor.asked
+    out["asked"] = list(elicitor.asked)
     return out
 
 
@@ -187,11 +191,18 @@ class Tasks(ClientExtension):
 async def tasks_scenario(client, elicitor, tasks, run):
     out = {"server": client.server_info.name, "protocol": client.protocol_version}
     out = await ask_three(client, elicitor, out)
+    # A made-up state of a round of questions is refused, not taken for anybody's.
+    try:
+        await client.call_tool("plan", {"query": "Weather in Paris"}, request_state="ask.made-up")
+        out["made_up_state"] = "taken"
+    except Exception as err:  # what the server answered, for the test to read
+        out["made_up_state"] = str(err)
     if run:
         plan_id = (out["answered"]["structured"] or {}).get("plan_id")
         out["accept"] = await call(client, "feedback", {"plan_id": plan_id, "action": "accept"})
         elicitor.reply = "accept"
         out["run"] = await call(client, "run", {"plan_id": plan_id, "wait": True})
+        out["run_asked"] = elicitor.asked[len(out["asked"]):]
     out["tasks"] = tasks.log
     return out
 
@@ -216,17 +227,15 @@ async def await_scenario(client, tasks, task_id):
 
 
 async def main():
-    with_tasks = len(sys.argv) > 1 and sys.argv[1] == "--tasks"
-    if with_tasks:
-        del sys.argv[1]
+    client_mode = sys.argv.pop(1)[2:] if len(sys.argv) > 1 and sys.argv[1] in ("--tasks", "--rounds") else None
     flow = "questions"
     if len(sys.argv) > 1 and sys.argv[1] in ("--run", "--start-run"):
         flow = sys.argv.pop(1)[2:]
     elif len(sys.argv) > 2 and sys.argv[1] == "--await":
         flow = sys.argv[2]
         del sys.argv[1:3]
-    if with_tasks:
-        print(json.dumps(await with_tasks_main(flow)))
+    if client_mode:
+        print(json.dumps(await high_level_main(flow, client_mode == "tasks")))
         return
     elicit = len(sys.argv) > 1 and sys.argv[1] == "--elicit"
     if elicit:
@@ -263,11 +272,13 @@ async def main():
     print(json.dumps(result))
 
 
-async def with_tasks_main(flow):
-    """`flow`: "questions", "run" (questions, then a run), "start-run", or a task id to await."""
+async def high_level_main(flow, with_tasks):
+    """The high-level `Client`, with the tasks extension or without. `flow`: "questions", "run"
+    (questions, then a run), "start-run", or a task id to await."""
     elicitor = Elicitor()
     tasks = Tasks()
-    options = {"extensions": [tasks], "elicitation_callback": elicitor, "read_timeout_seconds": 60}
+    options = {"extensions": [tasks] if with_tasks else [], "elicitation_callback": elicitor,
+               "read_timeout_seconds": 60}
 
     async def scenario(client):
         if flow in ("questions", "run"):

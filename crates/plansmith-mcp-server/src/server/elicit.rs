@@ -13,11 +13,13 @@
 //! - **cancel**: nothing more is asked and nothing is replanned; the plan waits for answers as
 //!   it was, and the tool's answer says so.
 //!
-//! A client without the capability, a protocol that forbids server-to-client requests, or a
-//! plan that was not stored (`save: false`) gets the questions in the tool's answer, as before.
+//! A call running as a task asks through the task's `inputRequests` instead, and so does a
+//! 2026-07-28 client's call, run as an internal task whose questions go out in rounds
+//! (`rounds.rs`). A client without the capability, or a plan that was not stored
+//! (`save: false`), gets the questions in the tool's answer, as before.
 //!
 //! The `run` tool, for such a client, follows the run to its end ([`PlansmithMcp::follow_run`])
-//! and asks each approval the run waits for (`{"approve": bool, "remember"?}`): accept decides
+//! and asks each approval the run waits for, as soon as the step waits (before the run pauses) (`{"approve": bool, "remember"?}`): accept decides
 //! it as the form says; decline or no answer in time denies it (the step is skipped: the safe
 //! answer for a call that needs approval); cancel leaves the run waiting for a decision through
 //! `feedback`, and the tool answers at once.
@@ -68,6 +70,9 @@ impl Asked {
 
 /// How often a followed run is read again.
 const RUN_POLL: Duration = Duration::from_millis(100);
+
+/// Every how many reads of a running run its pending approvals are looked for.
+const APPROVALS_EVERY: u64 = 5;
 
 /// One elicitation's reply.
 enum Reply {
@@ -212,7 +217,7 @@ impl PlansmithMcp {
     ) -> (Option<ExecRun>, Asked) {
         let mut asked = Asked::default();
         let mut decided = std::collections::HashSet::new();
-        loop {
+        for poll in 0u64.. {
             let run = match self.store().exec_run(id).await {
                 Ok(run) => run,
                 Err(err) => {
@@ -226,13 +231,17 @@ impl PlansmithMcp {
             if current.state.is_final() || context.ct.is_cancelled() {
                 return (Some(current), asked);
             }
-            if current.state == RunState::Waiting {
+            // A running run waits for people too (until it pauses, after the runner's time to
+            // wait): its approvals are asked as soon as they are pending, looked for every
+            // few polls; a paused run's at every poll.
+            let waiting = current.state == RunState::Waiting;
+            if waiting || poll % APPROVALS_EVERY == 0 {
                 let pending = self.service.pending_approvals(id).await.unwrap_or_default();
                 let fresh: Vec<_> = pending
                     .into_iter()
                     .filter(|p| !decided.contains(&p.step_id))
                     .collect();
-                if fresh.is_empty() && decided.is_empty() {
+                if waiting && fresh.is_empty() && decided.is_empty() {
                     // Waiting on something else (a failed step under `ask`): for `feedback`.
                     asked
                         .log
@@ -308,6 +317,7 @@ impl PlansmithMcp {
             }
             tokio::time::sleep(RUN_POLL).await;
         }
+        (None, asked)
     }
 }
 

@@ -18,7 +18,8 @@
 //!   `{{param}}` parameters), `delete`, `instantiate` (arguments → a new plan, validated
 //!   against the catalog and stored for review). Templates are shared by all owners.
 //!
-//! A client that declares the tasks extension gets `plan` and `run` as tasks (`tasks.rs`).
+//! A client that declares the tasks extension gets `plan` and `run` as tasks (`tasks.rs`); a
+//! 2026-07-28 client (no handshake) that declares elicitation is asked in rounds (`rounds.rs`).
 //!
 //! Every answer carries `structuredContent` (the JSON) and a text block; a failure is a tool
 //! result with `isError: true` and a message naming what is wrong, never a protocol error.
@@ -34,6 +35,7 @@ mod http;
 mod params;
 mod planning;
 mod progress;
+mod rounds;
 mod tasks;
 mod templates;
 mod tools;

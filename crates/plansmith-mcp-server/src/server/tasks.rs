@@ -52,6 +52,8 @@ pub(super) struct Tasks {
     /// The follower of each plan's run that a `tasks/get` revived: every id of that run
     /// shares it, so made-up ids cannot start more followers than there are runs.
     revived: Arc<Mutex<HashMap<String, String>>>,
+    /// The internal tasks of calls asking in rounds (`rounds.rs`), with their owners.
+    asking: Arc<Mutex<HashMap<String, Option<String>>>>,
 }
 
 /// A task id this process answers for.
@@ -108,6 +110,37 @@ impl Tasks {
     pub(super) fn manager(&self) -> &TaskManager {
         &self.manager
     }
+
+    /// Records the internal task `managed` of `owner`'s call that asks in rounds.
+    pub(super) fn start_asking(&self, managed: &str, owner: Option<String>) {
+        if let Ok(mut asking) = self.asking.lock() {
+            // Calls whose client never came back: their tasks ended (a question's time to
+            // answer runs out) and are let go of.
+            if asking.len() >= MAX_OWNED {
+                let manager = &self.manager;
+                asking.retain(|managed, _| {
+                    manager
+                        .get_task(managed)
+                        .is_ok_and(|task| !task.status().is_terminal())
+                });
+            }
+            asking.insert(managed.to_owned(), owner);
+        }
+    }
+
+    /// Whether `managed` is a call of `owner` that asks in rounds.
+    pub(super) fn asks_for(&self, managed: &str, owner: &Option<String>) -> bool {
+        self.asking
+            .lock()
+            .is_ok_and(|asking| asking.get(managed) == Some(owner))
+    }
+
+    /// Forgets the call `managed` that asked in rounds (it answered).
+    pub(super) fn stop_asking(&self, managed: &str) {
+        if let Ok(mut asking) = self.asking.lock() {
+            asking.remove(managed);
+        }
+    }
 }
 
 /// The plan a `run` task's id names (`run.<plan id>.<nonce>`).
@@ -153,8 +186,22 @@ impl PlansmithMcp {
             .then(|| request.arguments.as_ref()?.get("plan_id")?.as_str())
             .flatten()
             .map(str::to_owned);
+        let mut task = self.spawn_task(context, self.tool_call(request));
+        let managed = task.task_id.clone();
+        if let Some(plan_id) = plan_id {
+            task.task_id = format!("{RUN_PREFIX}{plan_id}.{managed}");
+        }
+        self.tasks.remember(task.task_id.clone(), owner, managed);
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+
+    /// The work of a task that makes the tool call `request`: the tool's result, or its error.
+    pub(super) fn tool_call(
+        &self,
+        request: CallToolRequestParams,
+    ) -> impl FnOnce(RequestContext<RoleServer>) -> TaskFuture + use<> {
         let server = self.clone();
-        let mut task = self.spawn_task(context, move |context| {
+        move |context| {
             Box::pin(async move {
                 match server
                     .tool_router
@@ -169,18 +216,12 @@ impl PlansmithMcp {
                     Err(err) => Err(TaskExit::Error(err)),
                 }
             })
-        });
-        let managed = task.task_id.clone();
-        if let Some(plan_id) = plan_id {
-            task.task_id = format!("{RUN_PREFIX}{plan_id}.{managed}");
         }
-        self.tasks.remember(task.task_id.clone(), owner, managed);
-        CallToolResponse::Task(CreateTaskResult::new(task))
     }
 
     /// Spawns `work` (given the request's context, with the task in its extensions) as a
     /// task that `tasks/cancel` stops as a client's cancellation stops a call; its seed state.
-    fn spawn_task(
+    pub(super) fn spawn_task(
         &self,
         context: RequestContext<RoleServer>,
         work: impl FnOnce(RequestContext<RoleServer>) -> TaskFuture,

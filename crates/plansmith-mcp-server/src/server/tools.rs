@@ -403,8 +403,15 @@ impl ServerHandler for PlansmithMcp {
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        // A call again with a round's state continues that call, never starts another.
+        if let Some(state) = request.request_state.clone() {
+            return self.later_round(request, &state, context).await;
+        }
         if PlansmithMcp::wants_task(&request, &context) {
             return Ok(self.start_task(request, context));
+        }
+        if PlansmithMcp::asks_in_rounds(&request, &context) {
+            return self.first_round(request, context).await;
         }
         let cancelled = context.ct.clone();
         let call = self

@@ -205,11 +205,23 @@ fn serve_with(
     model: &str,
     tokens: Option<&str>,
 ) -> (std::process::Child, String) {
-    started(serve_command(global, store, model, tokens))
+    started(serve_command(
+        global,
+        "examples/tools.json",
+        store,
+        model,
+        tokens,
+    ))
 }
 
-/// The command of [`serve_with`], to add options to.
-fn serve_command(global: &[&str], store: &str, model: &str, tokens: Option<&str>) -> Command {
+/// The command of [`serve_with`] over the catalog `tools`, to add options to.
+fn serve_command(
+    global: &[&str],
+    tools: &str,
+    store: &str,
+    model: &str,
+    tokens: Option<&str>,
+) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_plansmith"));
     command
         .args(global)
@@ -218,7 +230,7 @@ fn serve_command(global: &[&str], store: &str, model: &str, tokens: Option<&str>
             "--addr",
             "127.0.0.1:0",
             "--tools",
-            "examples/tools.json",
+            tools,
             "--model",
             model,
             "--store",
@@ -734,12 +746,23 @@ fn plan_serve_and_mcp_investigate_with_a_read_only_mcp_tool() {
     );
 }
 
-/// What a session of `mcp-client.py --tasks` must have seen: the elicitation scenario, each
-/// `plan` call a task that asked its question through `input_required` and completed.
-fn check_tasks(report: &Value) {
+/// What a session of `mcp-client.py --tasks` or `--rounds` must have seen: the elicitation
+/// scenario; with tasks, each `plan` call a task that asked its question through
+/// `input_required` and completed, and without, no task at all.
+fn check_rounds(mode: &str, report: &Value) {
     check_elicitation(report);
+    assert!(
+        report["made_up_state"]
+            .as_str()
+            .is_some_and(|e| e.contains("names no questions this server is asking you")),
+        "{report}"
+    );
     let tasks = report["tasks"].as_array().cloned().unwrap_or_default();
     let plans: Vec<&Value> = tasks.iter().filter(|t| t["tool"] == "plan").collect();
+    if mode == "--rounds" {
+        assert!(tasks.is_empty(), "{report}");
+        return;
+    }
     assert_eq!(plans.len(), 3, "{report}");
     for task in plans {
         assert_eq!(
@@ -751,61 +774,103 @@ fn check_tasks(report: &Value) {
     }
 }
 
-/// The Python SDK's client with the tasks extension (written in `mcp-client.py` on the SDK's
-/// extension hooks): over stdio and `/mcp`, each `plan` call is a task whose question comes
-/// back as the task's `input_required` and is answered (accepted, declined, cancelled) through
-/// the client's elicitation callback; over `/mcp` the answered plan is then run as a task to
-/// its end, the mail carrying the weather by `$ref`.
+/// The Python SDK's high-level client (2026-07-28) asks and answers the same questions two
+/// ways: with the tasks extension (written in `mcp-client.py` on the SDK's extension hooks),
+/// each `plan` call is a task whose question comes back as the task's `input_required`; without
+/// it, the call answers `InputRequiredResult` and the SDK calls again with the answer (rounds).
+/// Either way, over stdio and `/mcp`, the questions are answered (accepted, declined, cancelled)
+/// through the client's elicitation callback; over `/mcp` the answered plan is then run to its
+/// end, its destructive mail step approved through the client the same way, and the mail
+/// carries the weather by `$ref`.
 #[test]
-fn mcp_plan_and_run_as_tasks_with_the_python_sdk() {
-    let test = "mcp_plan_and_run_as_tasks_with_the_python_sdk";
+fn mcp_questions_through_tasks_and_rounds_with_the_python_sdk() {
+    let test = "mcp_questions_through_tasks_and_rounds_with_the_python_sdk";
     let Some(python) = installed("PLANSMITH_TEST_MCP_PYTHON", test) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let model = format!("scripted:{}", elicitation_script(dir.path()));
+    // The example tools, the mail marked destructive: a run asks before it sends.
+    let mut tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/tools.json")).unwrap())
+            .unwrap();
+    for tool in tools["tools"].as_array_mut().unwrap() {
+        if tool["name"] == "send_email" {
+            tool["annotations"] = json!({"destructiveHint": true});
+        }
+    }
+    let tools = write(dir.path(), "tools.json", &tools);
+    for mode in ["--tasks", "--rounds"] {
+        let store = format!(
+            "sqlite:{}",
+            dir.path().join(format!("stdio{mode}.db")).display()
+        );
+        let (output, report) = python_over_stdio(&python, mode, &store, &model);
+        assert_exit(&output, 0);
+        assert_eq!(report["protocol"], "2026-07-28", "{report}");
+        check_rounds(mode, &report);
 
-    let store = format!("sqlite:{}", dir.path().join("stdio.db").display());
-    let (output, report) = python_over_stdio(&python, "--tasks", &store, &model);
-    assert_exit(&output, 0);
-    assert_eq!(report["protocol"], "2026-07-28", "{report}");
-    check_tasks(&report);
-
-    let store = format!("sqlite:{}", dir.path().join("http.db").display());
-    let outbox = dir.path().join("outbox.jsonl");
-    let mut command = serve_command(&[], &store, &model, None);
-    command
-        .args(["--commands", "examples/commands.json"])
-        .env("PLANSMITH_OUTBOX", &outbox);
-    let (mut child, base) = started(command);
-    let url = format!("{base}/mcp");
-    let (output, report) = python_client(&python, &["--tasks", "--run", "http", &url]);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_exit(&output, 0);
-    check_tasks(&report);
-    let run = &report["run"]["structured"];
-    assert_eq!(run["state"], "completed", "{report}");
-    assert_eq!(run["stop_reason"], "completed");
-    let last = &report["tasks"][3];
-    assert_eq!(last["tool"], "run", "{report}");
-    assert!(
-        last["task_id"]
-            .as_str()
-            .is_some_and(|id| id.starts_with(&format!("run.{}.", run["plan_id"].as_str().unwrap()))),
-        "{last}"
-    );
-    let mails = std::fs::read_to_string(&outbox).unwrap();
-    let mail: Value = serde_json::from_str(mails.lines().next().unwrap()).unwrap();
-    assert_eq!(mails.lines().count(), 1, "{mails}");
-    assert_eq!(mail["to"], "bob@example.com");
-    assert!(
-        mail["body"]
-            .as_str()
-            .unwrap()
-            .contains("No forecast for Paris"),
-        "the weather step's summary, by $ref: {mail}"
-    );
+        let store = format!(
+            "sqlite:{}",
+            dir.path().join(format!("http{mode}.db")).display()
+        );
+        let outbox = dir.path().join(format!("outbox{mode}.jsonl"));
+        let mut command = serve_command(&[], &tools, &store, &model, None);
+        command
+            .args(["--commands", "examples/commands.json"])
+            .env("PLANSMITH_OUTBOX", &outbox);
+        let (mut child, base) = started(command);
+        let url = format!("{base}/mcp");
+        let (output, report) = python_client(&python, &[mode, "--run", "http", &url]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_exit(&output, 0);
+        check_rounds(mode, &report);
+        let run = &report["run"]["structured"];
+        assert_eq!(run["state"], "completed", "{report}");
+        assert_eq!(run["stop_reason"], "completed");
+        assert!(
+            run["asked"].as_array().is_some_and(|asked| asked
+                .iter()
+                .any(|a| a.as_str().is_some_and(|a| a.starts_with("s2: approved")))),
+            "the mail step is approved through the client: {run}"
+        );
+        let run_asked = &report["run_asked"];
+        assert_eq!(run_asked.as_array().map(Vec::len), Some(1), "{report}");
+        assert!(
+            run_asked[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Run step s2")),
+            "{run_asked}"
+        );
+        if mode == "--tasks" {
+            let last = &report["tasks"][3];
+            assert_eq!(last["tool"], "run", "{report}");
+            let prefix = format!("run.{}.", run["plan_id"].as_str().unwrap());
+            assert!(
+                last["task_id"]
+                    .as_str()
+                    .is_some_and(|id| id.starts_with(&prefix)),
+                "{last}"
+            );
+            assert_eq!(
+                last["statuses"],
+                json!(["working", "input_required", "completed"]),
+                "{last}"
+            );
+        }
+        let mails = std::fs::read_to_string(&outbox).unwrap();
+        let mail: Value = serde_json::from_str(mails.lines().next().unwrap()).unwrap();
+        assert_eq!(mails.lines().count(), 1, "{mails}");
+        assert_eq!(mail["to"], "bob@example.com");
+        assert!(
+            mail["body"]
+                .as_str()
+                .unwrap()
+                .contains("No forecast for Paris"),
+            "the weather step's summary, by $ref: {mail}"
+        );
+    }
 }
 
 /// A `run` task outlives the server that made it: the Python SDK's client starts `run` as a
@@ -838,6 +903,7 @@ fn a_run_task_survives_a_restart_of_serve_with_the_python_sdk() {
     let server = || {
         let mut command = serve_command(
             &[],
+            "examples/tools.json",
             &store,
             "scripted:examples/replies/weather-email.json",
             Some(tokens),
