@@ -830,7 +830,158 @@ pub(crate) fn ground(plan: &mut Plan, request: &PlanRequest, catalog: &Catalog) 
     }
     let known = known.unwrap_or_else(|| Known::of(request));
     diags.extend(drop_invented_options(plan, &known, catalog));
+    diags.extend(drop_unasked_items(plan, &known, catalog));
     diags
+}
+
+/// Drops the items of a list drawn from a closed set (`items.enum`) that the request does not
+/// mention, when it mentions some of them. Small models list every choice the schema offers
+/// (`add_ons: ["Backstage Pass", "VIP Seating", "Parking Pass"]` for "the one with backstage
+/// access"), which asks the tool for what nobody wanted. An item is mentioned when the request
+/// has it as a phrase or has one of its content words (a stem will do), outside the words
+/// another argument's value takes (the `history` of "Natural History Museum" names the
+/// museum, not a feature). A list none of whose items is mentioned ("everything about the
+/// museum") stays as written.
+fn drop_unasked_items(plan: &mut Plan, known: &Known, catalog: &Catalog) -> Vec<Diagnostic> {
+    let request = tokens_in(&known.text);
+    let mut diags = Vec::new();
+    for (idx, step_id, name, arguments, tool) in tool_steps(plan, catalog) {
+        let properties = tool.input_schema.get("properties");
+        let mut pruned = Vec::new();
+        for (key, value) in arguments.iter() {
+            let closed = properties
+                .and_then(|p| p.get(key.as_str()))
+                .and_then(|schema| schema.get("items"))
+                .is_some_and(|items| items.get("enum").is_some());
+            let Some(items) = value.as_array().filter(|items| closed && items.len() >= 2) else {
+                continue;
+            };
+            let Some(texts) = items.iter().map(Value::as_str).collect::<Option<Vec<_>>>() else {
+                continue;
+            };
+            let taken = taken_by_others(&request, arguments, key);
+            let (kept, dropped): (Vec<&str>, Vec<&str>) = texts
+                .iter()
+                .partition(|item| mentions(&request, &taken, item));
+            if !kept.is_empty() && !dropped.is_empty() {
+                pruned.push((key.clone(), json!(kept), json!(dropped)));
+            }
+        }
+        for (key, kept, dropped) in pruned {
+            let Some(slot) = arguments.get_mut(&key) else {
+                continue;
+            };
+            let written = std::mem::replace(slot, kept);
+            diags.push(
+                Diagnostic::warning(
+                    Code::AutoFixed,
+                    format!("/steps/{idx}/action/arguments/{}", escape_pointer(&key)),
+                    format!(
+                        "step `{step_id}` listed {dropped} in `{key}` of `{name}`, which the \
+                         request does not ask for; they were left out"
+                    ),
+                )
+                .with_step(step_id.clone())
+                .with_value(written),
+            );
+        }
+    }
+    diags
+}
+
+/// Each tool step of `plan` whose tool `catalog` has: its index, id, tool name, arguments (to
+/// change) and tool.
+fn tool_steps<'a>(
+    plan: &'a mut Plan,
+    catalog: &'a Catalog,
+) -> impl Iterator<
+    Item = (
+        usize,
+        String,
+        &'a str,
+        &'a mut serde_json::Map<String, Value>,
+        &'a crate::catalog::Tool,
+    ),
+> {
+    plan.steps.iter_mut().enumerate().filter_map(|(idx, step)| {
+        let step_id = step.id.clone();
+        let Action::Tool { name, arguments } = &mut step.action else {
+            return None;
+        };
+        let tool = catalog.tool(name).map(|t| &t.tool)?;
+        Some((idx, step_id, name.as_str(), arguments, tool))
+    })
+}
+
+/// The words of `text`, lower-cased: runs of letters and digits, stop words included (a
+/// phrase is matched word for word).
+fn tokens_in(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Whether two words are the same word (or share a stem, [`same_stem`]).
+fn same_word(a: &str, b: &str) -> bool {
+    a == b || same_stem(a, b)
+}
+
+/// Where `phrase` starts in `words`, each of its words matching in turn.
+fn phrase_starts(words: &[String], phrase: &[String]) -> Vec<usize> {
+    if phrase.is_empty() || phrase.len() > words.len() {
+        return Vec::new();
+    }
+    (0..=words.len() - phrase.len())
+        .filter(|&start| {
+            phrase
+                .iter()
+                .enumerate()
+                .all(|(i, word)| same_word(&words[start + i], word))
+        })
+        .collect()
+}
+
+/// The positions of the request's words that the values of `arguments` other than `key` take.
+fn taken_by_others(
+    request: &[String],
+    arguments: &serde_json::Map<String, Value>,
+    key: &str,
+) -> HashSet<usize> {
+    let mut taken = HashSet::new();
+    for (other, value) in arguments {
+        if other == key {
+            continue;
+        }
+        let texts: Vec<&str> = match value {
+            Value::String(text) => vec![text.as_str()],
+            Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        for text in texts {
+            let phrase = tokens_in(text);
+            for start in phrase_starts(request, &phrase) {
+                taken.extend(start..start + phrase.len());
+            }
+        }
+    }
+    taken
+}
+
+/// Whether the request mentions `item` outside the `taken` words: as a phrase, or by one of
+/// its content words.
+fn mentions(request: &[String], taken: &HashSet<usize>, item: &str) -> bool {
+    let phrase = tokens_in(item);
+    let free = |start: usize, len: usize| (start..start + len).all(|i| !taken.contains(&i));
+    phrase_starts(request, &phrase)
+        .into_iter()
+        .any(|start| free(start, phrase.len()))
+        || words_in(item).iter().any(|word| {
+            request
+                .iter()
+                .enumerate()
+                .any(|(i, known)| !taken.contains(&i) && same_word(known, word))
+        })
 }
 
 /// Drops each optional argument whose value is a name the request does not give: text of at
@@ -841,14 +992,7 @@ pub(crate) fn ground(plan: &mut Plan, request: &PlanRequest, catalog: &Catalog) 
 /// Knobs of one word or a number (`unit: "cm"`, `max_results: 10`) stay.
 fn drop_invented_options(plan: &mut Plan, known: &Known, catalog: &Catalog) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
-    for (idx, step) in plan.steps.iter_mut().enumerate() {
-        let step_id = step.id.clone();
-        let Action::Tool { name, arguments } = &mut step.action else {
-            continue;
-        };
-        let Some(tool) = catalog.tool(name).map(|t| &t.tool) else {
-            continue;
-        };
+    for (idx, step_id, name, arguments, tool) in tool_steps(plan, catalog) {
         let required = tool.required_parameters();
         let properties = tool.input_schema.get("properties");
         let guessed: Vec<String> = arguments
@@ -906,6 +1050,11 @@ mod tests {
             output_schema: output,
             annotations: None,
         }
+    }
+
+    /// A catalog of one tool, `name`, that takes `input` and declares no output.
+    fn one_tool(name: &str, input: Value) -> Catalog {
+        Catalog::new(vec![tool(name, "A tool.", input, None)], Vec::new()).unwrap()
     }
 
     fn catalog() -> Catalog {
@@ -1042,21 +1191,15 @@ mod tests {
 
     #[test]
     fn an_optional_name_the_request_does_not_give_is_left_out() {
-        let books = Catalog::new(
-            vec![tool(
-                "search_books",
-                "Search a library's books.",
-                json!({"type": "object", "properties": {
-                    "location": {"type": "string"}, "genre": {"type": "string"},
-                    "title": {"type": "string"}, "author": {"type": "string"},
-                    "sort": {"type": "string"}, "note": {"type": "string"},
-                    "format": {"type": "string", "enum": ["paper back", "hard cover"]}},
-                    "required": ["location"]}),
-                None,
-            )],
-            Vec::new(),
-        )
-        .unwrap();
+        let books = one_tool(
+            "search_books",
+            json!({"type": "object", "properties": {
+                "location": {"type": "string"}, "genre": {"type": "string"},
+                "title": {"type": "string"}, "author": {"type": "string"},
+                "sort": {"type": "string"}, "note": {"type": "string"},
+                "format": {"type": "string", "enum": ["paper back", "hard cover"]}},
+                "required": ["location"]}),
+        );
         let request = PlanRequest::new(
             "Can I find a historical fiction book at the New York public library?",
         );
@@ -1079,6 +1222,58 @@ mod tests {
         assert_eq!(diags.len(), 1, "{diags:?}");
         assert_eq!(diags[0].pointer, "/steps/0/action/arguments/title");
         assert_eq!(diags[0].value, Some(json!("The Great Gatsby")));
+    }
+
+    #[test]
+    fn items_of_a_closed_list_the_request_does_not_ask_for_are_left_out() {
+        let shop = one_tool(
+            "order_pizza",
+            json!({"type": "object", "properties": {
+                "shop": {"type": "string"},
+                "toppings": {"type": "array", "items": {"type": "string",
+                    "enum": ["mushrooms", "olives", "pepperoni", "onions", "Wi-Fi menu"]}},
+                "sides": {"type": "array", "items": {"type": "string",
+                    "enum": ["fries", "salad"]}},
+                "tags": {"type": "array", "items": {"type": "string"}}},
+                "required": ["shop"]}),
+        );
+        let request = PlanRequest::new(
+            "Order a pizza with mushroom and olives from Onions Corner, and something on the side",
+        );
+        let mut ordered = plan(&[(
+            "s1",
+            "order_pizza",
+            json!({"shop": "Onions Corner",
+                   "toppings": ["mushrooms", "olives", "pepperoni", "onions"],
+                   "sides": ["fries", "salad"], "tags": ["quick", "cheap"]}),
+        )]);
+        let diags = ground(&mut ordered, &request, &shop);
+        // A stem will do ("mushroom"); the shop's name does not ask for onions; a list none of
+        // whose items the request names, and a list that is not a closed set, stay.
+        assert_eq!(
+            arguments(&ordered, 0),
+            json!({"shop": "Onions Corner", "toppings": ["mushrooms", "olives"],
+                   "sides": ["fries", "salad"], "tags": ["quick", "cheap"]})
+        );
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].pointer, "/steps/0/action/arguments/toppings");
+        assert!(
+            diags[0].message.contains("[\"pepperoni\",\"onions\"]"),
+            "{diags:?}"
+        );
+
+        // An item of short words counts as a phrase ("Wi-Fi").
+        let request = PlanRequest::new("A pizza with olives from a shop with a wi-fi menu");
+        let mut ordered = plan(&[(
+            "s1",
+            "order_pizza",
+            json!({"shop": "any", "toppings": ["olives", "Wi-Fi menu", "onions"]}),
+        )]);
+        ground(&mut ordered, &request, &shop);
+        assert_eq!(
+            arguments(&ordered, 0)["toppings"],
+            json!(["olives", "Wi-Fi menu"])
+        );
     }
 
     #[test]
