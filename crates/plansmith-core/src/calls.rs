@@ -284,30 +284,17 @@ pub fn tagged(raw: &str) -> Option<(String, usize)> {
 /// [`tagged`], each `$ref` renumbered for `before` more calls written ahead of these
 /// (`s1.output` becomes `s2.output` for one), so the calls can follow new ones.
 pub fn tagged_after(raw: &str, before: usize) -> Option<(String, usize)> {
-    fn shift(value: &mut Value, before: usize) {
-        match value {
-            Value::Object(map) => {
-                if let Some(Value::String(target)) = map.get_mut("$ref")
-                    && let Some(rest) = target.strip_prefix('s')
-                {
-                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                    if let Ok(n) = digits.parse::<usize>() {
-                        *target = format!("s{}{}", n + before, &rest[digits.len()..]);
-                    }
-                }
-                map.values_mut().for_each(|v| shift(v, before));
-            }
-            Value::Array(items) => items.iter_mut().for_each(|v| shift(v, before)),
-            _ => {}
-        }
-    }
     let plan = to_plan_json(raw)?;
+    let steps = plan["steps"].as_array().map_or(&[][..], Vec::as_slice);
+    let renamed: std::collections::HashMap<String, String> = (1..=steps.len())
+        .map(|n| (format!("s{n}"), format!("s{}", n + before)))
+        .collect();
     let mut out = String::new();
     let mut n = 0;
-    for step in plan["steps"].as_array().into_iter().flatten() {
+    for step in steps {
         if step["type"] == "tool" {
             let mut arguments = step["arguments"].clone();
-            shift(&mut arguments, before);
+            crate::plan::rename_refs(&mut arguments, &renamed);
             let call = json!({"name": step["name"], "arguments": arguments});
             if n > 0 {
                 out.push('\n');
@@ -514,13 +501,13 @@ mod tests {
     fn calls_written_after_others_have_their_references_renumbered() {
         let raw = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"gyms\"}}\n</tool_call>\n\
                    <tool_call>\n{\"name\": \"reviews\", \"arguments\": {\"ids\": \
-                   [{\"$ref\": \"s1.output.id\"}], \"page\": {\"$ref\": \"s12\"}, \"note\": \"s1\"}}\n</tool_call>";
+                   [{\"$ref\": \"s1.output.id\"}], \"page\": {\"$ref\": \"s2.output[0]\"}, \"note\": \"s1\"}}\n</tool_call>";
         let (text, n) = tagged_after(raw, 1).unwrap();
         assert_eq!(n, 2);
         let plan = to_plan_json(&text).unwrap();
         let args = &plan["steps"][1]["arguments"];
         assert_eq!(args["ids"][0]["$ref"], "s2.output.id");
-        assert_eq!(args["page"]["$ref"], "s13");
+        assert_eq!(args["page"]["$ref"], "s3.output[0]");
         assert_eq!(args["note"], "s1", "only references move");
         assert_eq!(tagged_after(raw, 0), tagged(raw));
     }

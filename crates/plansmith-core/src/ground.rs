@@ -497,13 +497,8 @@ fn output_path(
                 best = Some((score, name));
             }
         }
-        if let Some((_, name)) = best {
-            let plain = name
-                .chars()
-                .all(|c| c.is_alphanumeric() || c == '_' || c == '-');
-            if plain {
-                return Some(format!(".{name}"));
-            }
+        if let Some((_, name)) = best.filter(|(_, name)| plain_path(name)) {
+            return Some(format!(".{name}"));
         }
     }
     fits(&produced, expected).then(String::new)
@@ -576,15 +571,25 @@ fn named_result(
     key: &str,
     expected: &[&str],
 ) -> Option<(usize, String)> {
-    let wanted = plain_name(key);
     earlier_tools(plan, idx, catalog, consumer).find_map(|(earlier_idx, _, producer)| {
-        output_fields(producer)?
-            .iter()
-            .find(|(name, field)| {
-                plain_name(name) == wanted && plain_path(name) && fits(&types_of(field), expected)
-            })
-            .map(|(name, _)| (earlier_idx, format!(".{name}")))
+        field_named(producer, key, expected).map(|name| (earlier_idx, format!(".{name}")))
     })
+}
+
+/// The output field of `producer` named like the argument `key` (case and separators aside,
+/// [`plain_name`]) whose type fits `expected`, when a reference path can name it as it is.
+fn field_named<'a>(
+    producer: &'a crate::catalog::Tool,
+    key: &str,
+    expected: &[&str],
+) -> Option<&'a String> {
+    let wanted = plain_name(key);
+    output_fields(producer)?
+        .iter()
+        .find(|(name, field)| {
+            plain_name(name) == wanted && plain_path(name) && fits(&types_of(field), expected)
+        })
+        .map(|(name, _)| name)
 }
 
 /// The tool the plan's first call needs a result of, but which no call calls: the first call
@@ -634,13 +639,7 @@ pub(crate) fn missing_producer<'a>(
                         .required_parameters()
                         .iter()
                         .any(|input| plain_name(input) == wanted)
-                    && output_fields(producer).is_some_and(|fields| {
-                        fields.iter().any(|(field, field_schema)| {
-                            plain_name(field) == wanted
-                                && plain_path(field)
-                                && fits(&types_of(field_schema), &expected)
-                        })
-                    })
+                    && field_named(producer, key, &expected).is_some()
             })
             .map(|producer| (key.clone(), *producer))
     })

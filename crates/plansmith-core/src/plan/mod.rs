@@ -25,6 +25,7 @@ pub use question::{
 pub use render::flat_plan_json;
 pub use schedule::Schedule;
 pub use step::{Step, StepStatus};
+pub(crate) use step_ref::rename_refs;
 pub use step_ref::{PathSegment, StepRef, collect_refs, escape_pointer};
 
 /// The most steps a plan document may list, whoever wrote it (a model, an edit, a client of

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::{Action, Plan, StepRef, StepStatus};
+use super::{Action, Plan, StepStatus, rename_refs};
 
 /// The merged plan and what happened to its steps.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,7 +85,7 @@ pub fn next_version(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -
         step.depends_on.dedup();
         if let Action::Tool { arguments, .. } = &mut step.action {
             for value in arguments.values_mut() {
-                rename_refs(value, &renamed, 0);
+                rename_refs(value, &renamed);
             }
         }
         step.status = StepStatus::NotStarted;
@@ -110,30 +110,6 @@ pub fn next_version(old: &Plan, completed: &HashMap<String, Value>, new: Plan) -
     }
     plan.steps = steps;
     Merged { plan, kept, added }
-}
-
-fn rename_refs(value: &mut Value, renamed: &HashMap<String, String>, depth: usize) {
-    if depth > 64 {
-        return;
-    }
-    if let Some(text) = StepRef::reference_in(value)
-        && let Ok(mut reference) = StepRef::parse(text)
-    {
-        if let Some(to) = renamed.get(&reference.step) {
-            reference.step = to.clone();
-            *value = serde_json::json!({"$ref": reference.to_string()});
-        }
-        return;
-    }
-    match value {
-        Value::Object(map) => map
-            .values_mut()
-            .for_each(|v| rename_refs(v, renamed, depth + 1)),
-        Value::Array(items) => items
-            .iter_mut()
-            .for_each(|v| rename_refs(v, renamed, depth + 1)),
-        _ => {}
-    }
 }
 
 #[cfg(test)]

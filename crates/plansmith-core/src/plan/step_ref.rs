@@ -1,6 +1,7 @@
 //! References to an earlier step's output inside tool arguments
 //! (`{"$ref": "s1.output.items[0].id"}`), and the JSON pointers they are found at.
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 
 use serde_json::Value;
@@ -102,6 +103,36 @@ impl fmt::Display for StepRef {
             }
         }
         Ok(())
+    }
+}
+
+/// Points every `$ref` inside `value` whose step `renamed` maps at the new step id, its path
+/// kept (`s1.output.id` becomes `s2.output.id` for `s1` → `s2`).
+pub(crate) fn rename_refs(value: &mut Value, renamed: &HashMap<String, String>) {
+    rename_refs_at(value, renamed, 0);
+}
+
+fn rename_refs_at(value: &mut Value, renamed: &HashMap<String, String>, depth: usize) {
+    if depth > 64 {
+        return;
+    }
+    if let Some(text) = StepRef::reference_in(value)
+        && let Ok(mut reference) = StepRef::parse(text)
+    {
+        if let Some(to) = renamed.get(&reference.step) {
+            reference.step = to.clone();
+            *value = serde_json::json!({"$ref": reference.to_string()});
+        }
+        return;
+    }
+    match value {
+        Value::Object(map) => map
+            .values_mut()
+            .for_each(|v| rename_refs_at(v, renamed, depth + 1)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| rename_refs_at(v, renamed, depth + 1)),
+        _ => {}
     }
 }
 
