@@ -268,3 +268,36 @@ impl Service {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run task that panics still gives its plan up, so that the worker joins the run
+    /// again; one left in progress (its plan taken) keeps it.
+    #[tokio::test]
+    async fn a_run_task_that_panics_gives_its_plan_up() {
+        let active: Arc<Mutex<HashSet<String>>> = Arc::default();
+        active
+            .lock()
+            .unwrap()
+            .extend(["p1".to_owned(), "p2".to_owned()]);
+        let part = TakingPart {
+            active: active.clone(),
+            plan_id: Some("p1".into()),
+        };
+        let panicked = tokio::spawn(async move {
+            let _part = part;
+            panic!("a run's driver panics");
+        })
+        .await;
+        assert!(panicked.is_err_and(|err| err.is_panic()));
+        let mut left = TakingPart {
+            active: active.clone(),
+            plan_id: Some("p2".into()),
+        };
+        left.plan_id = None;
+        drop(left);
+        assert_eq!(*active.lock().unwrap(), HashSet::from(["p2".to_owned()]));
+    }
+}

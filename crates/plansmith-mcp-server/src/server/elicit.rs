@@ -19,10 +19,11 @@
 //! (`save: false`), gets the questions in the tool's answer, as before.
 //!
 //! The `run` tool, for such a client, follows the run to its end ([`PlansmithMcp::follow_run`])
-//! and asks each approval the run waits for, as soon as the step waits (before the run pauses) (`{"approve": bool, "remember"?}`): accept decides
-//! it as the form says; decline or no answer in time denies it (the step is skipped: the safe
-//! answer for a call that needs approval); cancel leaves the run waiting for a decision through
-//! `feedback`, and the tool answers at once.
+//! and asks each approval the run waits for as soon as the step waits, before the run pauses
+//! (`{"approve": bool, "remember"?}`): accept decides it as the form says; decline or no answer
+//! in time denies it (the step is skipped: the safe answer for a call that needs approval);
+//! cancel leaves the run waiting for a decision through `feedback`, and the tool answers at
+//! once.
 
 use std::time::Duration;
 
@@ -217,7 +218,8 @@ impl PlansmithMcp {
     ) -> (Option<ExecRun>, Asked) {
         let mut asked = Asked::default();
         let mut decided = std::collections::HashSet::new();
-        for poll in 0u64.. {
+        let mut poll = 0u64;
+        loop {
             let run = match self.store().exec_run(id).await {
                 Ok(run) => run,
                 Err(err) => {
@@ -235,7 +237,7 @@ impl PlansmithMcp {
             // wait): its approvals are asked as soon as they are pending, looked for every
             // few polls; a paused run's at every poll.
             let waiting = current.state == RunState::Waiting;
-            if waiting || poll % APPROVALS_EVERY == 0 {
+            if waiting || poll.is_multiple_of(APPROVALS_EVERY) {
                 let pending = self.service.pending_approvals(id).await.unwrap_or_default();
                 let fresh: Vec<_> = pending
                     .into_iter()
@@ -315,9 +317,9 @@ impl PlansmithMcp {
                     decided.insert(approval.step_id);
                 }
             }
+            poll = poll.wrapping_add(1);
             tokio::time::sleep(RUN_POLL).await;
         }
-        (None, asked)
     }
 }
 
@@ -364,7 +366,12 @@ pub(super) fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Form);
     }
-    // As rmcp reads the handshake: a capability naming no mode takes forms.
+    declares_forms(context)
+}
+
+/// Whether the capabilities the request carries (or its session's handshake) take form
+/// elicitation; as rmcp reads the handshake, a capability naming no mode takes forms.
+pub(super) fn declares_forms(context: &RequestContext<RoleServer>) -> bool {
     context
         .client_capabilities()
         .and_then(|caps| caps.elicitation)

@@ -47,10 +47,7 @@ impl PlansmithMcp {
             && context
                 .protocol_version()
                 .is_some_and(|version| !version.has_initialize())
-            && context
-                .client_capabilities()
-                .and_then(|caps| caps.elicitation)
-                .is_some_and(|modes| modes.form.is_some() || modes.url.is_none())
+            && super::elicit::declares_forms(context)
     }
 
     /// The first call: starts the tool as an internal task and answers as [`Self::next_round`].

@@ -77,21 +77,35 @@ impl Tasks {
     /// Records task `id` of `owner` as the manager's task `managed`.
     fn remember(&self, id: String, owner: Option<String>, managed: String) {
         if let Ok(mut known) = self.known.lock() {
-            // Tasks the manager has let go of (past their time to live) are forgotten here too.
-            if known.len() >= MAX_OWNED {
-                let manager = &self.manager;
-                known.retain(|_, known| manager.get_task(&known.managed).is_ok());
-            }
+            // Tasks the manager has let go of (past their time to live) are forgotten here too;
+            // ended ones stay, for their clients to read the result.
+            make_room(&mut known, |_, known| {
+                self.manager.get_task(&known.managed).is_ok()
+            });
             known.insert(id, Known { owner, managed });
         }
+    }
+
+    /// Whether the manager's task `managed` is still at work (not ended, not let go of).
+    fn at_work(&self, managed: &str) -> bool {
+        self.manager
+            .get_task(managed)
+            .is_ok_and(|task| !task.status().is_terminal())
     }
 
     /// The revived follower of `plan_id`'s run, while it is still following.
     fn follower(&self, plan_id: &str) -> Option<String> {
         let revived = self.revived.lock().ok()?;
         let managed = revived.get(plan_id)?;
-        let task = self.manager.get_task(managed).ok()?;
-        (!task.status().is_terminal()).then(|| managed.clone())
+        self.at_work(managed).then(|| managed.clone())
+    }
+
+    /// Records `managed` as the revived follower of `plan_id`'s run.
+    fn revive(&self, plan_id: &str, managed: &str) {
+        if let Ok(mut revived) = self.revived.lock() {
+            make_room(&mut revived, |_, managed| self.at_work(managed));
+            revived.insert(plan_id.to_owned(), managed.to_owned());
+        }
     }
 
     /// The manager's state of task `id` (whose manager id is `managed`), under the id the
@@ -116,14 +130,7 @@ impl Tasks {
         if let Ok(mut asking) = self.asking.lock() {
             // Calls whose client never came back: their tasks ended (a question's time to
             // answer runs out) and are let go of.
-            if asking.len() >= MAX_OWNED {
-                let manager = &self.manager;
-                asking.retain(|managed, _| {
-                    manager
-                        .get_task(managed)
-                        .is_ok_and(|task| !task.status().is_terminal())
-                });
-            }
+            make_room(&mut asking, |managed, _| self.at_work(managed));
             asking.insert(managed.to_owned(), owner);
         }
     }
@@ -140,6 +147,13 @@ impl Tasks {
         if let Ok(mut asking) = self.asking.lock() {
             asking.remove(managed);
         }
+    }
+}
+
+/// Makes room in `map` once it holds [`MAX_OWNED`] entries: keeps those `keep` says to.
+fn make_room<V>(map: &mut HashMap<String, V>, mut keep: impl FnMut(&str, &V) -> bool) {
+    if map.len() >= MAX_OWNED {
+        map.retain(|key, value| keep(key, value));
     }
 }
 
@@ -279,17 +293,7 @@ impl PlansmithMcp {
                             .map_err(TaskExit::Error)
                     })
                 });
-                if let Ok(mut revived) = self.tasks.revived.lock() {
-                    if revived.len() >= MAX_OWNED {
-                        let manager = &self.tasks.manager;
-                        revived.retain(|_, managed| {
-                            manager
-                                .get_task(managed)
-                                .is_ok_and(|task| !task.status().is_terminal())
-                        });
-                    }
-                    revived.insert(plan_id.to_owned(), task.task_id.clone());
-                }
+                self.tasks.revive(plan_id, &task.task_id);
                 task.task_id
             }
         };
